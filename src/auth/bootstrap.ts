@@ -1,0 +1,22 @@
+import type pg from 'pg';
+import { ConfigError, type Config } from '../config.js';
+import type { Logger } from '../log.js';
+import { countUsers, createUser } from './users.js';
+
+/**
+ * With no users at all, creates the first admin (username `admin`, tenant `admin`, profile
+ * `admin`). Its password is ADMIN_PASSWORD; `admin` is the default only with the embedded
+ * database, where nothing is reachable from outside the machine by default.
+ */
+export async function ensureAdmin(pool: pg.Pool, config: Config, log: Logger): Promise<void> {
+  if ((await countUsers(pool)) > 0) return;
+  let password = config.adminPassword;
+  if (password === undefined) {
+    if (config.databaseUrl) {
+      throw new ConfigError('ADMIN_PASSWORD', 'must be set when DATABASE_URL is set and the database has no users yet (it is the first admin\'s password)');
+    }
+    password = 'admin';
+  }
+  const user = await createUser(pool, { username: 'admin', password, tenant: 'admin', profile: 'admin' });
+  if (user) log.info('created the first admin user', { username: 'admin', tenant: 'admin' });
+}

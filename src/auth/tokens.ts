@@ -1,0 +1,64 @@
+// Tokens: HS256 JWTs signed by the service (jose). Verification accepts only HS256 from our
+// issuer with every claim present; verified tokens are cached until they expire so the hot
+// path does no crypto for a token it has already seen.
+import crypto from 'node:crypto';
+import { SignJWT, jwtVerify } from 'jose';
+import type { Claims } from '../http/types.js';
+
+export interface TokenUser {
+  id: number;
+  tenant: string;
+  username: string;
+  profile: string;
+}
+
+const CACHE_MAX = 10_000;
+
+export class Tokens {
+  private readonly cache = new Map<string, Claims>();
+
+  constructor(
+    private readonly key: Uint8Array,
+    private readonly issuer: string,
+    private readonly ttlSeconds: number,
+  ) {}
+
+  async issue(user: TokenUser): Promise<string> {
+    return new SignJWT({ service: user.tenant, username: user.username, userid: user.id, profile: user.profile })
+      .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+      .setIssuedAt()
+      .setIssuer(this.issuer)
+      .setExpirationTime(Math.floor(Date.now() / 1000) + this.ttlSeconds)
+      .setJti(crypto.randomUUID())
+      .sign(this.key);
+  }
+
+  /** The token's claims, or undefined when it is malformed, badly signed, expired or lacks a claim. */
+  async verify(token: string): Promise<Claims | undefined> {
+    const now = Date.now() / 1000;
+    const hit = this.cache.get(token);
+    if (hit) {
+      if (hit.exp > now) return hit;
+      this.cache.delete(token);
+      return undefined;
+    }
+    let payload: Record<string, unknown>;
+    try {
+      ({ payload } = await jwtVerify(token, this.key, { algorithms: ['HS256'], issuer: this.issuer, requiredClaims: ['exp', 'iat', 'jti'] }));
+    } catch {
+      return undefined;
+    }
+    const claims = payload as unknown as Claims;
+    if (
+      typeof claims.service !== 'string' || claims.service === '' ||
+      typeof claims.username !== 'string' ||
+      typeof claims.userid !== 'number' ||
+      typeof claims.profile !== 'string'
+    ) {
+      return undefined;
+    }
+    if (this.cache.size >= CACHE_MAX) this.cache.delete(this.cache.keys().next().value as string);
+    this.cache.set(token, claims);
+    return claims;
+  }
+}

@@ -1,0 +1,41 @@
+// Users in PostgreSQL. The password hash never leaves this module.
+import type pg from 'pg';
+import { hashPassword } from './passwords.js';
+
+export interface User {
+  id: number;
+  tenant: string;
+  username: string;
+  profile: string;
+  created: Date;
+}
+
+export interface StoredUser extends User {
+  passwordHash: string;
+}
+
+const COLUMNS = 'id, tenant, username, profile, created, password_hash AS "passwordHash"';
+
+export async function findUser(pool: pg.Pool, username: string): Promise<StoredUser | undefined> {
+  const { rows } = await pool.query<StoredUser>(`SELECT ${COLUMNS} FROM users WHERE username = $1`, [username]);
+  return rows[0];
+}
+
+/** Creates a user; undefined when the username is taken. */
+export async function createUser(
+  pool: pg.Pool,
+  input: { username: string; password: string; tenant: string; profile: string },
+): Promise<User | undefined> {
+  const hash = await hashPassword(input.password);
+  const { rows } = await pool.query<User>(
+    `INSERT INTO users (tenant, username, password_hash, profile) VALUES ($1, $2, $3, $4)
+     ON CONFLICT (username) DO NOTHING RETURNING id, tenant, username, profile, created`,
+    [input.tenant, input.username, hash, input.profile],
+  );
+  return rows[0];
+}
+
+export async function countUsers(pool: pg.Pool): Promise<number> {
+  const { rows } = await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM users');
+  return rows[0]!.n;
+}

@@ -1,0 +1,164 @@
+// All configuration is read and validated here, once, and then frozen.
+// A bad value stops the start with one line naming the variable and what it expects.
+import os from 'node:os';
+import path from 'node:path';
+
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
+
+export interface Config {
+  /** Public HTTP API. */
+  host: string;
+  port: number;
+  /** Internal HTTP API (`/internal/...`), loopback by default. */
+  internalHost: string;
+  internalPort: number;
+  dataDir: string;
+  /** External PostgreSQL; when absent an embedded one is started under `dataDir`. */
+  databaseUrl: string | undefined;
+  embeddedPgPort: number | undefined;
+  pgPoolSize: number;
+  /** External MQTT broker; when absent the embedded broker (aedes) listens on `mqttHost:mqttPort`. */
+  mqttUrl: string | undefined;
+  mqttHost: string;
+  mqttPort: number;
+  /** Client id prefix of the service's own subscriber connections (persistent sessions). */
+  mqttClientId: string;
+  mqttSubscriberConnections: number;
+  logLevel: LogLevel;
+  /** HS256 token key; generated into `dataDir` when absent. */
+  jwtSecret: Uint8Array | undefined;
+  jwtIssuer: string;
+  tokenTtlSeconds: number;
+  adminPassword: string | undefined;
+  /** 32-byte key for pre-shared keys at rest; generated into `dataDir` with the embedded database. */
+  pskEncryptionKey: Buffer | undefined;
+  maxBodyBytes: number;
+  maxPageSize: number;
+  maxDeviceCount: number;
+  ingestWorkers: number;
+  ingestBatchRows: number;
+  ingestBatchMs: number;
+  maxMessageBytes: number;
+  historyChunkInterval: string;
+  historyRetentionDays: number | undefined;
+  shutdownTimeoutMs: number;
+}
+
+export class ConfigError extends Error {
+  constructor(readonly variable: string, expectation: string) {
+    super(`${variable} ${expectation}`);
+    this.name = 'ConfigError';
+  }
+}
+
+type Env = Record<string, string | undefined>;
+
+function value(env: Env, name: string): string | undefined {
+  const v = env[name];
+  return v === undefined || v.trim() === '' ? undefined : v.trim();
+}
+
+function integer(env: Env, name: string, dflt: number, min: number, max: number): number {
+  const v = value(env, name);
+  if (v === undefined) return dflt;
+  if (!/^-?\d+$/.test(v)) throw new ConfigError(name, `must be an integer between ${min} and ${max}, got "${v}"`);
+  const n = Number(v);
+  if (n < min || n > max) throw new ConfigError(name, `must be an integer between ${min} and ${max}, got ${n}`);
+  return n;
+}
+
+function optionalInteger(env: Env, name: string, min: number, max: number): number | undefined {
+  return value(env, name) === undefined ? undefined : integer(env, name, 0, min, max);
+}
+
+function url(env: Env, name: string, protocols: string[]): string | undefined {
+  const v = value(env, name);
+  if (v === undefined) return undefined;
+  let parsed: URL;
+  try {
+    parsed = new URL(v);
+  } catch {
+    throw new ConfigError(name, `must be a URL (${protocols.join(', ')}), got an unparsable value`);
+  }
+  if (!protocols.includes(parsed.protocol)) {
+    throw new ConfigError(name, `must be a URL with scheme ${protocols.join(' or ')}, got "${parsed.protocol}"`);
+  }
+  return v;
+}
+
+function host(env: Env, name: string, dflt: string): string {
+  const v = value(env, name) ?? dflt;
+  if (!/^[A-Za-z0-9.:_-]+$/.test(v)) throw new ConfigError(name, `must be a host name or IP address, got "${v}"`);
+  return v;
+}
+
+/** A 32-byte key given as 64 hex characters or base64. */
+function key32(env: Env, name: string): Buffer | undefined {
+  const v = value(env, name);
+  if (v === undefined) return undefined;
+  let buf: Buffer | undefined;
+  if (/^[0-9a-fA-F]{64}$/.test(v)) buf = Buffer.from(v, 'hex');
+  else if (/^[A-Za-z0-9+/_-]+={0,2}$/.test(v)) buf = Buffer.from(v, 'base64');
+  if (!buf || buf.length !== 32) throw new ConfigError(name, 'must be 32 bytes, as 64 hex characters or base64');
+  return buf;
+}
+
+function secret(env: Env, name: string): Uint8Array | undefined {
+  const v = value(env, name);
+  if (v === undefined) return undefined;
+  if (Buffer.byteLength(v) < 32) throw new ConfigError(name, 'must be at least 32 characters long');
+  return new TextEncoder().encode(v);
+}
+
+const LOG_LEVELS: LogLevel[] = ['debug', 'info', 'warn', 'error', 'silent'];
+
+export function readConfig(env: Env = process.env): Readonly<Config> {
+  const logLevel = (value(env, 'LOG_LEVEL') ?? 'info').toLowerCase();
+  if (!LOG_LEVELS.includes(logLevel as LogLevel)) {
+    throw new ConfigError('LOG_LEVEL', `must be one of ${LOG_LEVELS.join(', ')}, got "${logLevel}"`);
+  }
+  const databaseUrl = url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']);
+  // ADMIN_PASSWORD is only needed when the first admin is created; auth/bootstrap checks it then.
+  const adminPassword = value(env, 'ADMIN_PASSWORD');
+  const pskEncryptionKey = key32(env, 'PSK_ENCRYPTION_KEY');
+  if (databaseUrl && pskEncryptionKey === undefined) {
+    throw new ConfigError('PSK_ENCRYPTION_KEY', 'must be set when DATABASE_URL is set (32 bytes, as 64 hex characters or base64)');
+  }
+  const chunk = value(env, 'HISTORY_CHUNK_INTERVAL') ?? '1 day';
+  if (!/^\d+\s*(minute|hour|day|week)s?$/.test(chunk)) {
+    throw new ConfigError('HISTORY_CHUNK_INTERVAL', `must be an interval such as "1 day" or "6 hours", got "${chunk}"`);
+  }
+  const cores = Math.max(1, os.availableParallelism());
+  const config: Config = {
+    host: host(env, 'HOST', '0.0.0.0'),
+    port: integer(env, 'PORT', 8000, 0, 65535),
+    internalHost: host(env, 'INTERNAL_HOST', '127.0.0.1'),
+    internalPort: integer(env, 'INTERNAL_PORT', 8001, 0, 65535),
+    dataDir: path.resolve(value(env, 'DATA_DIR') ?? './data'),
+    databaseUrl,
+    embeddedPgPort: optionalInteger(env, 'EMBEDDED_PG_PORT', 1, 65535),
+    pgPoolSize: integer(env, 'PG_POOL_SIZE', 10, 1, 1000),
+    mqttUrl: url(env, 'MQTT_URL', ['mqtt:', 'mqtts:', 'tcp:', 'ws:', 'wss:']),
+    mqttHost: host(env, 'MQTT_HOST', '0.0.0.0'),
+    mqttPort: integer(env, 'MQTT_PORT', 1883, 0, 65535),
+    mqttClientId: value(env, 'MQTT_CLIENT_ID') ?? 'device-registry-ingest',
+    mqttSubscriberConnections: integer(env, 'MQTT_SUBSCRIBER_CONNECTIONS', 8, 1, 256),
+    logLevel: logLevel as LogLevel,
+    jwtSecret: secret(env, 'JWT_SECRET'),
+    jwtIssuer: value(env, 'JWT_ISSUER') ?? 'device-registry',
+    tokenTtlSeconds: integer(env, 'TOKEN_TTL_SECONDS', 3600, 1, 365 * 24 * 3600),
+    adminPassword,
+    pskEncryptionKey,
+    maxBodyBytes: integer(env, 'MAX_BODY_BYTES', 1024 * 1024, 1, 1024 * 1024 * 1024),
+    maxPageSize: integer(env, 'MAX_PAGE_SIZE', 1000, 1, 1_000_000),
+    maxDeviceCount: integer(env, 'MAX_DEVICE_COUNT', 10000, 1, 1_000_000),
+    ingestWorkers: integer(env, 'INGEST_WORKERS', cores, 1, 256),
+    ingestBatchRows: integer(env, 'INGEST_BATCH_ROWS', 5000, 1, 1_000_000),
+    ingestBatchMs: integer(env, 'INGEST_BATCH_MS', 50, 1, 60_000),
+    maxMessageBytes: integer(env, 'MAX_MESSAGE_BYTES', 64 * 1024, 1, 256 * 1024 * 1024),
+    historyChunkInterval: chunk,
+    historyRetentionDays: optionalInteger(env, 'HISTORY_RETENTION_DAYS', 1, 100_000),
+    shutdownTimeoutMs: integer(env, 'SHUTDOWN_TIMEOUT_MS', 8000, 100, 600_000),
+  };
+  return Object.freeze(config);
+}

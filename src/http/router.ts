@@ -1,0 +1,76 @@
+// Path routing with `:param` segments. Static segments win over parameters, so
+// `/device/template/:id` and `/device/:id` coexist.
+import type { Method, Route } from './types.js';
+
+interface Node {
+  statics: Map<string, Node>;
+  param: { name: string; node: Node } | undefined;
+  routes: Map<Method, Route>;
+}
+
+const node = (): Node => ({ statics: new Map(), param: undefined, routes: new Map() });
+
+export type Match =
+  | { kind: 'route'; route: Route; params: Record<string, string> }
+  | { kind: 'method'; allowed: Method[] }
+  | { kind: 'none' };
+
+export class Router {
+  private readonly root = node();
+
+  add(route: Route): void {
+    let n = this.root;
+    for (const seg of split(route.path)) {
+      if (seg.startsWith(':')) {
+        const name = seg.slice(1);
+        if (n.param && n.param.name !== name) throw new Error(`route ${route.path}: parameter :${name} clashes with :${n.param.name}`);
+        n.param ??= { name, node: node() };
+        n = n.param.node;
+      } else {
+        let next = n.statics.get(seg);
+        if (!next) n.statics.set(seg, (next = node()));
+        n = next;
+      }
+    }
+    if (n.routes.has(route.method)) throw new Error(`route ${route.method} ${route.path} registered twice`);
+    n.routes.set(route.method, route);
+  }
+
+  match(method: string, path: string): Match {
+    const segs = split(path);
+    const params: Record<string, string> = {};
+    const found = walk(this.root, segs, 0, params);
+    if (!found) return { kind: 'none' };
+    const route = found.routes.get(method as Method);
+    if (route) return { kind: 'route', route, params };
+    return { kind: 'method', allowed: [...found.routes.keys()] };
+  }
+}
+
+function split(path: string): string[] {
+  return path.split('/').filter((s) => s.length > 0);
+}
+
+function walk(n: Node, segs: string[], i: number, params: Record<string, string>): Node | undefined {
+  if (i === segs.length) return n.routes.size > 0 ? n : undefined;
+  const seg = segs[i]!;
+  const s = n.statics.get(seg);
+  if (s) {
+    const hit = walk(s, segs, i + 1, params);
+    if (hit) return hit;
+  }
+  if (n.param) {
+    let value: string;
+    try {
+      value = decodeURIComponent(seg);
+    } catch {
+      value = seg;
+    }
+    const hit = walk(n.param.node, segs, i + 1, params);
+    if (hit) {
+      params[n.param.name] = value;
+      return hit;
+    }
+  }
+  return undefined;
+}

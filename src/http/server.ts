@@ -1,0 +1,223 @@
+// The uWebSockets.js adapter: two listeners (public and internal), each with its own routes.
+// Per request: read everything needed from `req` synchronously (it dies after the handler
+// returns), start reading the body at once, check the token (before routing, so unknown routes
+// answer 401 too), route, validate, call the handler, and write the reply corked, unless the
+// client went away.
+import uWS from 'uWebSockets.js';
+import { ApiError, errors } from '../errors.js';
+import type { Logger } from '../log.js';
+import type { Metrics } from '../metrics.js';
+import type { Tokens } from '../auth/tokens.js';
+import { Router } from './router.js';
+import type { Claims, Listener, Method, Reply, Request, Route } from './types.js';
+
+const STATUS_TEXT: Record<number, string> = {
+  200: '200 OK', 201: '201 Created', 204: '204 No Content', 400: '400 Bad Request', 401: '401 Unauthorized',
+  403: '403 Forbidden', 404: '404 Not Found', 405: '405 Method Not Allowed', 409: '409 Conflict',
+  413: '413 Payload Too Large', 500: '500 Internal Server Error', 503: '503 Service Unavailable',
+};
+const KNOWN_METHODS = new Set(['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'HEAD', 'OPTIONS']);
+const JSON_TYPE = /^application\/json\s*(;|$)/i;
+
+export interface HttpOptions {
+  publicHost: string;
+  publicPort: number;
+  internalHost: string;
+  internalPort: number;
+  maxBodyBytes: number;
+  routes: Route[];
+  tokens: Tokens;
+  metrics: Metrics;
+  log: Logger;
+}
+
+export interface HttpServer {
+  publicPort: number;
+  internalPort: number;
+  /** Stops accepting connections, waits for requests in flight (up to `timeoutMs`). */
+  close(timeoutMs: number): Promise<void>;
+}
+
+interface Exchange {
+  res: uWS.HttpResponse;
+  aborted: boolean;
+  answered: boolean;
+}
+
+export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
+  const { log } = opts;
+  let inFlight = 0;
+  let idle: (() => void) | undefined;
+  const finished = () => {
+    inFlight--;
+    if (inFlight === 0 && idle) idle();
+  };
+
+  const listen = (listener: Listener, host: string, port: number) => {
+    const router = new Router();
+    for (const r of opts.routes) if ((r.listener ?? 'public') === listener) router.add(r);
+    const app = uWS.App();
+    app.any('/*', (res, req) => {
+      const started = performance.now();
+      const method = req.getMethod().toUpperCase();
+      const path = req.getUrl();
+      const queryString = req.getQuery() ?? '';
+      const authorization = req.getHeader('authorization');
+      const contentType = req.getHeader('content-type');
+      const ex: Exchange = { res, aborted: false, answered: false };
+      res.onAborted(() => {
+        ex.aborted = true;
+      });
+      inFlight++;
+      const match = router.match(method, path);
+      const route = match.kind === 'route' ? match.route : undefined;
+      const body = route?.body === 'json' ? readBody(res, opts.maxBodyBytes) : undefined;
+      // The body may fail (413) while the token is still being checked: mark it handled here;
+      // `handle` awaits it and answers the error.
+      body?.catch(() => undefined);
+      const metricRoute = route ? route.path : match.kind === 'method' ? '<method-not-allowed>' : '<unmatched>';
+      handle(listener, method, path, queryString, authorization, contentType, match, body)
+        .then(
+          (reply) => send(ex, reply),
+          (err: unknown) => send(ex, errorReply(err, log, method, path)),
+        )
+        .then((status) => {
+          opts.metrics.observeHttp(KNOWN_METHODS.has(method) ? method : 'OTHER', metricRoute, status, (performance.now() - started) / 1000);
+        })
+        .finally(finished);
+    });
+
+    return new Promise<{ socket: uWS.us_listen_socket; port: number }>((resolve, reject) => {
+      app.listen(host, port, (socket) => {
+        if (!socket) {
+          reject(new Error(`cannot listen on ${host}:${port} (${listener === 'public' ? 'PORT/HOST' : 'INTERNAL_PORT/INTERNAL_HOST'}); is the port taken?`));
+          return;
+        }
+        resolve({ socket, port: uWS.us_socket_local_port(socket as unknown as uWS.us_socket) });
+      });
+    });
+  };
+
+  async function handle(
+    listener: Listener,
+    method: string,
+    path: string,
+    queryString: string,
+    authorization: string,
+    contentType: string,
+    match: ReturnType<Router['match']>,
+    body: Promise<Buffer> | undefined,
+  ): Promise<Reply> {
+    const route = match.kind === 'route' ? match.route : undefined;
+    let claims: Claims | undefined;
+    if (route?.auth !== false) {
+      if (!authorization) throw errors.noToken();
+      const [scheme, token] = authorization.split(' ', 2);
+      if (scheme !== 'Bearer' || !token) throw errors.invalidToken();
+      claims = await opts.tokens.verify(token);
+      if (!claims) throw errors.invalidToken();
+    }
+    if (match.kind === 'none') throw errors.invalidEndpoint();
+    if (match.kind === 'method') throw errors.methodNotAllowed(match.allowed);
+    const r = match.route;
+    let parsed: unknown;
+    if (body) {
+      const raw = await body;
+      const bad = r.badBody ?? errors.payloadNotJson;
+      if (!JSON_TYPE.test(contentType)) throw bad();
+      try {
+        parsed = JSON.parse(raw.toString('utf8'));
+      } catch {
+        throw bad();
+      }
+    }
+    const request: Request = {
+      method: method as Method,
+      path,
+      route: r.path,
+      params: match.params,
+      query: new URLSearchParams(queryString),
+      body: parsed,
+      claims,
+      tenant: claims?.service ?? '',
+      listener,
+    };
+    return r.handler(request);
+  }
+
+  /** Writes the reply unless the client is gone; returns the status for the metrics. */
+  function send(ex: Exchange, reply: Reply): number {
+    if (ex.aborted || ex.answered) return reply.status;
+    ex.answered = true;
+    const { res } = ex;
+    const payload = reply.raw ?? (reply.body === undefined ? undefined : JSON.stringify(reply.body));
+    // A 413 is answered before the body was read: close the connection so the rest is not parsed as a request.
+    const close = reply.status === 413;
+    res.cork(() => {
+      res.writeStatus(STATUS_TEXT[reply.status] ?? String(reply.status));
+      if (reply.headers) for (const [k, v] of Object.entries(reply.headers)) res.writeHeader(k, v);
+      if (payload === undefined) {
+        res.endWithoutBody(undefined, close);
+      } else {
+        res.writeHeader('Content-Type', reply.contentType ?? 'application/json');
+        res.end(payload, close);
+      }
+    });
+    return reply.status;
+  }
+
+  const pub = await listen('public', opts.publicHost, opts.publicPort);
+  const internal = await listen('internal', opts.internalHost, opts.internalPort).catch((err) => {
+    uWS.us_listen_socket_close(pub.socket);
+    throw err;
+  });
+  log.info('public HTTP API listening', { address: `http://${opts.publicHost}:${pub.port}` });
+  log.info('internal HTTP API listening', { address: `http://${opts.internalHost}:${internal.port}` });
+
+  return {
+    publicPort: pub.port,
+    internalPort: internal.port,
+    close(timeoutMs) {
+      uWS.us_listen_socket_close(pub.socket);
+      uWS.us_listen_socket_close(internal.socket);
+      if (inFlight === 0) return Promise.resolve();
+      return new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, timeoutMs);
+        idle = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    },
+  };
+}
+
+/**
+ * Collects the request body, copying each chunk (uWS reuses them). Past `limit` bytes the
+ * promise rejects with 413 at once; the connection is closed when the 413 is written.
+ */
+function readBody(res: uWS.HttpResponse, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let over = false;
+    res.onData((chunk, isLast) => {
+      if (over) return;
+      size += chunk.byteLength;
+      if (size > limit) {
+        over = true;
+        reject(errors.bodyTooLarge(limit));
+        return;
+      }
+      chunks.push(Buffer.from(chunk.slice(0)));
+      if (isLast) resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    });
+  });
+}
+
+function errorReply(err: unknown, log: Logger, method: string, path: string): Reply {
+  if (err instanceof ApiError) return { status: err.httpStatus, body: err.body, headers: err.headers };
+  log.error('request failed', { method, path, error: err instanceof Error ? err : String(err) });
+  const e = errors.internal();
+  return { status: e.httpStatus, body: e.body };
+}

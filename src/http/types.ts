@@ -1,0 +1,57 @@
+import type { ApiError } from '../errors.js';
+
+export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE' | 'PATCH';
+export type Listener = 'public' | 'internal';
+
+/** The verified token's claims (decisions.md "Authentication"). */
+export interface Claims {
+  service: string;
+  username: string;
+  userid: number;
+  profile: string;
+  iat: number;
+  exp: number;
+  iss: string;
+  jti: string;
+}
+
+export interface Request {
+  method: Method;
+  path: string;
+  /** The route pattern that matched, e.g. `/device/:id` (metrics label). */
+  route: string;
+  params: Record<string, string>;
+  query: URLSearchParams;
+  /** Parsed JSON body for routes with `body: 'json'`; undefined otherwise. */
+  body: unknown;
+  /** Verified claims; absent only on routes with `auth: false`. */
+  claims: Claims | undefined;
+  /** The caller's tenant (the token's `service` claim); '' on unauthenticated routes. */
+  tenant: string;
+  listener: Listener;
+}
+
+export interface Reply {
+  status: number;
+  /** Serialised with JSON.stringify; omit for an empty body. */
+  body?: unknown;
+  /** A body already serialised (JSON unless `contentType` says otherwise). */
+  raw?: string;
+  contentType?: string;
+  headers?: Record<string, string>;
+}
+
+export interface Route {
+  method: Method;
+  /** Pattern with `:name` parameters, e.g. `/device/:id/attrs/:label/psk`. */
+  path: string;
+  /** Which listener serves it; default `public`. */
+  listener?: Listener;
+  /** Requires a valid token; default true. */
+  auth?: boolean;
+  /** `json`: the body must be JSON with a JSON Content-Type; default: the body is not read. */
+  body?: 'json';
+  /** The error for a body that is not JSON; default the contract's `Payload must be valid JSON...`. */
+  badBody?: () => ApiError;
+  handler(req: Request): Promise<Reply> | Reply;
+}

@@ -1,0 +1,27 @@
+// Key material generated on first start and kept in DATA_DIR (mode 0600), used when the
+// configuration does not provide it.
+import crypto from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+
+export async function loadOrCreateKey(dataDir: string, fileName: string, bytes = 32): Promise<Buffer> {
+  const file = path.join(dataDir, fileName);
+  try {
+    const hex = (await fs.readFile(file, 'utf8')).trim();
+    const key = Buffer.from(hex, 'hex');
+    if (key.length !== bytes) throw new Error(`${file} must hold ${bytes} bytes as hex; remove it to generate a new key`);
+    return key;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  await fs.mkdir(dataDir, { recursive: true });
+  const key = crypto.randomBytes(bytes);
+  // `wx`: two instances starting at once never overwrite each other's key.
+  try {
+    await fs.writeFile(file, key.toString('hex') + '\n', { mode: 0o600, flag: 'wx' });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') return loadOrCreateKey(dataDir, fileName, bytes);
+    throw err;
+  }
+  return key;
+}

@@ -1,0 +1,89 @@
+// Wires the service: database (embedded unless DATABASE_URL) -> migrations -> first admin ->
+// broker (embedded unless MQTT_URL) -> HTTP listeners. `stop()` undoes it in reverse order.
+import type pg from 'pg';
+import type { Config } from './config.js';
+import type { Logger } from './log.js';
+import { startEmbeddedDatabase, type EmbeddedDatabase } from './db/embedded.js';
+import { createPool } from './db/pool.js';
+import { migrate } from './db/migrate.js';
+import { ensureAdmin } from './auth/bootstrap.js';
+import { Tokens } from './auth/tokens.js';
+import { authRoutes } from './auth/routes.js';
+import { loadOrCreateKey } from './secrets.js';
+import { createMetrics, type Metrics } from './metrics.js';
+import { startEmbeddedBroker, type EmbeddedBroker } from './broker/embedded.js';
+import { startHttp, type HttpServer } from './http/server.js';
+import { opsRoutes } from './http/ops-routes.js';
+import type { Route } from './http/types.js';
+
+export interface Service {
+  config: Config;
+  pool: pg.Pool;
+  metrics: Metrics;
+  databaseUrl: string;
+  publicPort: number;
+  internalPort: number;
+  /** The embedded broker's port; undefined with MQTT_URL. */
+  mqttPort: number | undefined;
+  stop(): Promise<void>;
+}
+
+export async function startService(config: Config, log: Logger): Promise<Service> {
+  const cleanup: Array<() => Promise<void>> = [];
+  const stopAll = async () => {
+    for (const step of cleanup.reverse()) {
+      await step().catch((err: Error) => log.warn('shutdown step failed', { error: err.message }));
+    }
+    cleanup.length = 0;
+  };
+  try {
+    let embeddedDb: EmbeddedDatabase | undefined;
+    if (!config.databaseUrl) {
+      embeddedDb = await startEmbeddedDatabase({ dataDir: config.dataDir, port: config.embeddedPgPort, log });
+      cleanup.push(() => embeddedDb!.stop());
+    }
+    const databaseUrl = config.databaseUrl ?? embeddedDb!.url;
+    const pool = createPool(databaseUrl, config.pgPoolSize, log);
+    cleanup.push(() => pool.end());
+    await migrate(pool, log, { history_chunk_interval: config.historyChunkInterval });
+    await ensureAdmin(pool, config, log);
+
+    const tokenKey = config.jwtSecret ?? (await loadOrCreateKey(config.dataDir, 'jwt-secret'));
+    const tokens = new Tokens(tokenKey, config.jwtIssuer, config.tokenTtlSeconds);
+    const metrics = createMetrics();
+
+    let broker: EmbeddedBroker | undefined;
+    if (!config.mqttUrl) {
+      broker = await startEmbeddedBroker({ host: config.mqttHost, port: config.mqttPort, log });
+      cleanup.push(() => broker!.close());
+    }
+
+    const routes: Route[] = [...opsRoutes({ pool, metrics }), ...authRoutes({ pool, tokens })];
+    const http: HttpServer = await startHttp({
+      publicHost: config.host,
+      publicPort: config.port,
+      internalHost: config.internalHost,
+      internalPort: config.internalPort,
+      maxBodyBytes: config.maxBodyBytes,
+      routes,
+      tokens,
+      metrics,
+      log,
+    });
+    cleanup.push(() => http.close(Math.floor(config.shutdownTimeoutMs / 2)));
+
+    return {
+      config,
+      pool,
+      metrics,
+      databaseUrl,
+      publicPort: http.publicPort,
+      internalPort: http.internalPort,
+      mqttPort: broker?.port,
+      stop: stopAll,
+    };
+  } catch (err) {
+    await stopAll();
+    throw err;
+  }
+}
