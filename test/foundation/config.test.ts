@@ -1,0 +1,55 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, readConfig } from '../../src/config.js';
+import { spawnService, tempDir } from '../helpers/service.js';
+
+const KEY = 'a'.repeat(64);
+
+describe('configuration', () => {
+  it('has the documented defaults', () => {
+    const c = readConfig({});
+    expect(c.port).toBe(8000);
+    expect(c.internalPort).toBe(8001);
+    expect(c.internalHost).toBe('127.0.0.1');
+    expect(c.mqttPort).toBe(1883);
+    expect(c.maxBodyBytes).toBe(1024 * 1024);
+    expect(c.tokenTtlSeconds).toBe(3600);
+    expect(c.maxPageSize).toBe(1000);
+    expect(c.databaseUrl).toBeUndefined();
+    expect(c.dataDir.endsWith('/data')).toBe(true);
+    expect(Object.isFrozen(c)).toBe(true);
+  });
+
+  it.each([
+    ['PORT', 'eighty', /PORT must be an integer between 0 and 65535/],
+    ['PORT', '70000', /PORT must be an integer/],
+    ['INTERNAL_PORT', '-1', /INTERNAL_PORT must be an integer/],
+    ['LOG_LEVEL', 'loud', /LOG_LEVEL must be one of debug, info, warn, error, silent/],
+    ['MAX_BODY_BYTES', '0', /MAX_BODY_BYTES must be an integer between 1/],
+    ['DATABASE_URL', 'mysql://x', /DATABASE_URL must be a URL with scheme postgres/],
+    ['MQTT_URL', 'not a url', /MQTT_URL must be a URL/],
+    ['PSK_ENCRYPTION_KEY', 'short', /PSK_ENCRYPTION_KEY must be 32 bytes/],
+    ['JWT_SECRET', 'short', /JWT_SECRET must be at least 32 characters/],
+    ['HISTORY_CHUNK_INTERVAL', 'often', /HISTORY_CHUNK_INTERVAL must be an interval/],
+  ])('rejects %s=%s naming the variable', (name, value, message) => {
+    const run = () => readConfig({ [name]: value });
+    expect(run).toThrow(ConfigError);
+    expect(run).toThrow(message);
+  });
+
+  it('needs PSK_ENCRYPTION_KEY with DATABASE_URL', () => {
+    expect(() => readConfig({ DATABASE_URL: 'postgres://x@localhost/db' })).toThrow(/PSK_ENCRYPTION_KEY must be set when DATABASE_URL is set/);
+    expect(readConfig({ DATABASE_URL: 'postgres://x@localhost/db', PSK_ENCRYPTION_KEY: KEY }).pskEncryptionKey?.length).toBe(32);
+  });
+
+  it('accepts a base64 PSK key', () => {
+    const b64 = Buffer.alloc(32, 7).toString('base64');
+    expect(readConfig({ PSK_ENCRYPTION_KEY: b64 }).pskEncryptionKey).toEqual(Buffer.alloc(32, 7));
+  });
+
+  it('a bad value stops the process with one line naming the variable', async () => {
+    const svc = spawnService({ PORT: 'http', DATA_DIR: await tempDir() });
+    expect(await svc.exited).toBe(2);
+    const lines = svc.output.filter((l) => l.trim() !== '');
+    expect(lines).toEqual(['configuration error: PORT must be an integer between 0 and 65535, got "http"']);
+  });
+});

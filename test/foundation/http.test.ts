@@ -1,0 +1,108 @@
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { http, login, startTestService, type TestService } from '../helpers/service.js';
+
+let svc: TestService;
+let token: string;
+
+beforeAll(async () => {
+  svc = await startTestService({ MAX_BODY_BYTES: '2048' });
+  token = await login(svc.base);
+});
+afterAll(() => svc?.stop());
+
+describe('routing', () => {
+  it('unknown route: 404 (after authentication)', async () => {
+    const res = await http('GET', `${svc.base}/no/such/thing`, { token });
+    expect(res.status).toBe(404);
+    expect(res.body).toEqual({ message: 'Invalid endpoint requested', status: 404 });
+    expect(res.headers.get('content-type')).toBe('application/json');
+  });
+
+  it('unknown route without a token: 401 (auth comes before routing)', async () => {
+    expect((await http('GET', `${svc.base}/no/such/thing`)).status).toBe(401);
+  });
+
+  it('known path, wrong method: 405 with a JSON body', async () => {
+    const res = await http('DELETE', `${svc.base}/auth/user`, { token });
+    expect(res.status).toBe(405);
+    expect(res.body.status).toBe(405);
+    expect(res.headers.get('allow')).toBe('POST');
+  });
+
+  it('internal-only listener does not serve public routes', async () => {
+    expect((await http('POST', `${svc.internal}/auth`, { body: { username: 'admin', passwd: 'admin' } })).status).toBe(401);
+  });
+});
+
+describe('request bodies', () => {
+  it('over MAX_BODY_BYTES: 413 with a JSON body', async () => {
+    const big = JSON.stringify({ username: 'x'.repeat(4000), passwd: 'y', service: 's', profile: 'p' });
+    const res = await http('POST', `${svc.base}/auth/user`, { token, rawBody: big, headers: { 'content-type': 'application/json' } });
+    expect(res.status).toBe(413);
+    expect(res.body).toEqual({ message: 'Payload too large: the limit is 2048 bytes', status: 413 });
+    // the service is still fine
+    expect((await http('GET', `${svc.base}/health`)).status).toBe(200);
+  });
+
+  it('missing Content-Type: 400 with the contract message', async () => {
+    const res = await http('POST', `${svc.base}/auth/user`, { token, rawBody: '{}' });
+    expect(res.status).toBe(400);
+    expect(res.body).toEqual({ message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 });
+  });
+
+  it('a client that goes away mid-body does not hurt the service', async () => {
+    const port = new URL(svc.base).port;
+    for (let i = 0; i < 20; i++) {
+      await new Promise<void>((resolve) => {
+        const sock = net.connect(Number(port), '127.0.0.1', () => {
+          sock.write(`POST /auth HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"username":`);
+          setTimeout(() => {
+            sock.destroy();
+            resolve();
+          }, 5);
+        });
+      });
+    }
+    expect((await http('POST', `${svc.base}/auth`, { body: { username: 'admin', passwd: 'admin' } })).status).toBe(200);
+  });
+});
+
+describe('observability', () => {
+  it('GET /metrics: Prometheus text with default and HTTP metrics, labelled by route pattern', async () => {
+    await http('GET', `${svc.base}/health`);
+    await http('GET', `${svc.base}/no/such/thing`, { token });
+    const res = await http('GET', `${svc.base}/metrics`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toMatch(/^text\/plain/);
+    expect(res.text).toContain('process_cpu_user_seconds_total');
+    expect(res.text).toMatch(/http_requests_total\{method="GET",route="\/health",status="200"\} \d+/);
+    expect(res.text).toMatch(/http_requests_total\{method="GET",route="<unmatched>",status="404"\}/);
+    expect(res.text).toMatch(/http_request_duration_seconds_bucket\{le="0.005",method="GET",route="\/health"\}/);
+    expect(res.text).not.toContain('/no/such/thing');
+    expect(res.text).not.toContain(token);
+  });
+
+  it('GET /health: 200 when the database answers, 503 when it does not', async () => {
+    expect((await http('GET', `${svc.base}/health`)).body).toEqual({ status: 'ok' });
+    expect((await http('GET', `${svc.internal}/health`)).status).toBe(200);
+    // Take the database away from the service: refuse connections and cut the open ones.
+    const dbName = new URL(svc.env.DATABASE_URL!).pathname.slice(1);
+    const adminUrl = new URL(svc.env.DATABASE_URL!);
+    adminUrl.pathname = '/postgres';
+    const admin = new pg.Client({ connectionString: adminUrl.toString() });
+    await admin.connect();
+    try {
+      await admin.query(`ALTER DATABASE "${dbName}" ALLOW_CONNECTIONS false`);
+      await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1', [dbName]);
+      const down = await http('GET', `${svc.base}/health`);
+      expect(down.status).toBe(503);
+      expect(down.body).toEqual({ message: 'Database unavailable', status: 503 });
+    } finally {
+      await admin.query(`ALTER DATABASE "${dbName}" ALLOW_CONNECTIONS true`);
+      await admin.end();
+    }
+    expect((await http('GET', `${svc.base}/health`)).status).toBe(200);
+  });
+});

@@ -1,0 +1,93 @@
+// Start, restart and shutdown of the real process with the zero-setup defaults: the
+// embedded PostgreSQL under DATA_DIR and the embedded broker.
+import net from 'node:net';
+import { execSync } from 'node:child_process';
+import { afterAll, describe, expect, it } from 'vitest';
+import { freePort } from '../../src/net.js';
+import { http, loggedAddress, spawnService, tempDir, type SpawnedService } from '../helpers/service.js';
+
+const started: SpawnedService[] = [];
+afterAll(() => {
+  for (const s of started) s.child.kill('SIGKILL');
+});
+
+function postgresRunningFor(dir: string): boolean {
+  try {
+    return execSync('ps -eo args', { encoding: 'utf8' }).split('\n').some((l) => l.includes('postgres') && l.includes(dir));
+  } catch {
+    return false;
+  }
+}
+
+async function start(env: Record<string, string>) {
+  const svc = spawnService({ PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', HOST: '127.0.0.1', ...env });
+  started.push(svc);
+  await svc.waitFor(/"msg":"ready"/, 60_000);
+  const base = loggedAddress(await svc.waitFor(/public HTTP API listening/));
+  return { svc, base };
+}
+
+describe('zero-setup start', () => {
+  it('starts with the embedded database and broker, restarts on the same data, and shuts down cleanly', async () => {
+    const dataDir = await tempDir();
+    const first = await start({ DATA_DIR: dataDir });
+    expect(first.svc.output.some((l) => l.includes('initialising embedded PostgreSQL'))).toBe(true);
+    for (const msg of ['embedded PostgreSQL listening', 'embedded MQTT broker listening', 'public HTTP API listening', 'internal HTTP API listening']) {
+      expect(first.svc.output.filter((l) => l.includes(msg))).toHaveLength(1);
+    }
+    const auth = await http('POST', `${first.base}/auth`, { body: { username: 'admin', passwd: 'admin' } });
+    expect(auth.status).toBe(200);
+    // Create a user so the restart can show the data survived.
+    await http('POST', `${first.base}/auth/user`, { token: auth.body.jwt, body: { username: 'kept', passwd: 'pw', service: 't1', profile: 'user' } });
+
+    const t0 = Date.now();
+    first.svc.child.kill('SIGTERM');
+    expect(await first.svc.exited).toBe(0);
+    expect(Date.now() - t0).toBeLessThan(10_000);
+    expect(postgresRunningFor(dataDir)).toBe(false);
+
+    const second = await start({ DATA_DIR: dataDir });
+    expect(second.svc.output.some((l) => l.includes('initialising'))).toBe(false);
+    expect((await http('POST', `${second.base}/auth`, { body: { username: 'kept', passwd: 'pw' } })).status).toBe(200);
+    second.svc.child.kill('SIGINT');
+    expect(await second.svc.exited).toBe(0);
+    expect(postgresRunningFor(dataDir)).toBe(false);
+  });
+
+  it('recovers the data directory after the process was killed with SIGKILL', async () => {
+    const dataDir = await tempDir();
+    const first = await start({ DATA_DIR: dataDir });
+    first.svc.child.kill('SIGKILL');
+    await first.svc.exited;
+    const second = await start({ DATA_DIR: dataDir });
+    expect((await http('POST', `${second.base}/auth`, { body: { username: 'admin', passwd: 'admin' } })).status).toBe(200);
+    second.svc.child.kill('SIGTERM');
+    expect(await second.svc.exited).toBe(0);
+  });
+
+  it('a taken MQTT port stops the start with one line naming MQTT_PORT and MQTT_URL', async () => {
+    const port = await freePort();
+    const blocker = net.createServer();
+    await new Promise<void>((r) => blocker.listen(port, '127.0.0.1', r));
+    try {
+      const svc = spawnService({ DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_HOST: '127.0.0.1', MQTT_PORT: String(port) });
+      started.push(svc);
+      expect(await svc.exited).toBe(2);
+      const last = svc.output.filter((l) => l.trim()).at(-1)!;
+      expect(last).toMatch(/^configuration error: MQTT_PORT \d+ is already in use .*MQTT_URL/);
+    } finally {
+      blocker.close();
+    }
+  });
+
+  it('with DATABASE_URL and no users, a missing ADMIN_PASSWORD stops the start with a clear message', async () => {
+    const { freshDatabase } = await import('../helpers/service.js');
+    const svc = spawnService({
+      DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', DATABASE_URL: await freshDatabase(),
+      PSK_ENCRYPTION_KEY: 'b'.repeat(64),
+    });
+    started.push(svc);
+    expect(await svc.exited).toBe(2);
+    expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(/^configuration error: ADMIN_PASSWORD must be set when DATABASE_URL is set/);
+  });
+});

@@ -1,0 +1,189 @@
+// Test helpers: a fresh database per test file, the service started in-process against it
+// (or spawned as a real process when a test needs signals or restarts), and a small HTTP client.
+import { spawn, type ChildProcess } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import pg from 'pg';
+import { inject } from 'vitest';
+import { readConfig } from '../../src/config.js';
+import { createLogger } from '../../src/log.js';
+import { startService, type Service } from '../../src/service.js';
+import { projectRoot } from '../../src/paths.js';
+
+let dbCounter = 0;
+
+/** Creates an empty database for this test file and returns its URL. */
+export async function freshDatabase(): Promise<string> {
+  const admin = inject('adminDatabaseUrl');
+  const name = `dr_test_${inject('runId')}_${process.pid}_${++dbCounter}_${crypto.randomBytes(3).toString('hex')}`;
+  const client = new pg.Client({ connectionString: admin });
+  await client.connect();
+  await client.query(`CREATE DATABASE "${name}"`);
+  await client.end();
+  const url = new URL(admin);
+  url.pathname = '/' + name;
+  return url.toString();
+}
+
+export async function tempDir(prefix = 'dr-test-'): Promise<string> {
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), prefix));
+  await fs.chmod(dir, 0o755);
+  return dir;
+}
+
+/** Environment for a service under test: fresh database, the run's broker, free ports. */
+export async function testEnv(overrides: Record<string, string | undefined> = {}): Promise<Record<string, string | undefined>> {
+  return {
+    DATABASE_URL: await freshDatabase(),
+    MQTT_URL: inject('mqttUrl'),
+    PORT: '0',
+    INTERNAL_PORT: '0',
+    HOST: '127.0.0.1',
+    MQTT_HOST: '127.0.0.1',
+    MQTT_PORT: '0',
+    DATA_DIR: await tempDir(),
+    ADMIN_PASSWORD: 'admin',
+    PSK_ENCRYPTION_KEY: crypto.randomBytes(32).toString('hex'),
+    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+    MQTT_CLIENT_ID: `dr-test-${crypto.randomBytes(4).toString('hex')}`,
+    ...overrides,
+  };
+}
+
+export interface TestService {
+  service: Service;
+  env: Record<string, string | undefined>;
+  /** Public API base URL, e.g. http://127.0.0.1:34567 */
+  base: string;
+  /** Internal API base URL. */
+  internal: string;
+  stop(): Promise<void>;
+}
+
+/** Starts the service in this process. Remember to `stop()` it in afterAll. */
+export async function startTestService(overrides: Record<string, string | undefined> = {}): Promise<TestService> {
+  const env = await testEnv(overrides);
+  const config = readConfig(env);
+  const service = await startService(config, createLogger(config.logLevel, { test: true }));
+  return {
+    service,
+    env,
+    base: `http://127.0.0.1:${service.publicPort}`,
+    internal: `http://127.0.0.1:${service.internalPort}`,
+    stop: () => service.stop(),
+  };
+}
+
+export interface ApiResponse<T = any> {
+  status: number;
+  headers: Headers;
+  body: T;
+  text: string;
+}
+
+/** One HTTP request; JSON bodies are sent with `application/json` unless headers say otherwise. */
+export async function http<T = any>(
+  method: string,
+  url: string,
+  opts: { token?: string; body?: unknown; rawBody?: string | Buffer; headers?: Record<string, string> } = {},
+): Promise<ApiResponse<T>> {
+  const headers: Record<string, string> = { ...(opts.headers ?? {}) };
+  if (opts.token) headers.authorization = `Bearer ${opts.token}`;
+  let body: string | Buffer | undefined = opts.rawBody;
+  if (opts.body !== undefined) {
+    body = JSON.stringify(opts.body);
+    headers['content-type'] ??= 'application/json';
+  }
+  const res = await fetch(url, { method, headers, body });
+  const text = await res.text();
+  let parsed: unknown = undefined;
+  try {
+    parsed = text ? JSON.parse(text) : undefined;
+  } catch {
+    parsed = text;
+  }
+  return { status: res.status, headers: res.headers, body: parsed as T, text };
+}
+
+/** A token for `username`/`passwd` (admin/admin by default). */
+export async function login(base: string, username = 'admin', passwd = 'admin'): Promise<string> {
+  const res = await http<{ jwt: string }>('POST', `${base}/auth`, { body: { username, passwd } });
+  if (res.status !== 200) throw new Error(`login ${username} failed: ${res.status} ${res.text}`);
+  return res.body.jwt;
+}
+
+/** Creates a user in `tenant` through the admin API and returns a token for it. */
+export async function tenantToken(base: string, adminToken: string, tenant: string, profile = 'user'): Promise<string> {
+  const username = `${tenant}-${crypto.randomBytes(4).toString('hex')}`;
+  const res = await http('POST', `${base}/auth/user`, { token: adminToken, body: { username, passwd: 'secret-pw', service: tenant, profile } });
+  if (res.status !== 201) throw new Error(`create user failed: ${res.status} ${res.text}`);
+  return login(base, username, 'secret-pw');
+}
+
+export interface SpawnedService {
+  child: ChildProcess;
+  /** Every stdout/stderr line so far. */
+  output: string[];
+  /** Resolves with the exit code. */
+  exited: Promise<number | null>;
+  /** Waits until a log line matches. */
+  waitFor(pattern: RegExp, timeoutMs?: number): Promise<string>;
+}
+
+/** Runs the compiled service (`node dist/src/main.js`) as its own process. */
+export function spawnService(env: Record<string, string | undefined>): SpawnedService {
+  const child = spawn(process.execPath, [path.join(projectRoot, 'dist/src/main.js')], {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env } as NodeJS.ProcessEnv,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const output: string[] = [];
+  const waiters: Array<{ pattern: RegExp; resolve: (line: string) => void }> = [];
+  const onLine = (line: string) => {
+    output.push(line);
+    for (const w of [...waiters]) {
+      if (w.pattern.test(line)) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(line);
+      }
+    }
+  };
+  for (const stream of [child.stdout!, child.stderr!]) {
+    let buf = '';
+    stream.on('data', (chunk: Buffer) => {
+      buf += chunk.toString('utf8');
+      let i: number;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        onLine(buf.slice(0, i));
+        buf = buf.slice(i + 1);
+      }
+    });
+    stream.on('end', () => buf && onLine(buf));
+  }
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return {
+    child,
+    output,
+    exited,
+    waitFor(pattern, timeoutMs = 30_000) {
+      const seen = output.find((l) => pattern.test(l));
+      if (seen) return Promise.resolve(seen);
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`timed out waiting for ${pattern}; output:\n${output.join('\n')}`)), timeoutMs);
+        waiters.push({
+          pattern,
+          resolve: (line) => {
+            clearTimeout(timer);
+            resolve(line);
+          },
+        });
+      });
+    },
+  };
+}
+
+/** The address a listener logged, e.g. `{"msg":"public HTTP API listening","address":"http://..."}`. */
+export function loggedAddress(line: string): string {
+  return (JSON.parse(line) as { address: string }).address;
+}
