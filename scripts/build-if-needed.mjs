@@ -1,7 +1,7 @@
 // `npm start` runs the compiled service; this builds it first when dist/ is missing or older
 // than a source file. In a production image (no TypeScript installed) it only checks dist/.
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, statSync, utimesSync } from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 
@@ -33,4 +33,7 @@ if (built === 0 || sources > built) {
   }
   console.error('building (tsc)...');
   execFileSync(process.execPath, [tsc, '-p', path.join(root, 'tsconfig.json')], { stdio: 'inherit' });
+  // tsc leaves unchanged outputs alone; mark the build as newer than the sources.
+  const now = new Date();
+  utimesSync(entry, now, now);
 }
