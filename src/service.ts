@@ -15,12 +15,14 @@ import { startEmbeddedBroker, type EmbeddedBroker } from './broker/embedded.js';
 import { startHttp, type HttpServer } from './http/server.js';
 import { opsRoutes } from './http/ops-routes.js';
 import type { Route } from './http/types.js';
+import { RegistryEvents } from './registry/events.js';
 
 export interface Service {
   config: Config;
   pool: pg.Pool;
   metrics: Metrics;
   databaseUrl: string;
+  events: RegistryEvents;
   publicPort: number;
   internalPort: number;
   /** The embedded broker's port; undefined with MQTT_URL. */
@@ -51,6 +53,9 @@ export async function startService(config: Config, log: Logger): Promise<Service
     const tokenKey = config.jwtSecret ?? (await loadOrCreateKey(config.dataDir, 'jwt-secret'));
     const tokens = new Tokens(tokenKey, config.jwtIssuer, config.tokenTtlSeconds);
     const metrics = createMetrics();
+    const events = new RegistryEvents(pool, databaseUrl, log);
+    await events.start();
+    cleanup.push(() => events.close());
 
     let broker: EmbeddedBroker | undefined;
     if (!config.mqttUrl) {
@@ -77,6 +82,7 @@ export async function startService(config: Config, log: Logger): Promise<Service
       pool,
       metrics,
       databaseUrl,
+      events,
       publicPort: http.publicPort,
       internalPort: http.internalPort,
       mqttPort: broker?.port,

@@ -14,7 +14,7 @@ export type RegistryEvent =
   | { type: 'devices.removed'; tenant: string; deviceIds: string[] }
   /** Templates changed or removed: every device built from them changed too. */
   | { type: 'templates.changed'; tenant: string; templateIds: number[] }
-  /** Anything of the tenant may have changed (used when a precise event would be too large). */
+  /** Anything of the tenant may have changed (when a precise event would be too large); `*`: every tenant. */
   | { type: 'tenant.changed'; tenant: string };
 
 export type RegistryListener = (event: RegistryEvent) => void;
