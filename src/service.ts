@@ -16,6 +16,8 @@ import { startHttp, type HttpServer } from './http/server.js';
 import { opsRoutes } from './http/ops-routes.js';
 import type { Route } from './http/types.js';
 import { RegistryEvents } from './registry/events.js';
+import { TemplateService } from './registry/templates/service.js';
+import { templateRoutes } from './registry/templates/routes.js';
 
 export interface Service {
   config: Config;
@@ -63,7 +65,12 @@ export async function startService(config: Config, log: Logger): Promise<Service
       cleanup.push(() => broker!.close());
     }
 
-    const routes: Route[] = [...opsRoutes({ pool, metrics }), ...authRoutes({ pool, tokens })];
+    const templates = new TemplateService(pool, events);
+    const routes: Route[] = [
+      ...opsRoutes({ pool, metrics }),
+      ...authRoutes({ pool, tokens }),
+      ...templateRoutes(templates, config.maxPageSize),
+    ];
     const http: HttpServer = await startHttp({
       publicHost: config.host,
       publicPort: config.port,

@@ -29,7 +29,8 @@ export function parsePage(q: URLSearchParams, maxPageSize: number): Page {
   if (num < 1) throw errors.pageNumTooSmall();
   if (size < 1) throw errors.pageSizeTooSmall();
   if (size > maxPageSize) throw errors.pageSizeTooLarge(maxPageSize);
-  return { num, size, offset: (num - 1) * size };
+  // A page far past the end is just empty; keep the offset a safe integer for the SQL.
+  return { num, size, offset: Math.min((num - 1) * size, Number.MAX_SAFE_INTEGER) };
 }
 
 /** `total` is the number of pages. */

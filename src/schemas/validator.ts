@@ -14,7 +14,8 @@ const TYPE_TEXT: Record<string, string> = {
   object: 'Invalid input type.',
 };
 
-const ajv = new Ajv({ allErrors: true, verbose: true, strict: true, keywords: ['x-message'] });
+// Union types (`["integer", "string"]`) are how the contract's "ints or numeric strings" are written.
+const ajv = new Ajv({ allErrors: true, verbose: true, strict: true, allowUnionTypes: true, keywords: ['x-message'] });
 for (const schema of allSchemas) ajv.addSchema(schema);
 
 const compiled = new Map<string, ValidateFunction>();
@@ -67,11 +68,17 @@ export function fieldErrors(errs: ErrorObject[]): FieldErrors {
   return out;
 }
 
-/** Validates `data` against the schema `$id`; throws the contract's 400 validation error. */
-export function validate<T>(schemaId: string, data: unknown, message = 'failed to parse input'): T {
+/** The field errors of `data` against the schema `$id`, or undefined when it is valid. */
+export function check(schemaId: string, data: unknown): FieldErrors | undefined {
   const fn = compiled.get(schemaId);
   if (!fn) throw new Error(`no schema ${schemaId}`);
-  if (!fn(data)) throw errors.validation(fieldErrors(fn.errors ?? []), message);
+  return fn(data) ? undefined : fieldErrors(fn.errors ?? []);
+}
+
+/** Validates `data` against the schema `$id`; throws the contract's 400 validation error. */
+export function validate<T>(schemaId: string, data: unknown, message = 'failed to parse input'): T {
+  const errs = check(schemaId, data);
+  if (errs) throw errors.validation(errs, message);
   return data as T;
 }
 

@@ -1,0 +1,38 @@
+// Small pieces shared by the registry's SQL: numbered parameters and the label filter.
+// Values always travel as parameters; only fixed SQL text is concatenated.
+
+/** Collects parameter values and hands out their `$n` placeholders. */
+export class Params {
+  readonly values: unknown[] = [];
+  add(value: unknown): string {
+    this.values.push(value);
+    return `$${this.values.length}`;
+  }
+}
+
+/** A LIKE pattern matching text that starts with `s` literally. */
+function likePrefix(s: string): string {
+  return s.replace(/[\\%_]/g, '\\$&') + '%';
+}
+
+/** Reverses by code point, as PostgreSQL's reverse() does for UTF-8 text. */
+function reversed(s: string): string {
+  return [...s].reverse().join('');
+}
+
+/**
+ * `column` starts or ends with `s` (case-sensitive, literal). Both halves are prefix matches in
+ * byte order (COLLATE "C"), so the (tenant, label COLLATE "C") and (tenant, reverse(label)
+ * COLLATE "C") indexes of sql/010 serve them.
+ */
+export function labelMatchSql(column: string, s: string, p: Params): string {
+  return `(${column} COLLATE "C" LIKE ${p.add(likePrefix(s))} OR reverse(${column}) COLLATE "C" LIKE ${p.add(likePrefix(reversed(s)))})`;
+}
+
+/** A path id that names a template (a positive integer), or undefined (then: 404). */
+export function parseTemplateId(raw: string | number): number | undefined {
+  const s = String(raw).trim();
+  if (!/^\d{1,15}$/.test(s)) return undefined;
+  const n = Number(s);
+  return n > 0 ? n : undefined;
+}

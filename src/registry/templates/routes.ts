@@ -1,0 +1,63 @@
+// Template endpoints (interface.md §4.1): HTTP in and out; rules live in the service.
+import { pagination, parseListFilters, parsePage } from '../../http/query.js';
+import type { Route } from '../../http/types.js';
+import type { TemplateService } from './service.js';
+import { parseAttrFormat, templateView } from './views.js';
+
+export function templateRoutes(templates: TemplateService, maxPageSize: number): Route[] {
+  return [
+    {
+      method: 'POST',
+      path: '/template',
+      body: 'json',
+      async handler(req) {
+        const t = await templates.create(req.tenant, req.body);
+        return { status: 200, body: { result: 'ok', template: templateView(t) } };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/template',
+      async handler(req) {
+        const page = parsePage(req.query, maxPageSize);
+        const filters = parseListFilters(req.query);
+        const format = parseAttrFormat(req.query.get('attr_format'));
+        const { templates: found, matches } = await templates.list(req.tenant, filters, page);
+        return { status: 200, body: { templates: found.map((t) => templateView(t, format)), pagination: pagination(page, matches) } };
+      },
+    },
+    {
+      method: 'DELETE',
+      path: '/template',
+      async handler(req) {
+        const removed = await templates.removeAll(req.tenant);
+        return { status: 200, body: { removed: removed.map((t) => templateView(t, 'both', true)), result: 'ok' } };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/template/:id',
+      async handler(req) {
+        const t = await templates.get(req.tenant, req.params.id!);
+        return { status: 200, body: templateView(t, parseAttrFormat(req.query.get('attr_format'))) };
+      },
+    },
+    {
+      method: 'PUT',
+      path: '/template/:id',
+      body: 'json',
+      async handler(req) {
+        const t = await templates.update(req.tenant, req.params.id!, req.body);
+        return { status: 200, body: { updated: templateView(t, 'both', true), result: 'ok' } };
+      },
+    },
+    {
+      method: 'DELETE',
+      path: '/template/:id',
+      async handler(req) {
+        const t = await templates.remove(req.tenant, req.params.id!);
+        return { status: 200, body: { removed: templateView(t, 'both', true), result: 'ok' } };
+      },
+    },
+  ];
+}

@@ -1,0 +1,220 @@
+// Template rules: input checks, identity-keeping updates, deletion rules, and the registry
+// events that tell caches (device views, ingest shards) what changed, after each commit.
+import type pg from 'pg';
+import { inTransaction } from '../../db/pool.js';
+import { errors, type FieldErrors } from '../../errors.js';
+import type { ListFilters, Page } from '../../http/query.js';
+import { check, validate } from '../../schemas/validator.js';
+import type { AttrRecord } from '../attrs.js';
+import type { RegistryEvents } from '../events.js';
+import { parseTemplateId } from '../sql.js';
+import * as repo from './repo.js';
+import type { AttrChange, AttrInput, NewAttrRow, TemplateInput, TemplateRecord } from './types.js';
+
+// Above this many ids a change event names the tenant instead (caches drop the tenant).
+const MAX_EVENT_IDS = 1000;
+
+interface RawAttr {
+  label: string;
+  type: string;
+  value_type: string;
+  static_value?: string | number | boolean;
+  metadata?: RawAttr[];
+}
+
+const asText = (v: string | number | boolean | undefined): string | null => (v === undefined ? null : String(v));
+
+/** A `static` attribute needs a value, except a `psk` one (its key is generated later). */
+const needsValue = (a: Partial<RawAttr>) => a.type === 'static' && a.value_type !== 'psk' && a.static_value === undefined;
+
+function addError(errs: FieldErrors, path: string[], text: string): void {
+  let node = errs as Record<string, unknown>;
+  for (const seg of path.slice(0, -1)) {
+    if (typeof node[seg] !== 'object' || node[seg] === null || Array.isArray(node[seg])) node[seg] = {};
+    node = node[seg] as Record<string, unknown>;
+  }
+  const leaf = path[path.length - 1]!;
+  const list = Array.isArray(node[leaf]) ? (node[leaf] as string[]) : ((node[leaf] = []) as string[]);
+  if (!list.includes(text)) list.push(text);
+}
+
+function repeated(labels: string[]): string | undefined {
+  const seen = new Set<string>();
+  for (const l of labels) {
+    if (seen.has(l)) return l;
+    seen.add(l);
+  }
+  return undefined;
+}
+
+/** One attribute of a template body: 400 `failed to parse attr` with its field errors. */
+function parseAttr(raw: unknown): AttrInput {
+  const errs = check('templates.attr', raw) ?? {};
+  const a = raw as Partial<RawAttr>;
+  if (needsValue(a)) addError(errs, ['static_value'], 'Missing data for required field.');
+  const metadata = Array.isArray(a.metadata) ? a.metadata : [];
+  metadata.forEach((m, i) => {
+    if (typeof m === 'object' && m !== null && needsValue(m)) addError(errs, ['metadata', String(i), 'static_value'], 'Missing data for required field.');
+  });
+  if (Object.keys(errs).length === 0) {
+    const dup = repeated(metadata.map((m) => m.label));
+    if (dup !== undefined) addError(errs, ['metadata'], `Repeated metadata label: ${dup}`);
+  }
+  if (Object.keys(errs).length > 0) throw errors.validation(errs, 'failed to parse attr');
+  const valid = a as RawAttr;
+  return {
+    label: valid.label,
+    type: valid.type,
+    valueType: valid.value_type,
+    staticValue: asText(valid.static_value),
+    metadata: metadata.map((m) => ({ label: m.label, type: m.type, valueType: m.value_type, staticValue: asText(m.static_value), metadata: [] })),
+  };
+}
+
+/** A POST/PUT /template body. */
+export function parseTemplateInput(body: unknown): TemplateInput {
+  const b = validate<{ label: string; attrs?: unknown[] }>('templates.body', body);
+  const attrs = (b.attrs ?? []).map(parseAttr);
+  const dup = repeated(attrs.map((a) => a.label));
+  if (dup !== undefined) throw errors.validation({ label: [`Repeated attribute label: ${dup}`] }, 'failed to parse attr');
+  return { label: b.label, attrs };
+}
+
+const identity = (a: { label: string; type: string }) => `${a.type}\u0000${a.label}`;
+
+/** Rows for new attributes (ids in input order) and for new metadata of kept attributes. */
+async function newRows(db: pg.PoolClient, attrs: AttrInput[], metaOfKept: Array<{ parentId: number; meta: AttrInput }>): Promise<NewAttrRow[]> {
+  const count = attrs.reduce((n, a) => n + 1 + a.metadata.length, 0) + metaOfKept.length;
+  const ids = await repo.reserveAttrIds(db, count);
+  let next = 0;
+  const rows: NewAttrRow[] = [];
+  const row = (a: AttrInput, parentId: number | null): number => {
+    const id = ids[next++]!;
+    rows.push({ id, parentId, label: a.label, type: a.type, valueType: a.valueType, staticValue: a.staticValue });
+    return id;
+  };
+  for (const a of attrs) {
+    const id = row(a, null);
+    for (const m of a.metadata) row(m, id);
+  }
+  for (const { parentId, meta } of metaOfKept) row(meta, parentId);
+  return rows;
+}
+
+export class TemplateService {
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly events: RegistryEvents,
+  ) {}
+
+  async create(tenant: string, body: unknown): Promise<TemplateRecord> {
+    const input = parseTemplateInput(body);
+    const created = await inTransaction(this.pool, async (c) => {
+      const id = await repo.insertTemplate(c, tenant, input.label);
+      await repo.insertAttrs(c, tenant, id, await newRows(c, input.attrs, []));
+      return (await repo.getTemplates(c, tenant, [id]))[0]!;
+    });
+    await this.changed(tenant, [created.id]);
+    return created;
+  }
+
+  /** One page and the number of matches (counted only when the page does not tell it). */
+  async list(tenant: string, filters: ListFilters, page: Page): Promise<{ templates: TemplateRecord[]; matches: number }> {
+    const templates = await repo.listTemplates(this.pool, tenant, filters, page);
+    const partial = templates.length > 0 && templates.length < page.size;
+    const matches = partial ? page.offset + templates.length : await repo.countTemplates(this.pool, tenant, filters);
+    return { templates, matches };
+  }
+
+  async get(tenant: string, rawId: string): Promise<TemplateRecord> {
+    const id = parseTemplateId(rawId);
+    const found = id === undefined ? undefined : (await repo.getTemplates(this.pool, tenant, [id]))[0];
+    if (!found) throw errors.noSuchTemplate(rawId);
+    return found;
+  }
+
+  /**
+   * Replaces label and attributes. An attribute whose (label, type) is still present keeps its
+   * id, `created`, device overrides and keys; the others are removed with theirs. Metadata of a
+   * kept attribute follow the same rule.
+   */
+  async update(tenant: string, rawId: string, body: unknown): Promise<TemplateRecord> {
+    const input = parseTemplateInput(body);
+    const id = parseTemplateId(rawId);
+    if (id === undefined) throw errors.noSuchTemplate(rawId);
+    const updated = await inTransaction(this.pool, async (c) => {
+      if (!(await repo.lockTemplate(c, tenant, id))) throw errors.noSuchTemplate(rawId);
+      if (await repo.labelsClashOnDevices(c, tenant, id, input.attrs.map((a) => a.label))) throw errors.repeatedAttributes();
+      const current = (await repo.getTemplates(c, tenant, [id]))[0]!;
+      const old = new Map(current.attrs.map((a) => [identity(a), a]));
+      const removed: number[] = [];
+      const changes: AttrChange[] = [];
+      const keysDropped: number[] = [];
+      const added: AttrInput[] = [];
+      const metaOfKept: Array<{ parentId: number; meta: AttrInput }> = [];
+      for (const a of input.attrs) {
+        const kept = old.get(identity(a));
+        if (!kept) {
+          added.push(a);
+          continue;
+        }
+        old.delete(identity(a));
+        changes.push({ id: kept.id, valueType: a.valueType, staticValue: a.staticValue });
+        if (kept.valueType === 'psk' && a.valueType !== 'psk') keysDropped.push(kept.id);
+        const oldMeta = new Map(kept.metadata.map((m) => [identity(m), m]));
+        for (const m of a.metadata) {
+          const keptMeta = oldMeta.get(identity(m));
+          if (keptMeta) {
+            oldMeta.delete(identity(m));
+            changes.push({ id: keptMeta.id, valueType: m.valueType, staticValue: m.staticValue });
+          } else {
+            metaOfKept.push({ parentId: kept.id, meta: m });
+          }
+        }
+        removed.push(...[...oldMeta.values()].map((m: AttrRecord) => m.id));
+      }
+      removed.push(...[...old.values()].map((a) => a.id));
+      await repo.deleteAttrs(c, tenant, removed);
+      await repo.deleteKeysOf(c, tenant, keysDropped);
+      await repo.changeAttrs(c, tenant, changes);
+      await repo.insertAttrs(c, tenant, id, await newRows(c, added, metaOfKept));
+      await repo.setTemplateLabel(c, tenant, id, input.label);
+      return (await repo.getTemplates(c, tenant, [id]))[0]!;
+    });
+    await this.changed(tenant, [id]);
+    return updated;
+  }
+
+  /** Removes the template; devices built from it lose it and its attributes (with overrides and keys). */
+  async remove(tenant: string, rawId: string): Promise<TemplateRecord> {
+    const id = parseTemplateId(rawId);
+    if (id === undefined) throw errors.noSuchTemplate(rawId);
+    const removed = await inTransaction(this.pool, async (c) => {
+      if (!(await repo.lockTemplate(c, tenant, id))) throw errors.noSuchTemplate(rawId);
+      const found = (await repo.getTemplates(c, tenant, [id]))[0]!;
+      await repo.deleteTemplate(c, tenant, id);
+      return found;
+    });
+    await this.changed(tenant, [id]);
+    return removed;
+  }
+
+  /** Removes every template of the tenant, or none when any is used by a device. */
+  async removeAll(tenant: string): Promise<TemplateRecord[]> {
+    const removed = await inTransaction(this.pool, async (c) => {
+      await repo.lockAllTemplates(c, tenant);
+      if (await repo.anyTemplateInUse(c, tenant)) throw errors.templatesInUse();
+      const all = await repo.getAllTemplates(c, tenant);
+      await repo.deleteAllTemplates(c, tenant);
+      return all;
+    });
+    if (removed.length > 0) await this.changed(tenant, removed.map((t) => t.id));
+    return removed;
+  }
+
+  private async changed(tenant: string, templateIds: number[]): Promise<void> {
+    await this.events.publish(
+      templateIds.length > MAX_EVENT_IDS ? { type: 'tenant.changed', tenant } : { type: 'templates.changed', tenant, templateIds },
+    );
+  }
+}

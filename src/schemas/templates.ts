@@ -1,0 +1,43 @@
+import type { NamedSchema } from './index.js';
+
+// Lengths and the label rule: decisions.md "Common" / "Templates". The label's length and
+// pattern are separate subschemas so that each failure gets its own text.
+export const attrLabelSchema = {
+  type: 'string',
+  allOf: [{ maxLength: 128 }, { pattern: '^[A-Za-z0-9_-]+$', 'x-message': 'Labels must contain letters, numbers or dashes(-_)' }],
+};
+const kind = { type: 'string', minLength: 1, maxLength: 32 };
+/** Scalars are stored as text; objects and arrays are refused. */
+export const staticValueSchema = { type: ['string', 'number', 'boolean'], maxLength: 128 };
+
+const attrFields = {
+  label: attrLabelSchema,
+  type: kind,
+  value_type: kind,
+  static_value: staticValueSchema,
+};
+
+export const templateSchemas: NamedSchema[] = [
+  {
+    $id: 'templates.body',
+    type: 'object',
+    required: ['label'],
+    properties: {
+      label: { type: 'string', minLength: 1, maxLength: 128 },
+      // Each attribute is checked on its own (`templates.attr`, message "failed to parse attr").
+      attrs: { type: 'array', items: { type: 'object' } },
+    },
+  },
+  {
+    $id: 'templates.attr',
+    type: 'object',
+    required: ['label', 'type', 'value_type'],
+    properties: {
+      ...attrFields,
+      metadata: {
+        type: 'array',
+        items: { type: 'object', required: ['label', 'type', 'value_type'], properties: attrFields },
+      },
+    },
+  },
+];
