@@ -1,0 +1,36 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
+import { createTemplate } from './fixtures.js';
+
+let svc: TestService;
+let first: string;
+let second: string;
+let t: any;
+
+beforeAll(async () => {
+  svc = await startTestService();
+  const admin = await login(svc.base);
+  first = await tenantToken(svc.base, admin, 'tenant-one');
+  second = await tenantToken(svc.base, admin, 'tenant-two');
+  t = await createTemplate(svc.base, first);
+});
+afterAll(() => svc?.stop());
+
+describe('tenant isolation of templates', () => {
+  it('a second tenant lists none of the first tenant\'s templates', async () => {
+    const res = await http('GET', `${svc.base}/template?attr_type=dynamic&label=Sensor`, { token: second });
+    expect(res.body).toEqual({ templates: [], pagination: { page: 1, total: 0, has_next: false, next_page: null } });
+    expect((await http('GET', `${svc.base}/template`, { token: second })).body.templates).toEqual([]);
+  });
+
+  it('the first tenant\'s ids answer 404 to the second for get, update and delete', async () => {
+    const notFound = { message: `No such template: ${t.id}`, status: 404 };
+    for (const [method, body] of [['GET'], ['PUT', { label: 'stolen' }], ['DELETE']] as const) {
+      const res = await http(method, `${svc.base}/template/${t.id}`, { token: second, body });
+      expect(res.status).toBe(404);
+      expect(res.body).toEqual(notFound);
+    }
+    expect((await http('DELETE', `${svc.base}/template`, { token: second })).body).toEqual({ removed: [], result: 'ok' });
+    expect((await http('GET', `${svc.base}/template/${t.id}`, { token: first })).body).toEqual(t);
+  });
+});
