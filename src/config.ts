@@ -24,6 +24,12 @@ export interface Config {
   /** Client id prefix of the service's own subscriber connections (persistent sessions). */
   mqttClientId: string;
   mqttSubscriberConnections: number;
+  /** Shared-subscription group of the ingest subscribers; instances of one deployment share it. */
+  mqttShareGroup: string;
+  /** How long the broker keeps the subscribers' sessions (and queues their messages) while the service is away. */
+  mqttSessionExpirySeconds: number;
+  /** MQTT 5 Receive Maximum of each subscriber connection: messages in flight before the broker waits for acks. */
+  mqttReceiveMaximum: number;
   logLevel: LogLevel;
   /** HS256 token key; generated into `dataDir` when absent. */
   jwtSecret: Uint8Array | undefined;
@@ -39,6 +45,14 @@ export interface Config {
   ingestBatchRows: number;
   ingestBatchMs: number;
   maxMessageBytes: number;
+  /** Devices whose attributes each shard worker keeps in memory. */
+  ingestCacheDevices: number;
+  /** Unacknowledged messages held by the ingest router before it stops reading from the broker. */
+  ingestMaxPending: number;
+  /** Largest lastN/firstN, and the cap of a history query without them. */
+  historyMaxResults: number;
+  /** How long an actuation waits for the broker to accept the message before answering 503. */
+  actuationTimeoutMs: number;
   historyChunkInterval: string;
   historyRetentionDays: number | undefined;
   shutdownTimeoutMs: number;
@@ -129,6 +143,14 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     throw new ConfigError('HISTORY_CHUNK_INTERVAL', `must be an interval such as "1 day" or "6 hours", got "${chunk}"`);
   }
   const cores = Math.max(1, os.availableParallelism());
+  const mqttClientId = value(env, 'MQTT_CLIENT_ID') ?? 'device-registry-ingest';
+  if (!/^[A-Za-z0-9_.-]{1,40}$/.test(mqttClientId)) {
+    throw new ConfigError('MQTT_CLIENT_ID', `must be 1-40 letters, digits, '.', '_' or '-', got "${mqttClientId}"`);
+  }
+  const mqttShareGroup = value(env, 'MQTT_SHARE_GROUP') ?? mqttClientId;
+  if (!/^[A-Za-z0-9_.-]{1,64}$/.test(mqttShareGroup)) {
+    throw new ConfigError('MQTT_SHARE_GROUP', `must be 1-64 letters, digits, '.', '_' or '-', got "${mqttShareGroup}"`);
+  }
   const config: Config = {
     host: host(env, 'HOST', '0.0.0.0'),
     port: integer(env, 'PORT', 8000, 0, 65535),
@@ -141,8 +163,11 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     mqttUrl: url(env, 'MQTT_URL', ['mqtt:', 'mqtts:', 'tcp:', 'ws:', 'wss:']),
     mqttHost: host(env, 'MQTT_HOST', '0.0.0.0'),
     mqttPort: integer(env, 'MQTT_PORT', 1883, 0, 65535),
-    mqttClientId: value(env, 'MQTT_CLIENT_ID') ?? 'device-registry-ingest',
+    mqttClientId,
     mqttSubscriberConnections: integer(env, 'MQTT_SUBSCRIBER_CONNECTIONS', 8, 1, 256),
+    mqttShareGroup,
+    mqttSessionExpirySeconds: integer(env, 'MQTT_SESSION_EXPIRY_SECONDS', 86400, 1, 0xffffffff),
+    mqttReceiveMaximum: integer(env, 'MQTT_RECEIVE_MAXIMUM', 10000, 1, 65535),
     logLevel: logLevel as LogLevel,
     jwtSecret: secret(env, 'JWT_SECRET'),
     jwtIssuer: value(env, 'JWT_ISSUER') ?? 'device-registry',
@@ -156,6 +181,10 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     ingestBatchRows: integer(env, 'INGEST_BATCH_ROWS', 5000, 1, 1_000_000),
     ingestBatchMs: integer(env, 'INGEST_BATCH_MS', 50, 1, 60_000),
     maxMessageBytes: integer(env, 'MAX_MESSAGE_BYTES', 64 * 1024, 1, 256 * 1024 * 1024),
+    ingestCacheDevices: integer(env, 'INGEST_CACHE_DEVICES', 1_000_000, 1, 100_000_000),
+    ingestMaxPending: integer(env, 'INGEST_MAX_PENDING', 200_000, 100, 100_000_000),
+    historyMaxResults: integer(env, 'HISTORY_MAX_RESULTS', 10_000, 1, 10_000_000),
+    actuationTimeoutMs: integer(env, 'ACTUATION_TIMEOUT_MS', 5000, 1, 600_000),
     historyChunkInterval: chunk,
     historyRetentionDays: optionalInteger(env, 'HISTORY_RETENTION_DAYS', 1, 100_000),
     shutdownTimeoutMs: integer(env, 'SHUTDOWN_TIMEOUT_MS', 8000, 100, 600_000),

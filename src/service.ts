@@ -11,7 +11,11 @@ import { Tokens } from './auth/tokens.js';
 import { authRoutes } from './auth/routes.js';
 import { loadOrCreateKey } from './secrets.js';
 import { createMetrics, type Metrics } from './metrics.js';
-import { startEmbeddedBroker, type EmbeddedBroker } from './broker/embedded.js';
+import { startIngest } from './ingest/index.js';
+import { startHistoryMaintenance } from './history/maintenance.js';
+import { historyRoutes } from './history/routes.js';
+import { ActuationService } from './registry/actuation/service.js';
+import { actuationRoutes } from './registry/actuation/routes.js';
 import { startHttp, type HttpServer } from './http/server.js';
 import { opsRoutes } from './http/ops-routes.js';
 import type { Route } from './http/types.js';
@@ -59,16 +63,25 @@ export async function startService(config: Config, log: Logger): Promise<Service
     await events.start();
     cleanup.push(() => events.close());
 
-    let broker: EmbeddedBroker | undefined;
-    if (!config.mqttUrl) {
-      broker = await startEmbeddedBroker({ host: config.mqttHost, port: config.mqttPort, log });
-      cleanup.push(() => broker!.close());
-    }
+    // Device messaging: history partitions/retention, then the broker link (embedded broker
+    // unless MQTT_URL) with the ingest router and shard workers. Stopped after HTTP: flush,
+    // commit, acknowledge, close.
+    const historyMaintenance = await startHistoryMaintenance({
+      pool,
+      chunkInterval: config.historyChunkInterval,
+      retentionDays: config.historyRetentionDays,
+      log,
+    });
+    cleanup.push(async () => historyMaintenance.stop());
+    const ingest = await startIngest({ config, databaseUrl, metrics, log });
+    cleanup.push(() => ingest.stop());
 
     const templates = new TemplateService(pool, events);
     const routes: Route[] = [
       ...opsRoutes({ pool, metrics }),
       ...authRoutes({ pool, tokens }),
+      ...historyRoutes({ pool, maxResults: config.historyMaxResults }),
+      ...actuationRoutes(new ActuationService(pool, ingest)),
       ...templateRoutes(templates, config.maxPageSize),
     ];
     const http: HttpServer = await startHttp({
@@ -92,7 +105,7 @@ export async function startService(config: Config, log: Logger): Promise<Service
       events,
       publicPort: http.publicPort,
       internalPort: http.internalPort,
-      mqttPort: broker?.port,
+      mqttPort: ingest.mqttPort,
       stop: stopAll,
     };
   } catch (err) {

@@ -1,13 +1,21 @@
-// The embedded MQTT broker (aedes) used when MQTT_URL is not set. Device authorisation hooks
-// are installed by the broker link (src/broker/link.ts) through `hooks`.
+// The embedded MQTT broker (aedes), used when MQTT_URL is not set. It runs in the ingest router
+// thread; EmbeddedLink installs the device authorisation (device-auth.ts) and feeds accepted
+// attrs messages to the router, whose ack releases the broker's PUBACK.
 import net from 'node:net';
-import { Aedes, type AedesOptions } from 'aedes';
+import { Aedes, type AedesOptions, type Client } from 'aedes';
+import type pg from 'pg';
 import { ConfigError } from '../config.js';
 import type { Logger } from '../log.js';
+import { DeviceAuthorisation, type IngestSink } from './device-auth.js';
+import { DeviceDirectory } from './device-directory.js';
+import type { BrokerLink } from './link.js';
+import type { RegistryEvent } from '../registry/events.js';
 
 export interface EmbeddedBroker {
   aedes: Aedes;
   port: number;
+  /** Stops accepting connections; connected clients stay. */
+  stopAccepting(): void;
   close(): Promise<void>;
 }
 
@@ -35,10 +43,66 @@ export async function startEmbeddedBroker(opts: {
   return {
     aedes,
     port,
+    stopAccepting: () => server.close(),
     close: () =>
       new Promise<void>((resolve) => {
         // Close client connections too, or server.close() waits for them forever.
         aedes.close(() => server.close(() => resolve()));
       }),
   };
+}
+
+/** The embedded broker with device authorisation, as the router's broker link. */
+export class EmbeddedLink implements BrokerLink {
+  private constructor(
+    private readonly broker: EmbeddedBroker,
+    private readonly auth: DeviceAuthorisation,
+    private readonly directory: DeviceDirectory,
+  ) {}
+
+  get mqttPort(): number {
+    return this.broker.port;
+  }
+
+  static async start(opts: { host: string; port: number; pool: pg.Pool; log: Logger; sink: IngestSink }): Promise<EmbeddedLink> {
+    const directory = new DeviceDirectory(opts.pool);
+    const auth = new DeviceAuthorisation(directory, opts.sink, opts.log);
+    const broker = await startEmbeddedBroker({ host: opts.host, port: opts.port, log: opts.log, hooks: auth.hooks() });
+    const forget = (client: Client) => auth.disconnected(client);
+    broker.aedes.on('clientDisconnect', forget);
+    broker.aedes.on('clientError', forget);
+    return new EmbeddedLink(broker, auth, directory);
+  }
+
+  /** aedes reads a client's next packets only after its pending ones were acknowledged: no pause needed. */
+  pause(): void {}
+
+  resume(): void {}
+
+  onRegistryEvent(event: RegistryEvent): void {
+    this.directory.invalidate(event);
+    if (event.type === 'devices.removed') for (const id of event.deviceIds) this.auth.closeDevice(event.tenant, id);
+  }
+
+  stopAccepting(): void {
+    this.broker.stopAccepting();
+  }
+
+  publish(topics: string[], payload: string): Promise<void> {
+    const buf = Buffer.from(payload, 'utf8');
+    return Promise.all(
+      topics.map(
+        (topic) =>
+          new Promise<void>((resolve, reject) => {
+            this.broker.aedes.publish({ cmd: 'publish', topic, payload: buf, qos: 1, retain: false, dup: false }, (err?: Error) =>
+              err ? reject(err) : resolve(),
+            );
+          }),
+      ),
+    ).then(() => undefined);
+  }
+
+  close(): Promise<void> {
+    return this.broker.close();
+  }
 }

@@ -71,7 +71,7 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
       inFlight++;
       const match = router.match(method, path);
       const route = match.kind === 'route' ? match.route : undefined;
-      const body = route?.body === 'json' ? readBody(res, opts.maxBodyBytes) : undefined;
+      const body = route?.body !== undefined ? readBody(res, opts.maxBodyBytes) : undefined;
       // The body may fail (413) while the token is still being checked: mark it handled here;
       // `handle` awaits it and answers the error.
       body?.catch(() => undefined);
@@ -121,14 +121,20 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
     if (match.kind === 'method') throw errors.methodNotAllowed(match.allowed);
     const r = match.route;
     let parsed: unknown;
+    let bodyError: ApiError | undefined;
     if (body) {
       const raw = await body;
       const bad = r.badBody ?? errors.payloadNotJson;
-      if (!JSON_TYPE.test(contentType)) throw bad();
       try {
-        parsed = JSON.parse(raw.toString('utf8'));
-      } catch {
-        throw bad();
+        if (!JSON_TYPE.test(contentType)) throw bad();
+        try {
+          parsed = JSON.parse(raw.toString('utf8'));
+        } catch {
+          throw bad();
+        }
+      } catch (err) {
+        if (r.body !== 'json-deferred') throw err;
+        bodyError = err as ApiError;
       }
     }
     const request: Request = {
@@ -138,6 +144,7 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
       params: match.params,
       query: new URLSearchParams(queryString),
       body: parsed,
+      ...(bodyError ? { bodyError } : {}),
       claims,
       tenant: claims?.service ?? '',
       listener,

@@ -24,6 +24,8 @@ export interface Request {
   query: URLSearchParams;
   /** Parsed JSON body for routes with `body: 'json'`; undefined otherwise. */
   body: unknown;
+  /** `json-deferred` routes: the error a `json` route would have answered for this body. */
+  bodyError?: ApiError;
   /** Verified claims; absent only on routes with `auth: false`. */
   claims: Claims | undefined;
   /** The caller's tenant (the token's `service` claim); '' on unauthenticated routes. */
@@ -49,8 +51,12 @@ export interface Route {
   listener?: Listener;
   /** Requires a valid token; default true. */
   auth?: boolean;
-  /** `json`: the body must be JSON with a JSON Content-Type; default: the body is not read. */
-  body?: 'json';
+  /**
+   * `json`: the body must be JSON with a JSON Content-Type (else 400 before the handler runs);
+   * `json-deferred`: the same, but a bad body reaches the handler as `req.bodyError`, for
+   * routes whose contract checks something else first; default: the body is not read.
+   */
+  body?: 'json' | 'json-deferred';
   /** The error for a body that is not JSON; default the contract's `Payload must be valid JSON...`. */
   badBody?: () => ApiError;
   handler(req: Request): Promise<Reply> | Reply;

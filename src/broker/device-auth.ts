@@ -1,0 +1,141 @@
+// Device authorisation for the embedded broker (decisions.md "Device messages (MQTT)"):
+//   - CONNECT: a username must be `<tenant>:<id>` of an existing device (default mode); without
+//     a username, a client id of that form identifies the device (legacy); a client with
+//     neither is accepted and identified by the first legacy topic it uses.
+//   - PUBLISH: only to its own attrs topic (`<tenant>:<id>/attrs` or `/<tenant>/<id>/attrs`);
+//     anything else closes the connection (MQTT 3.1.1 has no negative PUBACK).
+//   - SUBSCRIBE: only to its own config topic; anything else is refused in the SUBACK (0x80).
+//   - A removed device's connections are closed.
+// An accepted attrs message goes to the ingest router; for QoS 1 the broker's PUBACK waits for
+// the router's ack, i.e. for the commit (authorizePublish is the last step before aedes acks).
+import type { AedesOptions, AuthenticateError, Client } from 'aedes';
+import type { Logger } from '../log.js';
+import type { DeviceDirectory } from './device-directory.js';
+import { deviceKey, parseDeviceName, parseDeviceTopic, sameDevice, type DeviceRef } from './topics.js';
+
+export type IngestSink = (tenant: string, id: string, payload: Buffer, ack: () => void) => void;
+
+// CONNACK return codes (MQTT 3.1.1): 3 server unavailable, 4 bad user name or password, 5 not authorised.
+function refused(returnCode: 3 | 4 | 5, message: string): AuthenticateError {
+  return Object.assign(new Error(message), { returnCode }) as unknown as AuthenticateError;
+}
+
+export class DeviceAuthorisation {
+  private readonly identity = new WeakMap<Client, DeviceRef>();
+  private readonly sessions = new Map<string, Set<Client>>();
+
+  constructor(
+    private readonly directory: DeviceDirectory,
+    private readonly sink: IngestSink,
+    private readonly log: Logger,
+  ) {}
+
+  /** The aedes hooks. */
+  hooks(): Partial<AedesOptions> {
+    return {
+      authenticate: (client, username, _password, done) => {
+        let ref: DeviceRef | undefined;
+        if (username !== undefined && username !== '') {
+          ref = parseDeviceName(username);
+          if (!ref) return done(refused(4, 'the username must be <tenant>:<device id>'), false);
+        } else {
+          ref = parseDeviceName(client.id);
+          if (!ref) return done(null, true); // identified later by a legacy topic
+        }
+        const device = ref;
+        this.directory.exists(device.tenant, device.id).then(
+          (exists) => {
+            if (!exists) return done(refused(5, 'no such device'), false);
+            this.bind(client, device);
+            done(null, true);
+          },
+          (err: Error) => {
+            this.log.warn('device lookup failed; connection refused', { error: err.message });
+            done(refused(3, 'server unavailable'), false);
+          },
+        );
+      },
+
+      authorizePublish: (client, packet, done) => {
+        if (!client) return done(new Error('publishing without a client is not allowed'));
+        const topic = parseDeviceTopic(packet.topic);
+        if (!topic || topic.kind !== 'attrs') return done(new Error(`devices may only publish to their attrs topic, not ${packet.topic}`));
+        const accept = () => {
+          const payload = typeof packet.payload === 'string' ? Buffer.from(packet.payload) : packet.payload;
+          if (packet.qos === 0) {
+            done(null);
+            this.sink(topic.tenant, topic.id, payload, noop);
+          } else {
+            this.sink(topic.tenant, topic.id, payload, () => done(null));
+          }
+        };
+        const bound = this.identity.get(client);
+        if (bound) {
+          if (!sameDevice(bound, topic)) return done(new Error(`${deviceName(bound)} may not publish to ${packet.topic}`));
+          return accept();
+        }
+        if (!topic.legacy) return done(new Error('default-mode topics need the username <tenant>:<device id>'));
+        this.identifyByTopic(client, topic).then(
+          (ok) => (ok ? accept() : done(new Error(`no such device: ${deviceName(topic)}`))),
+          (err: Error) => done(err),
+        );
+      },
+
+      authorizeSubscribe: (client, sub, done) => {
+        const topic = parseDeviceTopic(sub.topic);
+        if (!client || !topic || topic.kind !== 'config') return done(null, null);
+        const bound = this.identity.get(client);
+        if (bound) return done(null, sameDevice(bound, topic) ? sub : null);
+        if (!topic.legacy) return done(null, null);
+        this.identifyByTopic(client, topic).then(
+          (ok) => done(null, ok ? sub : null),
+          () => done(null, null),
+        );
+      },
+    };
+  }
+
+  /** Forgets a client when it goes away. */
+  disconnected(client: Client): void {
+    const ref = this.identity.get(client);
+    if (!ref) return;
+    const key = deviceKey(ref.tenant, ref.id);
+    const set = this.sessions.get(key);
+    set?.delete(client);
+    if (set && set.size === 0) this.sessions.delete(key);
+  }
+
+  /** Closes every connection of a removed device. */
+  closeDevice(tenant: string, id: string): void {
+    const set = this.sessions.get(deviceKey(tenant, id));
+    if (!set) return;
+    this.sessions.delete(deviceKey(tenant, id));
+    for (const client of set) {
+      this.log.info('closing the MQTT session of a removed device', { tenant, device: id, client: client.id });
+      client.close();
+    }
+  }
+
+  private async identifyByTopic(client: Client, topic: DeviceRef): Promise<boolean> {
+    if (!(await this.directory.exists(topic.tenant, topic.id))) return false;
+    // Two messages may race to identify the client: the first one wins.
+    const bound = this.identity.get(client);
+    if (bound) return sameDevice(bound, topic);
+    this.bind(client, { tenant: topic.tenant, id: topic.id });
+    return true;
+  }
+
+  private bind(client: Client, ref: DeviceRef): void {
+    this.identity.set(client, ref);
+    const key = deviceKey(ref.tenant, ref.id);
+    let set = this.sessions.get(key);
+    if (!set) this.sessions.set(key, (set = new Set()));
+    set.add(client);
+  }
+}
+
+function noop(): void {}
+
+function deviceName(ref: DeviceRef): string {
+  return `${ref.tenant}:${ref.id}`;
+}

@@ -1,0 +1,147 @@
+// The link to an external broker (MQTT_URL, e.g. Mosquitto, EMQX):
+//   - ingest: MQTT_SUBSCRIBER_CONNECTIONS connections in one MQTT 5 shared subscription
+//     (`$share/<group>/+/attrs` and `$share/<group>//+/+/attrs`), each with its own fixed client
+//     id (`<MQTT_CLIENT_ID>-<n>`), a persistent session and a large Receive Maximum, so the
+//     broker spreads the load and keeps messages while the service is away. A broker that
+//     refuses MQTT 5 (aedes) gets one MQTT 3.1.1 connection with plain subscriptions instead
+//     (several 3.1.1 connections would each receive every message).
+//   - actuation: one mqtt.js publisher connection (`<MQTT_CLIENT_ID>-actuation`); a
+//     configuration message counts as sent once the broker acknowledged it (QoS 1 PUBACK).
+import mqtt from 'mqtt';
+import type { Logger } from '../log.js';
+import { ATTRS_FILTERS, parseDeviceTopic } from './topics.js';
+import { ProtocolRefused, SubscriberConnection, type MqttVersion } from './subscriber.js';
+import type { IngestRouter } from '../ingest/router.js';
+import type { BrokerLink } from './link.js';
+import { BrokerUnavailable } from './link.js';
+
+export interface ExternalLinkOptions {
+  url: string;
+  clientId: string;
+  connections: number;
+  shareGroup: string;
+  sessionExpirySeconds: number;
+  receiveMaximum: number;
+  publishTimeoutMs: number;
+  log: Logger;
+}
+
+export class ExternalLink implements BrokerLink {
+  readonly mqttPort = undefined;
+
+  private constructor(
+    private readonly subscribers: SubscriberConnection[],
+    private readonly publisher: mqtt.MqttClient,
+    readonly version: MqttVersion,
+    private readonly opts: ExternalLinkOptions,
+  ) {}
+
+  static async start(opts: ExternalLinkOptions, router: IngestRouter): Promise<ExternalLink> {
+    const onMessage = (topic: string, payload: Buffer, ack: () => void) => {
+      const t = parseDeviceTopic(topic);
+      if (!t || t.kind !== 'attrs') {
+        router.countReceived();
+        router.drop('bad_topic', ack);
+        return;
+      }
+      router.accept(t.tenant, t.id, payload, ack);
+    };
+    const make = (n: number, version: MqttVersion) =>
+      new SubscriberConnection({
+        url: opts.url,
+        clientId: `${opts.clientId}-${n}`,
+        version,
+        filters: version === 5 ? ATTRS_FILTERS.map((f) => `$share/${opts.shareGroup}/${f}`) : [...ATTRS_FILTERS],
+        sessionExpirySeconds: opts.sessionExpirySeconds,
+        receiveMaximum: opts.receiveMaximum,
+        log: opts.log,
+        onMessage,
+      });
+
+    let version: MqttVersion = 5;
+    const subscribers: SubscriberConnection[] = [];
+    const first = make(0, 5);
+    try {
+      await first.start();
+      subscribers.push(first);
+      const rest = Array.from({ length: opts.connections - 1 }, (_, i) => make(i + 1, 5));
+      await Promise.all(rest.map((c) => c.start()));
+      subscribers.push(...rest);
+    } catch (err) {
+      if (!(err instanceof ProtocolRefused) || subscribers.length > 0) {
+        await Promise.all(subscribers.map((c) => c.close()));
+        throw err;
+      }
+      version = 4;
+      const only = make(0, 4);
+      await only.start();
+      subscribers.push(only);
+      opts.log.warn('the broker does not speak MQTT 5: one MQTT 3.1.1 subscriber connection without a shared subscription');
+    }
+    for (const c of subscribers) {
+      c.on('disconnected', () => opts.log.warn('ingest subscriber lost the broker; reconnecting'));
+      c.on('connected', () => opts.log.info('ingest subscriber connected'));
+    }
+    const publisher = mqtt.connect(opts.url, {
+      clientId: `${opts.clientId}-actuation`,
+      protocolVersion: version,
+      clean: true,
+      reconnectPeriod: 1000,
+      connectTimeout: 5000,
+    });
+    publisher.on('error', (err) => opts.log.debug('actuation publisher error', { error: err.message }));
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`the actuation publisher could not connect to ${new URL(opts.url).host}`)), 10_000);
+      publisher.once('connect', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+    }).catch(async (err) => {
+      publisher.end(true);
+      await Promise.all(subscribers.map((c) => c.close()));
+      throw err;
+    });
+    opts.log.info('connected to the MQTT broker', {
+      broker: new URL(opts.url).host,
+      protocol: version === 5 ? 'MQTT 5, shared subscription' : 'MQTT 3.1.1',
+      subscribers: subscribers.length,
+    });
+    return new ExternalLink(subscribers, publisher, version, opts);
+  }
+
+  pause(): void {
+    for (const c of this.subscribers) c.pause();
+  }
+
+  resume(): void {
+    for (const c of this.subscribers) c.resume();
+  }
+
+  async publish(topics: string[], payload: string): Promise<void> {
+    if (!this.publisher.connected) throw new BrokerUnavailable('not connected to the broker');
+    await Promise.all(
+      topics.map(
+        (topic) =>
+          new Promise<void>((resolve, reject) => {
+            const timer = setTimeout(() => reject(new BrokerUnavailable('the broker did not acknowledge in time')), this.opts.publishTimeoutMs);
+            this.publisher.publish(topic, payload, { qos: 1, retain: false }, (err) => {
+              clearTimeout(timer);
+              if (err) reject(new BrokerUnavailable(err.message));
+              else resolve();
+            });
+          }),
+      ),
+    );
+  }
+
+  onRegistryEvent(): void {
+    // Sessions on an external broker are the broker's business (revoke the device's account there).
+  }
+
+  stopAccepting(): void {}
+
+  async close(): Promise<void> {
+    await Promise.all(this.subscribers.map((c) => c.close()));
+    await new Promise<void>((resolve) => this.publisher.end(false, {}, () => resolve()));
+  }
+}

@@ -1,0 +1,82 @@
+// History SQL. The statements are assembled from fixed fragments only (which bounds are given,
+// which order), never from input, and prepared by name so PostgreSQL plans each shape once.
+// Every series is read through the index (tenant, device_id, attr, ts DESC): one range scan
+// per chunk/partition, stopping after `limit` rows.
+import type pg from 'pg';
+import { historyTimeSql } from '../db/time.js';
+import type { HistoryQuery } from './query.js';
+
+export interface HistoryRow {
+  attr: string;
+  ts: string;
+  /** JSON text of the value. */
+  value: string;
+}
+
+/** The labels of the device's attributes (by attribute id), or undefined if there is no such device. */
+export async function deviceAttributeLabels(pool: pg.Pool, tenant: string, id: string): Promise<string[] | undefined> {
+  const { rows } = await pool.query<{ label: string | null }>({
+    name: 'history-device-labels',
+    text: `SELECT a.label
+             FROM devices d
+             LEFT JOIN device_templates dt ON dt.tenant = d.tenant AND dt.device_id = d.id
+             LEFT JOIN template_attrs a ON a.tenant = dt.tenant AND a.template_id = dt.template_id AND a.parent_id IS NULL
+            WHERE d.tenant = $1 AND d.id = $2
+            ORDER BY a.id`,
+    values: [tenant, id],
+  });
+  if (rows.length === 0) return undefined;
+  return [...new Set(rows.map((r) => r.label).filter((l): l is string => l !== null))];
+}
+
+export async function deviceExists(pool: pg.Pool, tenant: string, id: string): Promise<boolean> {
+  const { rowCount } = await pool.query({ name: 'history-device-exists', text: 'SELECT 1 FROM devices WHERE tenant = $1 AND id = $2', values: [tenant, id] });
+  return (rowCount ?? 0) > 0;
+}
+
+function bounds(q: HistoryQuery, firstParam: number): { sql: string; values: string[]; key: string } {
+  let sql = '';
+  const values: string[] = [];
+  let p = firstParam;
+  if (q.from !== undefined) {
+    sql += ` AND ts >= $${p++}::timestamptz`;
+    values.push(q.from);
+  }
+  if (q.to !== undefined) {
+    sql += ` AND ts <= $${p++}::timestamptz`;
+    values.push(q.to);
+  }
+  return { sql, values, key: `${q.from !== undefined ? 'f' : ''}${q.to !== undefined ? 't' : ''}` };
+}
+
+/** Rows of the given series, grouped by label in the order asked, each ordered by `q.order`. */
+export async function readSeries(pool: pg.Pool, tenant: string, id: string, labels: string[], q: HistoryQuery): Promise<HistoryRow[]> {
+  const dir = q.order === 'asc' ? 'ASC' : 'DESC';
+  if (labels.length === 1) {
+    const b = bounds(q, 4);
+    const { rows } = await pool.query<HistoryRow>({
+      name: `history-one-${q.order}-${b.key}`,
+      text: `SELECT attr, ${historyTimeSql('ts')} AS ts, value
+               FROM history
+              WHERE tenant = $1 AND device_id = $2 AND attr = $3${b.sql}
+              ORDER BY ts ${dir}
+              LIMIT $${4 + b.values.length}`,
+      values: [tenant, id, labels[0]!, ...b.values, q.limit],
+    });
+    return rows;
+  }
+  const b = bounds(q, 4);
+  const { rows } = await pool.query<HistoryRow>({
+    name: `history-many-${q.order}-${b.key}`,
+    text: `SELECT a.label AS attr, ${historyTimeSql('h.ts')} AS ts, h.value
+             FROM unnest($3::text[]) WITH ORDINALITY AS a(label, ord)
+            CROSS JOIN LATERAL (
+                   SELECT ts, value FROM history
+                    WHERE tenant = $1 AND device_id = $2 AND attr = a.label${b.sql}
+                    ORDER BY ts ${dir}
+                    LIMIT $${4 + b.values.length}) h
+            ORDER BY a.ord, h.ts ${dir}`,
+    values: [tenant, id, labels, ...b.values, q.limit],
+  });
+  return rows;
+}

@@ -1,0 +1,41 @@
+// GET /history/device/{id}/history (interface.md §4.5, decisions.md "History"). Records are
+// rendered as text: `value` is stored as JSON text and goes out as is, keeping its JSON type.
+import type pg from 'pg';
+import { errors } from '../errors.js';
+import type { Route } from '../http/types.js';
+import { parseHistoryQuery } from './query.js';
+import { deviceAttributeLabels, deviceExists, readSeries, type HistoryRow } from './repo.js';
+
+function record(deviceJson: string, r: HistoryRow): string {
+  return `{"device_id":${deviceJson},"ts":"${r.ts}","value":${r.value},"attr":${JSON.stringify(r.attr)}}`;
+}
+
+export function historyRoutes({ pool, maxResults }: { pool: pg.Pool; maxResults: number }): Route[] {
+  return [
+    {
+      method: 'GET',
+      path: '/history/device/:id/history',
+      async handler(req) {
+        const id = req.params.id!;
+        const q = parseHistoryQuery(req.query, maxResults);
+        let labels: string[];
+        if (q.attrs) {
+          if (!(await deviceExists(pool, req.tenant, id))) throw errors.noSuchDevice(id);
+          labels = q.attrs;
+        } else {
+          const all = await deviceAttributeLabels(pool, req.tenant, id);
+          if (!all) throw errors.noSuchDevice(id);
+          labels = all;
+        }
+        const rows = labels.length > 0 ? await readSeries(pool, req.tenant, id, labels, q) : [];
+        const deviceJson = JSON.stringify(id);
+        if (q.single) return { status: 200, raw: '[' + rows.map((r) => record(deviceJson, r)).join(',') + ']' };
+        const byLabel = new Map<string, string[]>(labels.map((l) => [l, []]));
+        for (const r of rows) byLabel.get(r.attr)?.push(record(deviceJson, r));
+        const parts: string[] = [];
+        for (const [label, records] of byLabel) parts.push(`${JSON.stringify(label)}:[${records.join(',')}]`);
+        return { status: 200, raw: '{' + parts.join(',') + '}' };
+      },
+    },
+  ];
+}

@@ -1,0 +1,93 @@
+// A shard worker's cache of its devices: a model per known device, `null` for a device that
+// does not exist (so a flood from an unknown device costs one query, not one per message).
+// Misses are loaded in one query per batch. Registry events drop entries; a load that was
+// running while an event arrived is used for its batch but not cached, because it may have
+// read the registry before the change committed.
+import type { RegistryEvent } from '../registry/events.js';
+import { deviceKey } from '../broker/topics.js';
+import type { DeviceModel } from './device-model.js';
+
+export type DeviceLoader = (devices: Array<{ tenant: string; id: string }>) => Promise<Map<string, DeviceModel>>;
+
+export class DeviceCache {
+  private readonly entries = new Map<string, DeviceModel | null>();
+  private generation = 0;
+  hits = 0;
+  misses = 0;
+
+  constructor(
+    private readonly load: DeviceLoader,
+    private readonly capacity: number,
+  ) {}
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  /**
+   * Models for every device of a batch: `keys[i]` is `deviceKey(tenants[i], ids[i])`.
+   * Returns the map to use for this batch (cached entries plus what was loaded).
+   */
+  async resolve(tenants: string[], ids: string[]): Promise<(i: number) => DeviceModel | null> {
+    const n = tenants.length;
+    const found: Array<DeviceModel | null | undefined> = new Array(n);
+    const missing = new Map<string, { tenant: string; id: string }>();
+    for (let i = 0; i < n; i++) {
+      const key = deviceKey(tenants[i]!, ids[i]!);
+      const hit = this.entries.get(key);
+      if (hit !== undefined) {
+        this.hits++;
+        found[i] = hit;
+      } else {
+        this.misses++;
+        if (!missing.has(key)) missing.set(key, { tenant: tenants[i]!, id: ids[i]! });
+      }
+    }
+    if (missing.size === 0) return (i) => found[i] ?? null;
+    const startedAt = this.generation;
+    const loaded = await this.load([...missing.values()]);
+    const cacheable = this.generation === startedAt;
+    if (cacheable) {
+      for (const key of missing.keys()) this.put(key, loaded.get(key) ?? null);
+    }
+    return (i) => {
+      const f = found[i];
+      if (f !== undefined) return f;
+      return loaded.get(deviceKey(tenants[i]!, ids[i]!)) ?? null;
+    };
+  }
+
+  invalidate(event: RegistryEvent): void {
+    this.generation++;
+    switch (event.type) {
+      case 'devices.changed':
+      case 'devices.removed':
+        for (const id of event.deviceIds) this.entries.delete(deviceKey(event.tenant, id));
+        break;
+      case 'templates.changed': {
+        const templates = new Set(event.templateIds);
+        for (const [key, model] of this.entries) {
+          if (model && model.tenant === event.tenant && model.templateIds.some((t) => templates.has(t))) this.entries.delete(key);
+        }
+        break;
+      }
+      case 'tenant.changed':
+        if (event.tenant === '*') {
+          this.entries.clear();
+        } else {
+          const prefix = deviceKey(event.tenant, '');
+          for (const key of this.entries.keys()) if (key.startsWith(prefix)) this.entries.delete(key);
+        }
+        break;
+    }
+  }
+
+  private put(key: string, value: DeviceModel | null): void {
+    if (this.entries.size >= this.capacity) {
+      // Oldest first (Map keeps insertion order); a re-loaded device goes to the back.
+      const oldest = this.entries.keys().next();
+      if (!oldest.done) this.entries.delete(oldest.value);
+    }
+    this.entries.set(key, value);
+  }
+}

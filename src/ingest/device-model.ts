@@ -1,0 +1,182 @@
+// What a shard worker knows about one device: which message keys it stores and how each value
+// is checked and converted, its translators, and the device's part of a COPY row, escaped once.
+// Built from the registry rows of the device (attributes of its templates without a parent,
+// static values overridden per device) and kept in the worker's cache until a registry event.
+import jsonPatch, { type Operation } from 'fast-json-patch';
+import { converterFor, parseTimestamp, type Converter } from './values.js';
+
+export interface AttrRow {
+  template_id: number;
+  attr_id: number | null;
+  label: string | null;
+  type: string | null;
+  value_type: string | null;
+  static_value: string | null;
+}
+
+export interface StoredAttr {
+  convert: Converter;
+  /** `<label>\t` escaped for COPY text. */
+  column: string;
+}
+
+export interface Translator {
+  op: Operation;
+  optional: boolean;
+}
+
+export interface DeviceModel {
+  tenant: string;
+  id: string;
+  templateIds: number[];
+  /** `<tenant>\t<device_id>\t` escaped for COPY text. */
+  prefix: string;
+  stored: Map<string, StoredAttr>;
+  translators: Translator[];
+  /** The device has an attribute labelled `timestamp`: the key is a value, not the time. */
+  timestampIsAttr: boolean;
+}
+
+/** Attribute types whose values are stored from messages. */
+const STORED_TYPES = new Set(['dynamic', 'actuator']);
+export const TRANSLATOR_TYPE = 'meta-translator';
+const OPS = new Set(['add', 'remove', 'replace', 'move', 'copy', 'test']);
+
+/** COPY text format: backslash, tab, newline and carriage return are escaped. */
+export function copyEscape(s: string): string {
+  return /[\\\t\n\r]/.test(s) ? s.replace(/[\\\t\n\r]/g, (c) => (c === '\\' ? '\\\\' : c === '\t' ? '\\t' : c === '\n' ? '\\n' : '\\r')) : s;
+}
+
+/** One translator from a `meta-translator` static_value, or a reason it is unusable. */
+export function parseTranslator(text: string | null): Translator | string {
+  if (text === null) return 'no static_value';
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return 'static_value is not JSON';
+  }
+  if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) return 'not a JSON Patch operation object';
+  const { optional, ...op } = parsed as Record<string, unknown>;
+  if (typeof op.op !== 'string' || !OPS.has(op.op) || typeof op.path !== 'string') return 'not a JSON Patch operation';
+  const error = jsonPatch.validate([op as unknown as Operation]);
+  if (error) return `invalid JSON Patch operation: ${error.name}`;
+  return { op: op as unknown as Operation, optional: optional === true };
+}
+
+/** Builds the model from the device's rows (ordered by attribute id); `warn` hears about unusable translators. */
+export function buildDeviceModel(tenant: string, id: string, rows: AttrRow[], warn?: (label: string, reason: string) => void): DeviceModel {
+  const stored = new Map<string, StoredAttr>();
+  const translators: Translator[] = [];
+  const templateIds = new Set<number>();
+  let timestampIsAttr = false;
+  for (const r of rows) {
+    if (r.template_id !== null) templateIds.add(r.template_id);
+    if (r.label === null || r.type === null) continue;
+    if (r.label === 'timestamp') timestampIsAttr = true;
+    if (STORED_TYPES.has(r.type)) {
+      stored.set(r.label, { convert: converterFor(r.value_type ?? ''), column: copyEscape(r.label) + '\t' });
+    } else if (r.type === TRANSLATOR_TYPE) {
+      const t = parseTranslator(r.static_value);
+      if (typeof t === 'string') warn?.(r.label, t);
+      else translators.push(t);
+    }
+  }
+  return {
+    tenant,
+    id,
+    templateIds: [...templateIds],
+    prefix: copyEscape(tenant) + '\t' + copyEscape(id) + '\t',
+    stored,
+    translators,
+    timestampIsAttr,
+  };
+}
+
+export type DropReason =
+  | 'oversized'
+  | 'bad_topic'
+  | 'unknown_device'
+  | 'not_json'
+  | 'not_object'
+  | 'translation_failed'
+  | 'bad_timestamp'
+  | 'unknown_key'
+  | 'wrong_type'
+  | 'db_rejected';
+
+export interface MessageOutcome {
+  /** COPY text lines, one per stored value. */
+  rows: string[];
+  /** Message-level drop (the whole message), if any. */
+  dropped?: DropReason;
+  /** Value-level drops. */
+  unknownKeys: number;
+  wrongTypes: number;
+  /** Keys of the message after translation (values received). */
+  values: number;
+  /** The time of the stored values (µs since the epoch). */
+  us: number;
+}
+
+/**
+ * Validates one message of a device and renders its stored values as COPY lines
+ * (`tenant \t device_id \t attr \t ts \t value`). `receivedUs` is the receive time (µs).
+ * `tsText` renders microseconds as timestamptz text (cached by the caller).
+ */
+export function renderMessage(model: DeviceModel, payload: string, receivedUs: number, tsText: (us: number) => string, out: string[]): MessageOutcome {
+  const outcome: MessageOutcome = { rows: out, unknownKeys: 0, wrongTypes: 0, values: 0, us: receivedUs };
+  let doc: unknown;
+  try {
+    doc = JSON.parse(payload);
+  } catch {
+    outcome.dropped = 'not_json';
+    return outcome;
+  }
+  if (doc === null || typeof doc !== 'object' || Array.isArray(doc)) {
+    outcome.dropped = 'not_object';
+    return outcome;
+  }
+  for (const t of model.translators) {
+    try {
+      doc = jsonPatch.applyOperation(doc, t.op, true, true, true).newDocument;
+    } catch {
+      if (t.optional) continue;
+      outcome.dropped = 'translation_failed';
+      return outcome;
+    }
+  }
+  if (doc === null || typeof doc !== 'object' || Array.isArray(doc)) {
+    outcome.dropped = 'not_object';
+    return outcome;
+  }
+  const obj = doc as Record<string, unknown>;
+  let us = receivedUs;
+  if (!model.timestampIsAttr && Object.prototype.hasOwnProperty.call(obj, 'timestamp')) {
+    const parsed = parseTimestamp(obj.timestamp);
+    if (parsed === undefined) {
+      outcome.dropped = 'bad_timestamp';
+      return outcome;
+    }
+    us = parsed;
+    outcome.us = us;
+  }
+  let ts: string | undefined;
+  for (const key of Object.keys(obj)) {
+    if (key === 'timestamp' && !model.timestampIsAttr) continue;
+    outcome.values++;
+    const attr = model.stored.get(key);
+    if (!attr) {
+      outcome.unknownKeys++;
+      continue;
+    }
+    const json = attr.convert(obj[key]);
+    if (json === undefined) {
+      outcome.wrongTypes++;
+      continue;
+    }
+    ts ??= tsText(us) + '\t';
+    out.push(model.prefix + attr.column + ts + (json.includes('\\') ? json.replace(/\\/g, '\\\\') : json) + '\n');
+  }
+  return outcome;
+}

@@ -1,0 +1,179 @@
+// Writes COPY batches into `history` and does not give up: a batch is one COPY (one
+// transaction), retried until it commits. While the database is unreachable the writer waits
+// and retries with backoff, so the shard stops acknowledging (its callers wait) and resumes by
+// itself. A missing partition (plain PostgreSQL) is created and the batch retried. A row the
+// database rejects despite validation (a bug, not an outage) is isolated by splitting the
+// batch, dropped and counted, so one bad row cannot stall a shard forever.
+import type pg from 'pg';
+import { from as copyFrom } from 'pg-copy-streams';
+import type { Logger } from '../log.js';
+
+export interface HistoryLayout {
+  timescale: boolean;
+  /** Chunk interval in microseconds. */
+  chunkUs: number;
+}
+
+export interface CopyOutcome {
+  seconds: number;
+  rejected: number;
+}
+
+const COPY_SQL = 'COPY history (tenant, device_id, attr, ts, value) FROM STDIN';
+const MAX_BACKOFF_MS = 5000;
+
+function sqlState(err: unknown): string | undefined {
+  const code = (err as { code?: unknown })?.code;
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
+}
+
+/** The database refused these rows (data or constraint), as opposed to being unreachable. */
+function isRowError(err: unknown): boolean {
+  const code = sqlState(err);
+  return code !== undefined && (code.startsWith('22') || code.startsWith('23'));
+}
+
+function isMissingPartition(err: unknown): boolean {
+  return sqlState(err) === '23514' && /no partition/i.test((err as Error).message);
+}
+
+export class HistoryWriter {
+  private layout: HistoryLayout | undefined;
+  private readonly knownChunks = new Set<number>();
+  private outage: { since: number; error: string } | undefined;
+  private stopped = false;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly log: Logger,
+  ) {}
+
+  stop(): void {
+    this.stopped = true;
+  }
+
+  /** Reads the table layout (retrying until the database answers). */
+  async getLayout(): Promise<HistoryLayout> {
+    if (this.layout) return this.layout;
+    const row = await this.retry('read the history layout', async () => {
+      const res = await this.pool.query<{ timescale: boolean; secs: number }>(
+        'SELECT timescale, extract(epoch FROM chunk_interval)::float8 AS secs FROM history_settings',
+      );
+      if (!res.rows[0]) throw new Error('history_settings is empty');
+      return res.rows[0];
+    });
+    this.layout = { timescale: row.timescale, chunkUs: row.secs * 1_000_000 };
+    return this.layout;
+  }
+
+  /** Chunk index of a time (µs); partitions are aligned to the epoch. */
+  chunkOf(us: number, layout: HistoryLayout): number {
+    return Math.floor(us / layout.chunkUs);
+  }
+
+  /**
+   * Commits `lines` (COPY text rows) whose times fall in `chunks`. Resolves once committed;
+   * waits through outages. Returns the seconds the successful COPY took and the rows the
+   * database rejected (dropped).
+   */
+  async write(lines: string[], chunks: Set<number>): Promise<CopyOutcome> {
+    const layout = await this.getLayout();
+    return this.retry('write history', async () => {
+      await this.ensureChunks(chunks, layout);
+      return this.copyWithRecovery(lines, chunks, layout, false);
+    });
+  }
+
+  private async copyWithRecovery(lines: string[], chunks: Set<number>, layout: HistoryLayout, partitionsRetried: boolean): Promise<CopyOutcome> {
+    try {
+      return { seconds: await this.copy(lines), rejected: 0 };
+    } catch (err) {
+      if (!partitionsRetried && isMissingPartition(err) && !layout.timescale) {
+        // A partition was dropped (retention) or created elsewhere under us: check them all again.
+        this.knownChunks.clear();
+        await this.ensureChunks(chunks, layout);
+        return this.copyWithRecovery(lines, chunks, layout, true);
+      }
+      if (isRowError(err)) return this.bisect(lines, err as Error);
+      throw err;
+    }
+  }
+
+  private async bisect(lines: string[], err: Error): Promise<CopyOutcome> {
+    if (lines.length === 1) {
+      this.log.error('the database rejected a validated history row; dropped', { error: err.message, code: sqlState(err) });
+      return { seconds: 0, rejected: 1 };
+    }
+    const mid = lines.length >> 1;
+    const total: CopyOutcome = { seconds: 0, rejected: 0 };
+    for (const half of [lines.slice(0, mid), lines.slice(mid)]) {
+      try {
+        total.seconds += await this.copy(half);
+      } catch (e) {
+        if (!isRowError(e)) throw e;
+        const part = await this.bisect(half, e as Error);
+        total.seconds += part.seconds;
+        total.rejected += part.rejected;
+      }
+    }
+    return total;
+  }
+
+  private async copy(lines: string[]): Promise<number> {
+    const started = performance.now();
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      const stream = client.query(copyFrom(COPY_SQL));
+      await new Promise<void>((resolve, reject) => {
+        stream.on('error', reject);
+        stream.on('finish', resolve);
+        stream.end(Buffer.from(lines.join(''), 'utf8'));
+      });
+    } catch (err) {
+      if (!isRowError(err)) broken = err as Error;
+      throw err;
+    } finally {
+      client.release(broken);
+    }
+    return (performance.now() - started) / 1000;
+  }
+
+  private async ensureChunks(chunks: Set<number>, layout: HistoryLayout): Promise<void> {
+    if (layout.timescale) return;
+    for (const chunk of chunks) {
+      if (this.knownChunks.has(chunk)) continue;
+      const atSeconds = (chunk * layout.chunkUs) / 1_000_000;
+      await this.pool.query('SELECT history_ensure_partition(to_timestamp($1::float8))', [atSeconds]);
+      this.knownChunks.add(chunk);
+    }
+  }
+
+  /** Runs `fn` until it succeeds, backing off while the database is unreachable. */
+  private async retry<T>(what: string, fn: () => Promise<T>): Promise<T> {
+    let delay = 100;
+    for (;;) {
+      try {
+        const result = await fn();
+        if (this.outage) {
+          this.log.info('database reachable again; ingest resumed', { downMs: Date.now() - this.outage.since });
+          this.outage = undefined;
+        }
+        return result;
+      } catch (err) {
+        if (this.stopped) throw err;
+        if (!this.outage) {
+          this.outage = { since: Date.now(), error: (err as Error).message };
+          this.log.warn(`could not ${what}; retrying until the database is back`, { error: (err as Error).message });
+        }
+        await new Promise((r) => setTimeout(r, delay));
+        delay = Math.min(delay * 2, MAX_BACKOFF_MS);
+      }
+    }
+  }
+
+  /** Runs a registry query with the same patience (used by the device loader). */
+  query<T>(what: string, fn: () => Promise<T>): Promise<T> {
+    return this.retry(what, fn);
+  }
+}

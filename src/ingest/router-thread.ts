@@ -1,0 +1,129 @@
+// The ingest router thread (a worker_threads Worker started by src/ingest/index.ts), so that no
+// MQTT traffic touches the HTTP thread. It hosts the broker link (the embedded broker, or the
+// subscriber and publisher connections to an external one), the router, and the Piscina pool
+// of shard actors. It reports metrics to the main thread and serves its actuation requests.
+import { BroadcastChannel, parentPort, workerData } from 'node:worker_threads';
+import pg from 'pg';
+import { ConfigError } from '../config.js';
+import { createLogger } from '../log.js';
+import { REGISTRY_CHANNEL, type RegistryEvent } from '../registry/events.js';
+import { EmbeddedLink } from '../broker/embedded.js';
+import { ExternalLink } from '../broker/external.js';
+import type { BrokerLink } from '../broker/link.js';
+import { IngestRouter } from './router.js';
+import { ShardPool } from './shard-pool.js';
+import type { IngestSettings, MainToRouter, RouterToMain } from './protocol.js';
+
+const settings = workerData as IngestSettings;
+const log = createLogger(settings.logLevel, { component: 'ingest' });
+const port = parentPort!;
+const post = (m: RouterToMain) => port.postMessage(m);
+
+const shards = new ShardPool(
+  settings.workers,
+  { databaseUrl: settings.databaseUrl, logLevel: settings.logLevel, batchRows: settings.batchRows, batchMs: settings.batchMs, cacheDevices: settings.cacheDevices },
+  log,
+);
+let link: BrokerLink | undefined;
+const router = new IngestRouter(shards, {
+  maxMessageBytes: settings.maxMessageBytes,
+  maxPending: settings.maxPending,
+  log,
+  onPressure: (paused) => {
+    if (paused) {
+      log.warn('too many unacknowledged messages; pausing the broker connections', { pending: router.unacknowledged });
+      link?.pause();
+    } else {
+      log.info('ingest caught up; resuming the broker connections');
+      link?.resume();
+    }
+  },
+});
+// The embedded broker's device lookups (the shard workers have their own connections).
+const registryPool = new pg.Pool({ connectionString: settings.databaseUrl, max: 2, connectionTimeoutMillis: 5000 });
+registryPool.on('error', () => undefined);
+
+const channel = new BroadcastChannel(REGISTRY_CHANNEL);
+channel.onmessage = (event) => link?.onRegistryEvent((event as { data: RegistryEvent }).data);
+channel.unref();
+
+const metricsTimer = setInterval(() => post({ type: 'metrics', delta: router.takeMetrics() }), 250);
+metricsTimer.unref();
+
+async function start(): Promise<void> {
+  try {
+    link = settings.mqttUrl
+      ? await ExternalLink.start(
+          {
+            url: settings.mqttUrl,
+            clientId: settings.mqttClientId,
+            connections: settings.mqttSubscriberConnections,
+            shareGroup: settings.mqttShareGroup,
+            sessionExpirySeconds: settings.mqttSessionExpirySeconds,
+            receiveMaximum: settings.mqttReceiveMaximum,
+            publishTimeoutMs: settings.actuationTimeoutMs,
+            log,
+          },
+          router,
+        )
+      : await EmbeddedLink.start({
+          host: settings.mqttHost,
+          port: settings.mqttPort,
+          pool: registryPool,
+          log,
+          sink: (tenant, id, payload, ack) => router.accept(tenant, id, payload, ack),
+        });
+  } catch (err) {
+    await shards.close().catch(() => undefined);
+    await registryPool.end().catch(() => undefined);
+    post(
+      err instanceof ConfigError
+        ? { type: 'failed', error: err.message.slice(err.variable.length + 1), configVariable: err.variable }
+        : { type: 'failed', error: (err as Error).message },
+    );
+    return;
+  }
+  post({ type: 'ready', mqttPort: link.mqttPort, mode: settings.mqttUrl ? 'external' : 'embedded' });
+}
+
+async function stop(timeoutMs: number): Promise<void> {
+  clearInterval(metricsTimer);
+  // Stop taking new work, commit and acknowledge what was taken, then hang up. Whatever is
+  // not acknowledged in time stays with the broker and is delivered again.
+  link?.stopAccepting();
+  link?.pause();
+  let timer: NodeJS.Timeout | undefined;
+  const drained = await Promise.race([
+    router.drain().then(() => true),
+    new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs))),
+  ]);
+  clearTimeout(timer);
+  if (!drained) log.warn('shutdown: some messages were not committed in time; the broker delivers them again', { pending: router.unacknowledged });
+  router.stop();
+  post({ type: 'metrics', delta: router.takeMetrics() });
+  await link?.close().catch((err: Error) => log.warn('closing the broker link failed', { error: err.message }));
+  await shards.close().catch(() => undefined);
+  await registryPool.end().catch(() => undefined);
+  channel.close();
+  post({ type: 'stopped' });
+}
+
+port.on('message', (m: MainToRouter) => {
+  switch (m.type) {
+    case 'publish':
+      if (!link) {
+        post({ type: 'published', requestId: m.requestId, error: 'the broker link is not running' });
+        return;
+      }
+      link.publish(m.topics, m.payload).then(
+        () => post({ type: 'published', requestId: m.requestId }),
+        (err: Error) => post({ type: 'published', requestId: m.requestId, error: err.message }),
+      );
+      break;
+    case 'stop':
+      void stop(m.timeoutMs);
+      break;
+  }
+});
+
+void start();

@@ -1,0 +1,173 @@
+// The shard actor: runs inside one Piscina worker and owns a set of devices (those whose key
+// hashes to its shard). Batches from the router are processed strictly in arrival order
+// (one promise chain), so one device's messages are validated and written in order. Rows
+// collect in a buffer that is written with one COPY when it reaches INGEST_BATCH_ROWS or
+// INGEST_BATCH_MS after its first row; while a COPY runs the next buffer fills. A batch's
+// promise resolves once every row it produced (and every row before it) is committed; the
+// router acknowledges its messages to the broker only then.
+import type { DeviceCache } from './device-cache.js';
+import { renderMessage, type DropReason } from './device-model.js';
+import type { HistoryWriter } from './history-writer.js';
+import { microsToText } from './values.js';
+import type { ShardTask, WorkerMetricsDelta } from './protocol.js';
+
+interface Deferred {
+  resolve: () => void;
+}
+
+interface RowBuffer {
+  lines: string[];
+  chunks: Set<number>;
+  messagesWithRows: number;
+  firstAt: number;
+  waiters: Deferred[];
+}
+
+function emptyBuffer(): RowBuffer {
+  return { lines: [], chunks: new Set(), messagesWithRows: 0, firstAt: 0, waiters: [] };
+}
+
+export interface ShardActorOptions {
+  batchRows: number;
+  batchMs: number;
+}
+
+export class ShardActor {
+  private chain: Promise<void> = Promise.resolve();
+  private current = emptyBuffer();
+  private writing = false;
+  private timer: NodeJS.Timeout | undefined;
+  private readonly decoder = new TextDecoder('utf-8');
+  private metrics = ShardActor.emptyMetrics();
+  private lastUs = -1;
+  private lastTs = '';
+
+  constructor(
+    private readonly cache: DeviceCache,
+    private readonly writer: HistoryWriter,
+    private readonly opts: ShardActorOptions,
+  ) {}
+
+  static emptyMetrics(): WorkerMetricsDelta {
+    return {
+      messagesStored: 0,
+      valuesReceived: 0,
+      valuesStored: 0,
+      dropped: {},
+      cacheHits: 0,
+      cacheMisses: 0,
+      batchRows: [],
+      copySeconds: [],
+      cachedDevices: 0,
+    };
+  }
+
+  /** Handles one batch from the router; resolves with metric deltas once its rows are committed. */
+  handle(task: ShardTask): Promise<WorkerMetricsDelta> {
+    return new Promise<void>((resolve, reject) => {
+      this.chain = this.chain.then(() => this.process(task, { resolve })).catch(reject);
+    }).then(() => this.takeMetrics());
+  }
+
+  private takeMetrics(): WorkerMetricsDelta {
+    const m = this.metrics;
+    m.cacheHits = this.cache.hits;
+    m.cacheMisses = this.cache.misses;
+    m.cachedDevices = this.cache.size;
+    this.cache.hits = 0;
+    this.cache.misses = 0;
+    this.metrics = ShardActor.emptyMetrics();
+    return m;
+  }
+
+  private drop(reason: DropReason, n = 1): void {
+    this.metrics.dropped[reason] = (this.metrics.dropped[reason] ?? 0) + n;
+  }
+
+  private tsText = (us: number): string => {
+    if (us !== this.lastUs) {
+      this.lastUs = us;
+      this.lastTs = microsToText(us);
+    }
+    return this.lastTs;
+  };
+
+  private async process(task: ShardTask, done: Deferred): Promise<void> {
+    const layout = await this.writer.getLayout();
+    const model = await this.writer.query('load device attributes', () => this.cache.resolve(task.tenants, task.ids));
+    const buf = this.current;
+    const n = task.tenants.length;
+    for (let i = 0; i < n; i++) {
+      const m = model(i);
+      if (!m) {
+        this.drop('unknown_device');
+        continue;
+      }
+      const payload = this.decoder.decode(task.payload.subarray(task.offsets[i]!, task.offsets[i + 1]!));
+      const before = buf.lines.length;
+      const outcome = renderMessage(m, payload, task.received[i]!, this.tsText, buf.lines);
+      if (outcome.dropped) {
+        this.drop(outcome.dropped);
+        continue;
+      }
+      this.metrics.valuesReceived += outcome.values;
+      if (outcome.unknownKeys) this.drop('unknown_key', outcome.unknownKeys);
+      if (outcome.wrongTypes) this.drop('wrong_type', outcome.wrongTypes);
+      if (buf.lines.length > before) {
+        buf.messagesWithRows++;
+        buf.chunks.add(this.writer.chunkOf(outcome.us, layout));
+        if (buf.firstAt === 0) buf.firstAt = performance.now();
+      }
+    }
+    buf.waiters.push(done);
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.writing) return; // the running write looks at the buffer when it finishes
+    const buf = this.current;
+    if (buf.lines.length === 0 || buf.lines.length >= this.opts.batchRows) {
+      void this.flush();
+      return;
+    }
+    if (!this.timer) {
+      const wait = Math.max(0, this.opts.batchMs - (performance.now() - buf.firstAt));
+      this.timer = setTimeout(() => {
+        this.timer = undefined;
+        void this.flush();
+      }, wait);
+    }
+  }
+
+  private async flush(): Promise<void> {
+    if (this.writing) return;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    const buf = this.current;
+    if (buf.waiters.length === 0 && buf.lines.length === 0) return;
+    this.current = emptyBuffer();
+    this.writing = true;
+    try {
+      if (buf.lines.length > 0) {
+        const { seconds, rejected } = await this.writer.write(buf.lines, buf.chunks);
+        this.metrics.copySeconds.push(seconds);
+        this.metrics.batchRows.push(buf.lines.length);
+        this.metrics.valuesStored += buf.lines.length - rejected;
+        if (rejected) this.drop('db_rejected', rejected);
+        this.metrics.messagesStored += buf.messagesWithRows;
+      }
+    } finally {
+      this.writing = false;
+    }
+    for (const w of buf.waiters) w.resolve();
+    // What arrived meanwhile: write now if it is due, else when its time comes.
+    const next = this.current;
+    if (next.waiters.length > 0 || next.lines.length > 0) {
+      if (next.lines.length >= this.opts.batchRows || next.lines.length === 0 || performance.now() - next.firstAt >= this.opts.batchMs) {
+        void this.flush();
+      } else {
+        this.schedule();
+      }
+    }
+  }
+}

@@ -1,0 +1,97 @@
+// The Piscina pool hosting the shard actors. A custom loadBalancer pins every shard to one
+// worker: the task carries its shard in its queue options (queueOptionsSymbol), and
+// the balancer always returns the shard's owner, never a "least busy" one, so one device's
+// batches reach one actor in the order they were sent. concurrentTasksPerWorker is large
+// because the actor queues batches itself (it takes the next batch while a COPY is in flight);
+// stricterFIFO keeps a task that could not be placed (its worker is being replaced) at the head
+// of the queue. Atomics are disabled: Piscina's idle Atomics.wait() would block the actor's
+// batch timers and the registry events that invalidate its cache.
+import path from 'node:path';
+import { existsSync } from 'node:fs';
+import { Piscina, queueOptionsSymbol } from 'piscina';
+import { projectRoot } from '../paths.js';
+import type { Logger } from '../log.js';
+import type { ShardTask, ShardWorkerSettings, WorkerMetricsDelta } from './protocol.js';
+
+/** The compiled worker: tests and `npm start` both run the real code from dist/. */
+export const SHARD_WORKER_FILE = path.join(projectRoot, 'dist/workers/shard.js');
+
+interface PinnedTask extends ShardTask {
+  [queueOptionsSymbol]: { shard: number };
+}
+
+type LoadBalancer = NonNullable<NonNullable<ConstructorParameters<typeof Piscina>[0]>['loadBalancer']>;
+
+interface WorkerView {
+  id: number;
+  destroyed: boolean;
+  terminating: boolean;
+}
+
+/** Chooses the owner of `shard`: its current owner if alive, else the worker with the fewest shards. */
+export function pinnedBalancer(owners: Map<number, number>): LoadBalancer {
+  return (task, workers) => {
+    const shard = (task[queueOptionsSymbol] as { shard?: number } | null)?.shard ?? 0;
+    const alive = workers.filter((w) => !w.destroyed && !w.terminating);
+    const ownerId = owners.get(shard);
+    if (ownerId !== undefined) {
+      const owner = alive.find((w) => w.id === ownerId);
+      // The owner exists but is not offered (not ready yet): wait for it rather than reorder.
+      return owner ?? null;
+    }
+    if (alive.length === 0) return null;
+    const load = new Map<number, number>(alive.map((w) => [w.id, 0]));
+    for (const id of owners.values()) if (load.has(id)) load.set(id, load.get(id)! + 1);
+    const chosen = [...alive].sort((a, b) => load.get(a.id)! - load.get(b.id)! || a.id - b.id)[0]!;
+    owners.set(shard, chosen.id);
+    return chosen;
+  };
+}
+
+export class ShardPool {
+  private readonly piscina: Piscina;
+  /** shard -> threadId of its worker. */
+  private readonly owners = new Map<number, number>();
+
+  constructor(
+    readonly shards: number,
+    settings: ShardWorkerSettings,
+    private readonly log: Logger,
+  ) {
+    if (!existsSync(SHARD_WORKER_FILE)) {
+      throw new Error(`the shard worker ${SHARD_WORKER_FILE} is missing; run "npm run build" first`);
+    }
+    this.piscina = new Piscina({
+      filename: SHARD_WORKER_FILE,
+      minThreads: shards,
+      maxThreads: shards,
+      idleTimeout: Infinity,
+      concurrentTasksPerWorker: 100_000,
+      stricterFIFO: true,
+      atomics: 'disabled',
+      maxQueue: Infinity,
+      workerData: settings,
+      loadBalancer: pinnedBalancer(this.owners),
+    });
+    // A replaced worker's shards go to whoever has the fewest (its tasks are retried by the router).
+    this.piscina.on('workerDestroy', (worker: WorkerView) => {
+      for (const [shard, id] of this.owners) if (id === worker.id) this.owners.delete(shard);
+    });
+    this.piscina.on('error', (err: Error) => this.log.error('shard worker failed', { error: err.message }));
+  }
+
+  run(shard: number, task: ShardTask): Promise<WorkerMetricsDelta> {
+    const pinned = task as PinnedTask;
+    pinned[queueOptionsSymbol] = { shard };
+    return this.piscina.run(pinned) as Promise<WorkerMetricsDelta>;
+  }
+
+  /** Thread ids owning each shard (tests check the pinning). */
+  ownership(): Map<number, number> {
+    return new Map(this.owners);
+  }
+
+  async close(): Promise<void> {
+    await this.piscina.destroy();
+  }
+}

@@ -1,0 +1,42 @@
+// PUT /device/{id}/actuate (decisions.md "Actuation"), checked in the contract's order:
+// unknown device (404), body not an object with an object `attrs` (400), labels that are not
+// actuators (403), then the message goes to the device's config topics in both layouts
+// (QoS 1, not retained). 200 only once the broker accepted both; 503 if it is unavailable.
+import type pg from 'pg';
+import { ApiError, errors } from '../../errors.js';
+import { BrokerUnavailable } from '../../broker/link.js';
+import { configTopics } from '../../broker/topics.js';
+import { actuatorLabels } from './repo.js';
+
+export interface ConfigPublisher {
+  publish(topics: string[], payload: string): Promise<void>;
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+export const ACTUATION_SENT = { ' status': 'configuration sent to device' } as const;
+
+export class ActuationService {
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly publisher: ConfigPublisher,
+  ) {}
+
+  async actuate(tenant: string, id: string, body: unknown, bodyError: ApiError | undefined): Promise<void> {
+    const actuators = await actuatorLabels(this.pool, tenant, id);
+    if (!actuators) throw errors.noSuchDevice(id);
+    if (bodyError) throw bodyError;
+    if (!isObject(body) || !isObject(body.attrs)) throw errors.actuationBodyNotObject();
+    const attrs = body.attrs;
+    const refused = Object.keys(attrs).filter((label) => !actuators.has(label));
+    if (refused.length > 0) throw errors.notConfigurable(refused);
+    try {
+      await this.publisher.publish(configTopics(tenant, id), JSON.stringify(attrs));
+    } catch (err) {
+      if (err instanceof BrokerUnavailable) throw errors.brokerUnavailable();
+      throw err;
+    }
+  }
+}

@@ -1,0 +1,32 @@
+// The shard worker (a Piscina worker thread): one ShardActor with its device cache, its
+// database connections and its COPY writer. The router pins each shard to one of these
+// workers; every task is one batch of that shard's messages, and the task's result (sent once
+// the batch is committed) carries this worker's metric deltas.
+import { BroadcastChannel, workerData } from 'node:worker_threads';
+import pg from 'pg';
+import { createLogger } from '../src/log.js';
+import { REGISTRY_CHANNEL, type RegistryEvent } from '../src/registry/events.js';
+import { DeviceCache } from '../src/ingest/device-cache.js';
+import { HistoryWriter } from '../src/ingest/history-writer.js';
+import { loadDeviceModels } from '../src/ingest/registry-reader.js';
+import { ShardActor } from '../src/ingest/shard-actor.js';
+import type { ShardTask, ShardWorkerSettings, WorkerMetricsDelta } from '../src/ingest/protocol.js';
+
+const settings = workerData as ShardWorkerSettings;
+const log = createLogger(settings.logLevel, { component: 'ingest-shard' });
+
+// Two connections: one for COPY, one for registry reads, so a lookup never waits behind a COPY.
+const pool = new pg.Pool({ connectionString: settings.databaseUrl, max: 2, idleTimeoutMillis: 60_000, connectionTimeoutMillis: 5000 });
+pool.on('error', (err) => log.debug('idle database connection failed', { error: err.message }));
+
+const writer = new HistoryWriter(pool, log);
+const cache = new DeviceCache((devices) => loadDeviceModels(pool, devices, log), settings.cacheDevices);
+const actor = new ShardActor(cache, writer, { batchRows: settings.batchRows, batchMs: settings.batchMs });
+
+const channel = new BroadcastChannel(REGISTRY_CHANNEL);
+channel.onmessage = (event) => cache.invalidate((event as { data: RegistryEvent }).data);
+channel.unref();
+
+export default function handleBatch(task: ShardTask): Promise<WorkerMetricsDelta> {
+  return actor.handle(task);
+}
