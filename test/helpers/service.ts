@@ -48,6 +48,8 @@ export async function testEnv(overrides: Record<string, string | undefined> = {}
     PSK_ENCRYPTION_KEY: crypto.randomBytes(32).toString('hex'),
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     MQTT_CLIENT_ID: `dr-test-${crypto.randomBytes(4).toString('hex')}`,
+    // Test services come and go: their broker sessions (and what is queued for them) expire soon.
+    MQTT_SESSION_EXPIRY_SECONDS: '120',
     ...overrides,
   };
 }
