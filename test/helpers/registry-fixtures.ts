@@ -146,3 +146,15 @@ export function metric(text: string, sample: string): number {
   }
   return 0;
 }
+
+/** SUBACK return codes for `topics` (QoS 1 asked), refused ones (128) included. */
+export async function subscribeCodes(client: mqtt.MqttClient, topics: string[]): Promise<number[]> {
+  try {
+    const granted = await client.subscribeAsync(topics, { qos: 1 });
+    return granted.map((g) => g.qos);
+  } catch (err) {
+    const packet = (err as { packet?: { granted?: Array<number | { qos: number }> } }).packet;
+    if (!packet?.granted) throw err;
+    return packet.granted.map((g) => (typeof g === 'number' ? g : g.qos));
+  }
+}

@@ -1,0 +1,172 @@
+// The embedded broker (no MQTT_URL): device authorisation in both modes, acknowledgement after
+// commit, closing a removed device's session, and per-device order.
+import crypto from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestService, type TestService } from '../helpers/service.js';
+import {
+  closedByPeer,
+  createDevice,
+  createTemplate,
+  deviceClient,
+  eventually,
+  historyCount,
+  removeDevice,
+  subscribeCodes,
+} from '../helpers/registry-fixtures.js';
+
+let svc: TestService;
+let url: string;
+const tenant = `emb${crypto.randomBytes(3).toString('hex')}`;
+let templateId: number;
+
+beforeAll(async () => {
+  svc = await startTestService({ MQTT_URL: undefined });
+  url = `mqtt://127.0.0.1:${svc.service.mqttPort}`;
+  templateId = await createTemplate(svc.service.pool, tenant, 'sensor', [
+    { label: 'temperature', type: 'dynamic', value_type: 'float' },
+    { label: 'seq', type: 'dynamic', value_type: 'integer' },
+    { label: 'setpoint', type: 'actuator', value_type: 'float' },
+  ]);
+});
+afterAll(() => svc?.stop());
+
+const newDevice = () => createDevice(svc.service.pool, tenant, [templateId]);
+const values = async (device: string, attr: string) =>
+  (await svc.service.pool.query<{ value: string }>('SELECT value FROM history WHERE tenant = $1 AND device_id = $2 AND attr = $3 ORDER BY ts', [tenant, device, attr])).rows.map((r) => JSON.parse(r.value));
+
+describe('default mode: username <tenant>:<id>', () => {
+  it('an existing device connects and publishes; its PUBACK comes after the value is committed', async () => {
+    const d = await newDevice();
+    const c = await deviceClient(url, { username: `${tenant}:${d}` });
+    try {
+      for (let i = 0; i < 5; i++) {
+        await c.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ temperature: i }), { qos: 1 });
+        // No waiting: acknowledged means committed.
+        expect(await historyCount(svc.service.pool, tenant, d)).toBe(i + 1);
+      }
+    } finally {
+      await c.endAsync();
+    }
+  });
+
+  it('QoS 0 messages are stored too', async () => {
+    const d = await newDevice();
+    const c = await deviceClient(url, { username: `${tenant}:${d}` });
+    await c.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ temperature: 1 }), { qos: 0 });
+    await eventually(async () => (await historyCount(svc.service.pool, tenant, d)) === 1 || undefined, 'the QoS 0 value');
+    await c.endAsync();
+  });
+
+  it('a username that is not <tenant>:<id> is refused (bad user name or password)', async () => {
+    await expect(deviceClient(url, { username: 'just-a-name' })).rejects.toMatchObject({ code: 4 });
+  });
+
+  it('a username naming no existing device is refused (not authorised), also across tenants', async () => {
+    const d = await newDevice();
+    await expect(deviceClient(url, { username: `${tenant}:ffffff` })).rejects.toMatchObject({ code: 5 });
+    await expect(deviceClient(url, { username: `other${tenant}:${d}` })).rejects.toMatchObject({ code: 5 });
+  });
+
+  it("publishing to another device's topic closes the connection and stores nothing", async () => {
+    const d = await newDevice();
+    const other = await newDevice();
+    const c = await deviceClient(url, { username: `${tenant}:${d}` });
+    const closed = closedByPeer(c);
+    c.publish(`${tenant}:${other}/attrs`, JSON.stringify({ temperature: 1 }), { qos: 1 });
+    await closed;
+    c.end(true);
+    expect(await historyCount(svc.service.pool, tenant, other)).toBe(0);
+  });
+
+  it('publishing anywhere but its attrs topic (its own config topic, a free topic) closes the connection', async () => {
+    const d = await newDevice();
+    for (const topic of [`${tenant}:${d}/config`, 'free/topic']) {
+      const c = await deviceClient(url, { username: `${tenant}:${d}` });
+      const closed = closedByPeer(c);
+      c.publish(topic, '{}', { qos: 1 });
+      await closed;
+      c.end(true);
+    }
+  });
+
+  it('subscribing: its own config topics are granted, anything else is refused in the SUBACK', async () => {
+    const d = await newDevice();
+    const other = await newDevice();
+    const c = await deviceClient(url, { username: `${tenant}:${d}` });
+    const codes = await subscribeCodes(c, [`${tenant}:${d}/config`, `/${tenant}/${d}/config`, `${tenant}:${other}/config`, `${tenant}:${d}/attrs`, '#']);
+    expect(codes).toEqual([1, 1, 128, 128, 128]);
+    await c.endAsync();
+  });
+
+  it("a removed device's session is closed", async () => {
+    const d = await newDevice();
+    const c = await deviceClient(url, { username: `${tenant}:${d}` });
+    const closed = closedByPeer(c);
+    await removeDevice(svc.service.pool, svc.service.events, tenant, d);
+    await closed;
+    c.end(true);
+    await expect(deviceClient(url, { username: `${tenant}:${d}` })).rejects.toMatchObject({ code: 5 });
+  });
+});
+
+describe('legacy mode', () => {
+  it('client id <tenant>:<id> identifies the device: its legacy topic is accepted', async () => {
+    const d = await newDevice();
+    const c = await deviceClient(url, { clientId: `${tenant}:${d}` });
+    await c.publishAsync(`/${tenant}/${d}/attrs`, JSON.stringify({ temperature: 7 }), { qos: 1 });
+    expect(await values(d, 'temperature')).toEqual([7]);
+    await c.endAsync();
+  });
+
+  it('a client id naming no device is refused', async () => {
+    await expect(deviceClient(url, { clientId: `${tenant}:abcdef` })).rejects.toMatchObject({ code: 5 });
+  });
+
+  it("a client identified by its client id may not use another device's legacy topic", async () => {
+    const d = await newDevice();
+    const other = await newDevice();
+    const c = await deviceClient(url, { clientId: `${tenant}:${d}` });
+    const closed = closedByPeer(c);
+    c.publish(`/${tenant}/${other}/attrs`, JSON.stringify({ temperature: 1 }), { qos: 1 });
+    await closed;
+    c.end(true);
+    expect(await historyCount(svc.service.pool, tenant, other)).toBe(0);
+  });
+
+  it('without username or device client id the first legacy topic identifies the client; then other devices are refused', async () => {
+    const d = await newDevice();
+    const other = await newDevice();
+    const c = await deviceClient(url);
+    await c.publishAsync(`/${tenant}/${d}/attrs`, JSON.stringify({ temperature: 8 }), { qos: 1 });
+    expect(await values(d, 'temperature')).toEqual([8]);
+    expect(await subscribeCodes(c, [`/${tenant}/${d}/config`, `/${tenant}/${other}/config`])).toEqual([1, 128]);
+    const closed = closedByPeer(c);
+    c.publish(`/${tenant}/${other}/attrs`, JSON.stringify({ temperature: 1 }), { qos: 1 });
+    await closed;
+    c.end(true);
+    expect(await historyCount(svc.service.pool, tenant, other)).toBe(0);
+  });
+
+  it('an unidentified client publishing to an unknown device, or to a default-mode topic, is disconnected', async () => {
+    const d = await newDevice();
+    for (const topic of [`/${tenant}/000000/attrs`, `${tenant}:${d}/attrs`]) {
+      const c = await deviceClient(url);
+      const closed = closedByPeer(c);
+      c.publish(topic, JSON.stringify({ temperature: 1 }), { qos: 1 });
+      await closed;
+      c.end(true);
+    }
+    expect(await historyCount(svc.service.pool, tenant, d)).toBe(0);
+  });
+});
+
+describe('order', () => {
+  it("one device's pipelined messages are stored in the order it sent them", async () => {
+    const d = await newDevice();
+    const c = await deviceClient(url, { username: `${tenant}:${d}` });
+    const n = 200;
+    await Promise.all(Array.from({ length: n }, (_, i) => c.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ seq: i }), { qos: 1 })));
+    expect(await values(d, 'seq')).toEqual([...Array(n).keys()]);
+    await c.endAsync();
+  });
+});
