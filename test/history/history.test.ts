@@ -1,0 +1,163 @@
+// GET /history/device/{id}/history: every operator and response mode, errors, tenant isolation.
+// Rows are written directly with known times, so every expectation is exact.
+import crypto from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
+import { createDevice, createTemplate, insertHistory } from '../helpers/registry-fixtures.js';
+
+let svc: TestService;
+let token: string;
+let otherToken: string;
+const tenant = `his${crypto.randomBytes(3).toString('hex')}`;
+const otherTenant = `oth${crypto.randomBytes(3).toString('hex')}`;
+let device: string;
+let empty: string;
+let bare: string;
+
+const ts = (minute: number) => `2024-05-01T12:${String(minute).padStart(2, '0')}:00.000000Z`;
+
+beforeAll(async () => {
+  svc = await startTestService({ HISTORY_MAX_RESULTS: '50' });
+  const admin = await login(svc.base);
+  token = await tenantToken(svc.base, admin, tenant);
+  otherToken = await tenantToken(svc.base, admin, otherTenant);
+  const pool = svc.service.pool;
+  const t = await createTemplate(pool, tenant, 'sensor', [
+    { label: 'temperature', type: 'dynamic', value_type: 'float' },
+    { label: 'mode', type: 'dynamic', value_type: 'string' },
+    { label: 'flag', type: 'dynamic', value_type: 'bool' },
+    { label: 'serial', type: 'static', value_type: 'string', static_value: 'S' },
+  ]);
+  device = await createDevice(pool, tenant, [t]);
+  empty = await createDevice(pool, tenant, [t]);
+  bare = await createDevice(pool, tenant, []);
+  // The same device id in another tenant, with its own data.
+  const t2 = await createTemplate(pool, otherTenant, 'sensor', [{ label: 'temperature', type: 'dynamic', value_type: 'float' }]);
+  await createDevice(pool, otherTenant, [t2], { id: device });
+  const rows = [];
+  for (let m = 0; m < 10; m++) rows.push({ tenant, device, attr: 'temperature', ts: ts(m), value: String(20 + m) });
+  rows.push({ tenant, device, attr: 'mode', ts: ts(3), value: '"eco"' });
+  rows.push({ tenant, device, attr: 'mode', ts: ts(7), value: '"boost"' });
+  rows.push({ tenant, device, attr: 'flag', ts: ts(5), value: 'true' });
+  rows.push({ tenant: otherTenant, device, attr: 'temperature', ts: ts(1), value: '99' });
+  // A value far in the past lands in its own partition; queries span partitions.
+  rows.push({ tenant, device, attr: 'mode', ts: '2023-01-01T00:00:00.000000Z', value: '"old"' });
+  await insertHistory(pool, rows);
+});
+afterAll(() => svc?.stop());
+
+async function get(query: string, as = token, id = device) {
+  return http('GET', `${svc.base}/history/device/${id}/history${query}`, { token: as });
+}
+
+const temps = (rows: any[]) => rows.map((r) => r.value);
+
+describe('one attribute: an array of records', () => {
+  it('lastN: newest first, records as in the contract', async () => {
+    const res = await get('?lastN=3&attr=temperature');
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual([
+      { device_id: device, ts: ts(9), value: 29, attr: 'temperature' },
+      { device_id: device, ts: ts(8), value: 28, attr: 'temperature' },
+      { device_id: device, ts: ts(7), value: 27, attr: 'temperature' },
+    ]);
+  });
+
+  it('firstN: oldest first, and it wins over lastN', async () => {
+    expect(temps((await get('?firstN=2&attr=temperature')).body)).toEqual([20, 21]);
+    expect(temps((await get('?firstN=2&lastN=5&attr=temperature')).body)).toEqual([20, 21]);
+  });
+
+  it('dateFrom and dateTo are inclusive and combine with lastN / firstN', async () => {
+    expect(temps((await get(`?attr=temperature&dateFrom=${ts(2)}&dateTo=${ts(4)}`)).body)).toEqual([24, 23, 22]);
+    expect(temps((await get(`?attr=temperature&dateFrom=${ts(2)}&firstN=2`)).body)).toEqual([22, 23]);
+    expect(temps((await get(`?attr=temperature&dateTo=${ts(4)}&lastN=2`)).body)).toEqual([24, 23]);
+    expect(temps((await get(`?attr=temperature&dateFrom=2024-05-01T14:00:00%2B02:00&dateTo=2024-05-01T12:01:00Z`)).body)).toEqual([21, 20]);
+  });
+
+  it('without lastN/firstN (or with 0): every value, newest first, up to HISTORY_MAX_RESULTS', async () => {
+    expect(temps((await get('?attr=temperature')).body)).toEqual([29, 28, 27, 26, 25, 24, 23, 22, 21, 20]);
+    expect((await get('?attr=temperature&lastN=0')).body).toHaveLength(10);
+  });
+
+  it('values keep their JSON type', async () => {
+    expect((await get('?attr=mode&lastN=1')).body[0].value).toBe('boost');
+    expect((await get('?attr=flag')).body[0].value).toBe(true);
+  });
+
+  it('across partitions (an old value in its own partition)', async () => {
+    expect((await get('?attr=mode&firstN=1')).body.map((r: any) => [r.value, r.ts])).toEqual([['old', '2023-01-01T00:00:00.000000Z']]);
+  });
+
+  it('an attribute without data, or a label the device does not have: []', async () => {
+    expect((await get('?attr=serial')).body).toEqual([]);
+    expect((await get('?attr=nosuch&lastN=3')).body).toEqual([]);
+    expect((await get('?attr=temperature', token, empty)).body).toEqual([]);
+  });
+});
+
+describe('several attributes, or none: an object by label', () => {
+  it('comma-separated', async () => {
+    const res = await get('?attr=temperature,mode&lastN=2');
+    expect(res.status).toBe(200);
+    expect(Object.keys(res.body)).toEqual(['temperature', 'mode']);
+    expect(temps(res.body.temperature)).toEqual([29, 28]);
+    expect(temps(res.body.mode)).toEqual(['boost', 'eco']);
+  });
+
+  it('repeated, including a label without data', async () => {
+    const res = await get('?attr=flag&attr=nosuch&firstN=5');
+    expect(res.body).toEqual({ flag: [{ device_id: device, ts: ts(5), value: true, attr: 'flag' }], nosuch: [] });
+  });
+
+  it('absent: every attribute label of the device, [] where there is no data', async () => {
+    const res = await get('?lastN=1');
+    expect(res.body).toEqual({
+      temperature: [{ device_id: device, ts: ts(9), value: 29, attr: 'temperature' }],
+      mode: [{ device_id: device, ts: ts(7), value: 'boost', attr: 'mode' }],
+      flag: [{ device_id: device, ts: ts(5), value: true, attr: 'flag' }],
+      serial: [],
+    });
+  });
+
+  it('absent, for a device without attributes: {}', async () => {
+    expect((await get('', token, bare)).body).toEqual({});
+  });
+});
+
+describe('errors and isolation', () => {
+  it('an unknown device: 404 No such device', async () => {
+    const res = await get('?lastN=1&attr=temperature', token, 'ffffff');
+    expect(res.status).toBe(404);
+    expect(res.body).toEqual({ message: 'No such device: ffffff', status: 404 });
+  });
+
+  it('a device of another tenant is not visible; the same id in another tenant has its own data', async () => {
+    const mine = await get('?attr=temperature&firstN=1', token);
+    const theirs = await get('?attr=temperature', otherToken);
+    expect(temps(mine.body)).toEqual([20]);
+    expect(temps(theirs.body)).toEqual([99]);
+    const stranger = await tenantToken(svc.base, await login(svc.base), `x${tenant}`);
+    expect((await get('?attr=temperature', stranger)).status).toBe(404);
+  });
+
+  it.each([
+    ['lastN=-1', /lastN must be a non-negative integer/],
+    ['lastN=abc', /lastN must be a non-negative integer/],
+    ['firstN=1.5', /firstN must be a non-negative integer/],
+    ['lastN=51', /lastN must be at most 50/],
+    ['dateFrom=yesterday', /dateFrom must be an ISO 8601 date/],
+    ['dateTo=2024-13-01', /dateTo must be an ISO 8601 date/],
+  ])('a bad operator (%s): 400 with a clear message', async (query, message) => {
+    const res = await get(`?${query}&attr=temperature`);
+    expect(res.status).toBe(400);
+    expect(res.body.status).toBe(400);
+    expect(res.body.message).toMatch(message);
+  });
+
+  it('needs a token like every route', async () => {
+    const res = await http('GET', `${svc.base}/history/device/${device}/history?lastN=1`);
+    expect(res.status).toBe(401);
+    expect(res.body).toEqual({ message: 'No authorization token has been supplied', status: 401 });
+  });
+});
