@@ -1,0 +1,171 @@
+// Pure logic of the messaging path: topics, sharding, the pinning load balancer, value rules,
+// timestamps, translators and COPY rendering.
+import { describe, expect, it } from 'vitest';
+import { configTopics, parseDeviceName, parseDeviceTopic } from '../../src/broker/topics.js';
+import { shardFor } from '../../src/ingest/shard.js';
+import { pinnedBalancer } from '../../src/ingest/shard-pool.js';
+import { queueOptionsSymbol } from 'piscina';
+import { converterFor, microsToText, parseTimestamp } from '../../src/ingest/values.js';
+import { buildDeviceModel, copyEscape, parseTranslator, renderMessage, type AttrRow } from '../../src/ingest/device-model.js';
+import { parseHistoryQuery } from '../../src/history/query.js';
+
+describe('topics', () => {
+  it.each([
+    ['acme:4f2a1c/attrs', { tenant: 'acme', id: '4f2a1c', kind: 'attrs', legacy: false }],
+    ['acme:4f2a1c/config', { tenant: 'acme', id: '4f2a1c', kind: 'config', legacy: false }],
+    ['/acme/4f2a1c/attrs', { tenant: 'acme', id: '4f2a1c', kind: 'attrs', legacy: true }],
+    ['/acme/4f2a1c/config', { tenant: 'acme', id: '4f2a1c', kind: 'config', legacy: true }],
+    ['a:b:c/attrs', { tenant: 'a:b', id: 'c', kind: 'attrs', legacy: false }],
+  ])('%s', (topic, expected) => {
+    expect(parseDeviceTopic(topic)).toEqual(expected);
+  });
+
+  it.each(['acme/4f2a1c/attrs', 'acme:4f2a1c', 'acme:4f2a1c/other', ':x/attrs', 'acme:/attrs', '/acme/attrs', '/acme/x/y/attrs', 'acme:+/attrs', '//x/attrs', 'a:b/attrs/x'])(
+    'not a device topic: %s',
+    (topic) => {
+      expect(parseDeviceTopic(topic)).toBeUndefined();
+    },
+  );
+
+  it('device names and config topics', () => {
+    expect(parseDeviceName('t1:abc')).toEqual({ tenant: 't1', id: 'abc' });
+    expect(parseDeviceName('abc')).toBeUndefined();
+    expect(parseDeviceName('t1:')).toBeUndefined();
+    expect(configTopics('t1', 'abc')).toEqual(['t1:abc/config', '/t1/abc/config']);
+  });
+});
+
+describe('sharding', () => {
+  it('is stable and spreads devices over the shards', () => {
+    expect(shardFor('t/abc123', 4)).toBe(shardFor('t/abc123', 4));
+    const counts = [0, 0, 0, 0];
+    for (let i = 0; i < 10_000; i++) counts[shardFor(`tenant/${i.toString(16).padStart(6, '0')}`, 4)]!++;
+    for (const c of counts) expect(c).toBeGreaterThan(2000);
+  });
+});
+
+describe('the pinning load balancer', () => {
+  const worker = (id: number, destroyed = false) => ({ id, destroyed, terminating: false, currentUsage: 0, isRunningAbortableTask: false, histogram: null });
+  const task = (shard: number) => ({ [queueOptionsSymbol]: { shard }, taskId: 0, filename: '', name: '', created: 0, isAbortable: false }) as never;
+
+  it('gives every shard one owner, spread evenly, and keeps it whatever the load', () => {
+    const owners = new Map<number, number>();
+    const balance = pinnedBalancer(owners);
+    const workers = [worker(7), worker(3)] as never[];
+    const picked = [0, 1, 2, 3].map((s) => (balance(task(s), workers) as { id: number }).id);
+    expect(new Set(picked).size).toBe(2);
+    expect(picked.filter((id) => id === 3)).toHaveLength(2);
+    for (let round = 0; round < 3; round++) {
+      expect([0, 1, 2, 3].map((s) => (balance(task(s), workers) as { id: number }).id)).toEqual(picked);
+    }
+  });
+
+  it('waits (null) while the owner is not offered, and reassigns once the owner is gone', () => {
+    const owners = new Map<number, number>([[0, 5]]);
+    const balance = pinnedBalancer(owners);
+    expect(balance(task(0), [worker(6)] as never[])).toBeNull();
+    owners.delete(0); // what the pool does when worker 5 is destroyed
+    expect((balance(task(0), [worker(6)] as never[]) as { id: number }).id).toBe(6);
+  });
+});
+
+describe('value rules', () => {
+  it.each([
+    ['float', 1.5, '1.5'],
+    ['float', '2.25', '2.25'],
+    ['float', ' 3 ', '3'],
+    ['float', '1e3', '1000'],
+    ['float', 'abc', undefined],
+    ['float', '', undefined],
+    ['float', true, undefined],
+    ['float', null, undefined],
+    ['integer', 4, '4'],
+    ['integer', '5', '5'],
+    ['integer', 4.5, undefined],
+    ['integer', '4.5', undefined],
+    ['bool', true, 'true'],
+    ['bool', 'true', undefined],
+    ['bool', 0, undefined],
+    ['string', 'x"y', '"x\\"y"'],
+    ['string', 5, undefined],
+    ['geopoint', '-22.8,-47.1', '"-22.8,-47.1"'],
+    ['geopoint', '95,0', undefined],
+    ['geopoint', '0,181', undefined],
+    ['geopoint', '1;2', undefined],
+    ['object', { a: [1] }, '{"a":[1]}'],
+    ['psk', 'anything', '"anything"'],
+    ['whatever', null, 'null'],
+  ])('%s %j -> %s', (type, value, expected) => {
+    expect(converterFor(type)(value)).toBe(expected);
+  });
+
+  it('timestamps: epoch ms, ISO 8601 with or without zone and fraction, nothing else', () => {
+    expect(parseTimestamp(1714564800000)).toBe(1714564800000 * 1000);
+    expect(parseTimestamp('1714564800000')).toBe(1714564800000 * 1000);
+    expect(parseTimestamp('2024-05-01T12:00:00Z')).toBe(Date.UTC(2024, 4, 1, 12) * 1000);
+    expect(parseTimestamp('2024-05-01T12:00:00')).toBe(Date.UTC(2024, 4, 1, 12) * 1000);
+    expect(parseTimestamp('2024-05-01T14:00:00.000123+02:00')).toBe(Date.UTC(2024, 4, 1, 12) * 1000 + 123);
+    expect(parseTimestamp('2024-05-01')).toBe(Date.UTC(2024, 4, 1) * 1000);
+    for (const bad of ['2024-02-30T00:00:00Z', '2024-05-01T25:00:00Z', 'now', -1, Infinity, true, '2024-05-01T12:00:00+25:00', 1e20]) {
+      expect(parseTimestamp(bad)).toBeUndefined();
+    }
+    expect(microsToText(Date.UTC(2024, 0, 2, 3, 4, 5, 678) * 1000 + 9)).toBe('2024-01-02T03:04:05.678009Z');
+  });
+});
+
+describe('device model and rendering', () => {
+  const row = (label: string, type: string, value_type = 'float', static_value: string | null = null, id = 1): AttrRow => ({
+    template_id: 1, attr_id: id, label, type, value_type, static_value,
+  });
+  const ts = (us: number) => microsToText(us);
+
+  it('renders COPY rows for dynamic and actuator attributes, escaping text', () => {
+    const model = buildDeviceModel('t\\1', 'd1', [row('a', 'dynamic', 'string'), row('b', 'actuator', 'integer'), row('s', 'static', 'string', 'x')]);
+    const out: string[] = [];
+    const o = renderMessage(model, JSON.stringify({ a: 'x\\y\nz', b: 2, s: 'no', zz: 1 }), 1_000_000, ts, out);
+    expect(out).toEqual([
+      't\\\\1\td1\ta\t1970-01-01T00:00:01.000000Z\t"x\\\\\\\\y\\\\nz"\n',
+      't\\\\1\td1\tb\t1970-01-01T00:00:01.000000Z\t2\n',
+    ]);
+    expect(o).toMatchObject({ values: 4, unknownKeys: 2, wrongTypes: 0 });
+    expect(copyEscape('a\tb\r')).toBe('a\\tb\\r');
+  });
+
+  it('translators: one RFC 6902 operation each, optional ones may fail, bad ones are ignored', () => {
+    expect(parseTranslator('{"op":"move","from":"/a","path":"/b","optional":true}')).toEqual({ op: { op: 'move', from: '/a', path: '/b' }, optional: true });
+    expect(parseTranslator('not json')).toMatch(/not JSON/);
+    expect(parseTranslator('{"op":"explode","path":"/a"}')).toMatch(/not a JSON Patch operation/);
+    const warnings: string[] = [];
+    const model = buildDeviceModel('t', 'd', [
+      row('tag_a', 'dynamic'),
+      row('t1', 'meta-translator', 'string', '{"op":"move","from":"/a","path":"/tag_a"}'),
+      row('t2', 'meta-translator', 'string', 'broken'),
+    ], (label) => warnings.push(label));
+    expect(warnings).toEqual(['t2']);
+    const out: string[] = [];
+    expect(renderMessage(model, '{"a":1}', 0, ts, out).dropped).toBeUndefined();
+    expect(out).toHaveLength(1);
+    expect(renderMessage(model, '{"b":1}', 0, ts, []).dropped).toBe('translation_failed');
+    expect(renderMessage(model, '{"__proto__":{"x":1},"a":1}', 0, ts, []).dropped).toBeUndefined();
+    expect(({} as Record<string, unknown>).x).toBeUndefined();
+  });
+
+  it('message-level drops', () => {
+    const model = buildDeviceModel('t', 'd', [row('a', 'dynamic')]);
+    expect(renderMessage(model, '{', 0, ts, []).dropped).toBe('not_json');
+    expect(renderMessage(model, '[1]', 0, ts, []).dropped).toBe('not_object');
+    expect(renderMessage(model, '{"a":1,"timestamp":"soon"}', 0, ts, []).dropped).toBe('bad_timestamp');
+  });
+});
+
+describe('history query parsing', () => {
+  const q = (s: string) => parseHistoryQuery(new URLSearchParams(s), 100);
+  it('modes and limits', () => {
+    expect(q('attr=a')).toMatchObject({ attrs: ['a'], single: true, order: 'desc', limit: 100 });
+    expect(q('attr=a,b&attr=c&attr=a')).toMatchObject({ attrs: ['a', 'b', 'c'], single: false });
+    expect(q('')).toMatchObject({ attrs: undefined, single: false });
+    expect(q('lastN=5&firstN=2')).toMatchObject({ order: 'asc', limit: 2 });
+    expect(q('lastN=0')).toMatchObject({ order: 'desc', limit: 100 });
+    expect(q('dateFrom=2024-05-01T00:00:00Z').from).toBe('2024-05-01T00:00:00.000000Z');
+  });
+});
