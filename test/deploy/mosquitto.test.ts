@@ -1,15 +1,11 @@
 // deploy/mosquitto: the config, ACL and entrypoint of the compose broker. The file checks
-// always run; the live checks start this machine's Mosquitto 2 through the repository's
-// entrypoint.sh with the repository's mosquitto.conf, changed only where the container's paths
-// and port differ, and are skipped where Mosquitto and its dynamic-security plugin are missing.
-import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import fs from 'node:fs/promises';
-import path from 'node:path';
+// always run; the live checks start this machine's Mosquitto 2 as the compose stack would
+// (repo-mosquitto.ts) and are skipped where Mosquitto and its dynamic-security plugin are missing.
+import { spawnSync } from 'node:child_process';
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freePort } from '../../src/net.js';
-import { tempDir } from '../helpers/service.js';
-import { commandExists, dynsecPlugin, readRepoFile, repoFile } from './files.js';
+import { readRepoFile, repoFile } from './files.js';
+import { mosquittoInstalled, RepoMosquitto } from './repo-mosquitto.js';
 
 const conf = readRepoFile('deploy/mosquitto/mosquitto.conf');
 const acl = readRepoFile('deploy/mosquitto/acl');
@@ -44,67 +40,11 @@ describe('mosquitto.conf and acl', () => {
   });
 });
 
-const mosquittoReady = commandExists('mosquitto') && commandExists('mosquitto_passwd') && commandExists('mosquitto_ctrl') && dynsecPlugin() !== undefined;
-
-describe.skipIf(!mosquittoReady)('the broker, live (this machine’s mosquitto)', () => {
-  let dir: string;
+describe.skipIf(!mosquittoInstalled())('the broker, live (this machine’s mosquitto)', () => {
+  let broker: RepoMosquitto;
   let port: number;
-  let configFile: string;
-  let broker: ChildProcess | undefined;
-  let brokerOutput = '';
   const clients: MqttClient[] = [];
   const passwords = { MQTT_SERVICE_PASSWORD: 'service-pw-1', MQTT_ADMIN_PASSWORD: 'admin-pw-1' };
-
-  /** The repository config, with the container's paths and listener replaced, nothing else. */
-  async function writeConfig(): Promise<void> {
-    const replaced: Record<string, string> = {
-      listener: `${port} 127.0.0.1`,
-      password_file: path.join(dir, 'auth', 'passwd'),
-      acl_file: repoFile('deploy/mosquitto/acl'),
-      plugin: dynsecPlugin()!,
-      plugin_opt_config_file: path.join(dir, 'data', 'dynamic-security.json'),
-      persistence_location: path.join(dir, 'data') + '/',
-    };
-    const seen = new Set<string>();
-    const text = conf
-      .split('\n')
-      .map((line) => {
-        const name = line.trim().split(/\s+/)[0]!;
-        if (line.trim().startsWith('#') || !(name in replaced)) return line;
-        seen.add(name);
-        return `${name} ${replaced[name]}`;
-      })
-      .join('\n');
-    expect([...seen].sort()).toEqual(Object.keys(replaced).sort());
-    await fs.writeFile(configFile, text);
-  }
-
-  async function startBroker(env: Record<string, string>): Promise<void> {
-    brokerOutput = '';
-    const child = spawn('sh', [repoFile('deploy/mosquitto/entrypoint.sh'), configFile], {
-      env: { PATH: process.env.PATH, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    broker = child;
-    child.stdout!.on('data', (c: Buffer) => (brokerOutput += c.toString()));
-    child.stderr!.on('data', (c: Buffer) => (brokerOutput += c.toString()));
-    const deadline = Date.now() + 15_000;
-    while (Date.now() < deadline) {
-      if (child.exitCode !== null) throw new Error(`mosquitto exited with ${child.exitCode}:\n${brokerOutput}`);
-      if (/mosquitto version [\d.]+ running/.test(brokerOutput)) return;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    throw new Error(`mosquitto did not start:\n${brokerOutput}`);
-  }
-
-  async function stopBroker(): Promise<void> {
-    const child = broker;
-    broker = undefined;
-    if (!child || child.exitCode !== null) return;
-    const exited = new Promise((r) => child.once('exit', r));
-    child.kill('SIGTERM');
-    await exited;
-  }
 
   function connect(opts: IClientOptions): Promise<MqttClient> {
     return new Promise((resolve, reject) => {
@@ -121,11 +61,6 @@ describe.skipIf(!mosquittoReady)('the broker, live (this machine’s mosquitto)'
   const service = (clientId = `svc-${Math.random().toString(16).slice(2)}`) =>
     connect({ username: 'device-registry', password: passwords.MQTT_SERVICE_PASSWORD, protocolVersion: 5, clientId });
 
-  /** What operators run (docs/operations.md): add a device account through the plugin. */
-  function addDevice(username: string, password: string): void {
-    execFileSync('mosquitto_ctrl', ['-h', '127.0.0.1', '-p', String(port), '-u', 'broker-admin', '-P', passwords.MQTT_ADMIN_PASSWORD, 'dynsec', 'createClient', username, '-p', password], { stdio: 'pipe' });
-  }
-
   function collect(client: MqttClient): string[] {
     const got: string[] = [];
     client.on('message', (topic, payload) => got.push(`${topic} ${payload.toString()}`));
@@ -135,18 +70,16 @@ describe.skipIf(!mosquittoReady)('the broker, live (this machine’s mosquitto)'
   const settle = () => new Promise((r) => setTimeout(r, 300));
 
   beforeAll(async () => {
-    dir = await tempDir('dr-mosquitto-');
-    port = await freePort();
-    configFile = path.join(dir, 'mosquitto.conf');
-    await writeConfig();
-    await startBroker(passwords);
-    addDevice('t1:abc', 'abc-pw');
-    addDevice('t1:xyz', 'xyz-pw');
+    broker = await RepoMosquitto.create(passwords);
+    port = broker.port;
+    await broker.start();
+    broker.addDevice('t1:abc', 'abc-pw');
+    broker.addDevice('t1:xyz', 'xyz-pw');
   });
 
   afterAll(async () => {
     for (const c of clients) c.end(true);
-    await stopBroker();
+    await broker?.stop();
   });
 
   it('refuses anonymous clients and wrong passwords', async () => {
@@ -199,10 +132,10 @@ describe.skipIf(!mosquittoReady)('the broker, live (this machine’s mosquitto)'
     device.end(true);
     await settle();
 
-    await stopBroker();
+    await broker.stop();
     const old = passwords.MQTT_SERVICE_PASSWORD;
     passwords.MQTT_SERVICE_PASSWORD = 'service-pw-2';
-    await startBroker(passwords);
+    await broker.start();
 
     await expect(connect({ username: 'device-registry', password: old })).rejects.toThrow(/Not authorized/);
     await connect({ username: 't1:abc', password: 'abc-pw' });
@@ -228,7 +161,7 @@ describe.skipIf(!mosquittoReady)('the broker, live (this machine’s mosquitto)'
   });
 
   it('the entrypoint refuses to start without the passwords', () => {
-    const res = spawnSync('sh', [repoFile('deploy/mosquitto/entrypoint.sh'), configFile], {
+    const res = spawnSync('sh', [repoFile('deploy/mosquitto/entrypoint.sh'), broker.configFile], {
       env: { PATH: process.env.PATH, MQTT_ADMIN_PASSWORD: 'x' },
       encoding: 'utf8',
     });
