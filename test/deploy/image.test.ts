@@ -4,7 +4,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../src/net.js';
 import { projectRoot } from '../../src/paths.js';
 import { loggedAddress, tempDir, testEnv } from '../helpers/service.js';
@@ -85,43 +85,66 @@ describe('Dockerfile', () => {
 
 describe('the runtime stage layout', () => {
   const children: ChildProcess[] = [];
-  afterAll(() => {
-    for (const c of children) c.kill('SIGKILL');
+  let productionModules: string;
+
+  // The `deps` stage, outside docker: package.json and the lock file, then its `npm ci` command
+  // (from the npm cache when it has everything, as after CI's own `npm ci`).
+  beforeAll(async () => {
+    const depsStage = stages.find((s) => lineage(s.name).flat().some((i) => /^RUN npm ci\b.*--omit=dev/.test(i)))!;
+    const command = lineage(depsStage.name)
+      .flat()
+      .filter((i) => i.startsWith('RUN '))
+      .flatMap((i) => i.slice(4).split('&&').map((c) => c.trim()))
+      .find((c) => /^npm ci\b.*--omit=dev/.test(c))!;
+    const dir = await tempDir('dr-image-deps-');
+    dirs.push(dir);
+    for (const f of ['package.json', 'package-lock.json']) await fs.copyFile(path.join(projectRoot, f), path.join(dir, f));
+    const args = command.split(/\s+/).slice(1);
+    const npm = (extra: string[]) => spawnSync('npm', [...args, ...extra], { cwd: dir, encoding: 'utf8', timeout: 300_000 });
+    let res = npm(['--offline']);
+    if (res.status !== 0) res = npm([]);
+    expect(res.status, res.stderr).toBe(0);
+    productionModules = path.join(dir, 'node_modules');
   });
 
-  /** Rebuilds /app as the runtime stage's COPY lines lay it out (node_modules linked, not copied). */
+  const dirs: string[] = [];
+
+  // SIGTERM, not SIGKILL: the zero-setup start has an embedded PostgreSQL that the service stops.
+  afterAll(async () => {
+    await Promise.all(
+      children.map(async (c) => {
+        if (c.exitCode !== null || c.signalCode !== null) return;
+        const exited = new Promise((r) => c.once('exit', r));
+        c.kill('SIGTERM');
+        const timer = setTimeout(() => c.kill('SIGKILL'), 15_000);
+        await exited;
+        clearTimeout(timer);
+      }),
+    );
+    // The production node_modules is some 200 MB.
+    await Promise.all(dirs.map((d) => fs.rm(d, { recursive: true, force: true })));
+  });
+
+  /** Rebuilds /app as the runtime stage's COPY lines lay it out; node_modules is the `deps` stage's. */
   async function layout(): Promise<string> {
     const app = await tempDir('dr-image-');
+    dirs.push(app);
     for (const copy of instr(runtime, 'COPY')) {
       const parts = copy.split(/\s+/).slice(1).filter((p) => !p.startsWith('--'));
       const dest = parts.pop()!;
       for (const src of parts) {
         const from = src.startsWith('/app/') ? path.join(projectRoot, src.slice('/app/'.length)) : path.join(projectRoot, src);
         const to = dest.endsWith('/') ? path.join(app, dest, path.basename(src)) : path.join(app, dest);
-        if (path.basename(src) === 'node_modules') await fs.symlink(from, to);
+        if (path.basename(src) === 'node_modules') await fs.symlink(productionModules, to);
         else await fs.cp(from, to, { recursive: true });
       }
     }
     return app;
   }
 
-  function healthcheck(port: number): number | null {
-    const health = instr(runtime, 'HEALTHCHECK')[0]!;
-    const [cmd, ...rest] = execForm(health.slice(health.indexOf(' CMD ')));
-    const res = spawnSync(cmd === 'node' ? process.execPath : cmd!, rest, {
-      env: { PATH: process.env.PATH, PORT: String(port) },
-      timeout: 20_000,
-    });
-    return res.status;
-  }
-
-  it('starts with the image CMD against an external database, and the HEALTHCHECK command says healthy', async () => {
-    const app = await layout();
-    for (const dir of ['src', 'test', 'scripts', 'tsconfig.json']) {
-      await expect(fs.access(path.join(app, dir))).rejects.toThrow();
-    }
+  /** Starts the image's CMD in `app`; resolves with the public API address. */
+  async function startCmd(app: string, env: Record<string, string | undefined>): Promise<string> {
     const [cmd, ...cmdArgs] = execForm(instr(runtime, 'CMD')[0]!);
-    const env = await testEnv();
     const child = spawn(cmd === 'node' ? process.execPath : cmd!, cmdArgs, {
       cwd: app,
       env: { PATH: process.env.PATH, ...env, LOG_LEVEL: 'info' } as NodeJS.ProcessEnv,
@@ -129,8 +152,8 @@ describe('the runtime stage layout', () => {
     });
     children.push(child);
     let output = '';
-    const address = await new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`no "public HTTP API listening" line; output:\n${output}`)), 60_000);
+    return new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no "public HTTP API listening" line; output:\n${output}`)), 90_000);
       const onData = (chunk: Buffer) => {
         output += chunk.toString('utf8');
         const line = output.split('\n').find((l) => l.includes('public HTTP API listening'));
@@ -143,8 +166,33 @@ describe('the runtime stage layout', () => {
       child.stderr!.on('data', onData);
       child.once('exit', (code) => reject(new Error(`exited with ${code}; output:\n${output}`)));
     });
+  }
+
+  function healthcheck(port: number): number | null {
+    const health = instr(runtime, 'HEALTHCHECK')[0]!;
+    const [cmd, ...rest] = execForm(health.slice(health.indexOf(' CMD ')));
+    const res = spawnSync(cmd === 'node' ? process.execPath : cmd!, rest, {
+      env: { PATH: process.env.PATH, PORT: String(port) },
+      timeout: 20_000,
+    });
+    return res.status;
+  }
+
+  it('starts with the image CMD and production dependencies only, against an external database; HEALTHCHECK says healthy', async () => {
+    const app = await layout();
+    for (const dir of ['src', 'test', 'scripts', 'tsconfig.json']) {
+      await expect(fs.access(path.join(app, dir))).rejects.toThrow();
+    }
+    await expect(fs.access(path.join(productionModules, 'vitest'))).rejects.toThrow();
+    const address = await startCmd(app, await testEnv());
     expect(healthcheck(Number(new URL(address).port))).toBe(0);
-    child.kill('SIGTERM');
+  });
+
+  it('starts with the zero-setup defaults too (embedded PostgreSQL from the production install)', async () => {
+    const dataDir = await tempDir();
+    dirs.push(dataDir);
+    const address = await startCmd(await layout(), { DATA_DIR: dataDir, PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', HOST: '127.0.0.1' });
+    expect(healthcheck(Number(new URL(address).port))).toBe(0);
   });
 
   it('the HEALTHCHECK command says unhealthy when nothing answers', async () => {
