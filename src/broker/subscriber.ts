@@ -104,6 +104,8 @@ export class SubscriberConnection extends EventEmitter {
     if (!socket || socket.destroyed) return;
     await new Promise<void>((resolve) => {
       socket.once('close', () => resolve());
+      // Read again (a paused socket never sees the broker's close), say goodbye, hang up.
+      socket.resume();
       if (this.connected) {
         socket.uncork();
         // Reason 0 keeps the session (MQTT 5 would drop it only with a session expiry of 0).
@@ -227,7 +229,7 @@ export class SubscriberConnection extends EventEmitter {
       const wasConnected = this.connected;
       this.connected = false;
       if (this.socket === socket) this.socket = undefined;
-      if (wasConnected) this.emit('disconnected');
+      if (wasConnected && !this.closing) this.emit('disconnected');
       if (this.firstConnect) {
         // Connected but no CONNACK at all: a broker that cannot parse this protocol version hangs up.
         this.failConnect(
