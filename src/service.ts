@@ -22,6 +22,8 @@ import type { Route } from './http/types.js';
 import { RegistryEvents } from './registry/events.js';
 import { TemplateService } from './registry/templates/service.js';
 import { templateRoutes } from './registry/templates/routes.js';
+import { DeviceService } from './registry/devices/service.js';
+import { deviceRoutes } from './registry/devices/routes.js';
 
 export interface Service {
   config: Config;
@@ -77,12 +79,14 @@ export async function startService(config: Config, log: Logger): Promise<Service
     cleanup.push(() => ingest.stop());
 
     const templates = new TemplateService(pool, events);
+    const devices = new DeviceService(pool, events, { cacheSize: config.deviceCacheSize });
     const routes: Route[] = [
       ...opsRoutes({ pool, metrics }),
       ...authRoutes({ pool, tokens }),
       ...historyRoutes({ pool, maxResults: config.historyMaxResults }),
       ...actuationRoutes(new ActuationService(pool, ingest)),
       ...templateRoutes(templates, config.maxPageSize),
+      ...deviceRoutes(devices, config),
     ];
     const http: HttpServer = await startHttp({
       publicHost: config.host,

@@ -2,10 +2,11 @@
 // them once at start, and the OpenAPI document is generated from them.
 import { authSchemas } from './auth.js';
 import { templateSchemas } from './templates.js';
+import { deviceSchemas } from './devices.js';
 
 export interface NamedSchema {
   $id: string;
   [key: string]: unknown;
 }
 
-export const allSchemas: NamedSchema[] = [...authSchemas, ...templateSchemas];
+export const allSchemas: NamedSchema[] = [...authSchemas, ...templateSchemas, ...deviceSchemas];

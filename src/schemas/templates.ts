@@ -6,9 +6,11 @@ export const attrLabelSchema = {
   type: 'string',
   allOf: [{ maxLength: 128 }, { pattern: '^[A-Za-z0-9_-]+$', 'x-message': 'Labels must contain letters, numbers or dashes(-_)' }],
 };
-const kind = { type: 'string', minLength: 1, maxLength: 32 };
+/** PostgreSQL text cannot hold NUL: refuse it in free text instead of failing in the database. */
+export const noNul = { pattern: '^[^\\u0000]*$', 'x-message': 'Must not contain the NUL character.' };
+const kind = { type: 'string', minLength: 1, maxLength: 32, allOf: [noNul] };
 /** Scalars are stored as text; objects and arrays are refused. */
-export const staticValueSchema = { type: ['string', 'number', 'boolean'], maxLength: 128 };
+export const staticValueSchema = { type: ['string', 'number', 'boolean'], maxLength: 128, allOf: [noNul] };
 
 const attrFields = {
   label: attrLabelSchema,
@@ -23,7 +25,7 @@ export const templateSchemas: NamedSchema[] = [
     type: 'object',
     required: ['label'],
     properties: {
-      label: { type: 'string', minLength: 1, maxLength: 128 },
+      label: { type: 'string', minLength: 1, maxLength: 128, allOf: [noNul] },
       // Each attribute is checked on its own (`templates.attr`, message "failed to parse attr").
       attrs: { type: 'array', items: { type: 'object' } },
     },

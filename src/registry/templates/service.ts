@@ -8,6 +8,7 @@ import { check, validate } from '../../schemas/validator.js';
 import type { AttrRecord } from '../attrs.js';
 import type { RegistryEvents } from '../events.js';
 import { parseTemplateId } from '../sql.js';
+import { TenantCache } from '../tenant-cache.js';
 import * as repo from './repo.js';
 import type { AttrChange, AttrInput, NewAttrRow, TemplateInput, TemplateRecord } from './types.js';
 
@@ -101,11 +102,21 @@ async function newRows(db: pg.PoolClient, attrs: AttrInput[], metaOfKept: Array<
   return rows;
 }
 
+/** The key of a list request's count: its filters (sorting and paging do not change it). */
+export const countKey = (f: ListFilters) => JSON.stringify([f.label ?? null, f.attrs, f.attrTypes]);
+
 export class TemplateService {
+  /** Match counts of list requests: counting 100k templates costs ~10 ms, a page ~1 ms. */
+  private readonly counts = new TenantCache<number>(10_000);
+
   constructor(
     private readonly pool: pg.Pool,
     private readonly events: RegistryEvents,
-  ) {}
+  ) {
+    events.on((e) => {
+      if (e.type === 'templates.changed' || e.type === 'tenant.changed') this.counts.dropTenant(e.tenant);
+    });
+  }
 
   async create(tenant: string, body: unknown): Promise<TemplateRecord> {
     const input = parseTemplateInput(body);
@@ -120,9 +131,15 @@ export class TemplateService {
 
   /** One page and the number of matches (counted only when the page does not tell it). */
   async list(tenant: string, filters: ListFilters, page: Page): Promise<{ templates: TemplateRecord[]; matches: number }> {
+    const key = countKey(filters);
+    const stamp = this.counts.stamp(tenant);
     const templates = await repo.listTemplates(this.pool, tenant, filters, page);
-    const partial = templates.length > 0 && templates.length < page.size;
-    const matches = partial ? page.offset + templates.length : await repo.countTemplates(this.pool, tenant, filters);
+    let matches = this.counts.get(tenant, key);
+    if (matches === undefined) {
+      const partial = templates.length > 0 && templates.length < page.size;
+      matches = partial ? page.offset + templates.length : await repo.countTemplates(this.pool, tenant, filters);
+      this.counts.set(tenant, key, matches, stamp);
+    }
     return { templates, matches };
   }
 

@@ -1,0 +1,113 @@
+// The service under benchmark, run as its own process (`node dist/src/main.js`) against an
+// embedded PostgreSQL that the benchmark starts in a temporary directory (so it can seed rows
+// directly), with the embedded broker on a free port. The bare baseline server is a process too.
+import { spawn, type ChildProcess } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import pg from 'pg';
+import { startEmbeddedDatabase } from '../../src/db/embedded.js';
+import { createLogger } from '../../src/log.js';
+import { projectRoot } from '../../src/paths.js';
+
+export interface BenchService {
+  base: string;
+  internal: string;
+  pool: pg.Pool;
+  token: string;
+  stop(): Promise<void>;
+}
+
+function waitForLine(child: ChildProcess, pattern: RegExp, timeoutMs = 120_000): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let buf = '';
+    const timer = setTimeout(() => reject(new Error(`timed out waiting for ${pattern}:\n${buf}`)), timeoutMs);
+    const onData = (chunk: Buffer) => {
+      buf += chunk.toString('utf8');
+      for (const line of buf.split('\n')) {
+        if (pattern.test(line)) {
+          clearTimeout(timer);
+          child.stdout!.off('data', onData);
+          resolve(line);
+          return;
+        }
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.once('exit', (code) => reject(new Error(`process exited (${code}) before ${pattern}:\n${buf}`)));
+  });
+}
+
+export async function startBenchService(env: Record<string, string> = {}): Promise<BenchService> {
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'dr-bench-'));
+  await fs.chmod(dir, 0o755);
+  const db = await startEmbeddedDatabase({ dataDir: dir, port: undefined, log: createLogger('warn') });
+  const child = spawn(process.execPath, [path.join(projectRoot, 'dist/src/main.js')], {
+    env: {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      DATABASE_URL: db.url,
+      PSK_ENCRYPTION_KEY: crypto.randomBytes(32).toString('hex'),
+      ADMIN_PASSWORD: 'admin',
+      DATA_DIR: dir,
+      HOST: '127.0.0.1',
+      PORT: '0',
+      INTERNAL_PORT: '0',
+      MQTT_HOST: '127.0.0.1',
+      MQTT_PORT: '0',
+      LOG_LEVEL: 'info',
+      ...env,
+    },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const addressOf = (line: string) => (JSON.parse(line) as { address: string }).address;
+  const publicLine = waitForLine(child, /public HTTP API listening/);
+  const internalLine = waitForLine(child, /internal HTTP API listening/);
+  let base: string;
+  let internal: string;
+  try {
+    await waitForLine(child, /"msg":"ready"/);
+    base = addressOf(await publicLine);
+    internal = addressOf(await internalLine);
+  } catch (err) {
+    child.kill('SIGKILL');
+    await db.stop();
+    throw err;
+  }
+  child.stdout!.resume();
+  const res = await fetch(`${base}/auth`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'admin', passwd: 'admin' }) });
+  const { jwt } = (await res.json()) as { jwt: string };
+  const pool = new pg.Pool({ connectionString: db.url, max: 4 });
+  return {
+    base,
+    internal,
+    pool,
+    token: jwt,
+    async stop() {
+      await pool.end();
+      child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+      await db.stop();
+      await fs.rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Starts the bare baseline server as its own process, answering `answers` (path -> JSON text). */
+export async function startBareProcess(answers: Record<string, string>): Promise<{ base: string; stop(): Promise<void> }> {
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'dr-bare-'));
+  const file = path.join(dir, 'answers.json');
+  await fs.writeFile(file, JSON.stringify(answers));
+  const child = spawn(process.execPath, [path.join(projectRoot, 'dist/bench/lib/bare-server.js'), file], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const line = await waitForLine(child, /^listening \d+/);
+  child.stdout!.resume();
+  return {
+    base: `http://127.0.0.1:${line.split(' ')[1]}`,
+    async stop() {
+      child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+      await fs.rm(dir, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,237 @@
+// Device SQL. Every statement is scoped by tenant; callers own transactions and rules.
+import type pg from 'pg';
+import { registryTimeSql } from '../../db/time.js';
+import type { ListFilters, Page } from '../../http/query.js';
+import { ATTR_COLUMNS, attrFromRow, nestAttrs, type AttrColumns, type AttrRecord } from '../attrs.js';
+import { labelMatchSql, Params } from '../sql.js';
+import type { DeviceRecord, OverrideRow } from './types.js';
+
+type Db = pg.Pool | pg.PoolClient;
+
+/** Which devices a list request wants. */
+export interface DeviceQuery {
+  filters: ListFilters;
+  /** Only devices built from this template (GET /device/template/{id}). */
+  templateId?: number;
+}
+
+interface DeviceRow extends AttrColumns {
+  id: string;
+  label: string;
+  created: string;
+  updated: string | null;
+  tid: number | null;
+  a_override: string | null;
+  a_sealed?: Buffer | null;
+}
+
+/** Conditions on `devices d` (one EXISTS per attr / attr_type filter). */
+function listWhere(tenant: string, q: DeviceQuery, p: Params): string {
+  const conds = [`d.tenant = ${p.add(tenant)}`];
+  const f = q.filters;
+  if (q.templateId !== undefined) {
+    conds.push(`EXISTS (SELECT 1 FROM device_templates dt WHERE dt.tenant = d.tenant AND dt.device_id = d.id AND dt.template_id = ${p.add(q.templateId)})`);
+  }
+  if (f.label !== undefined) conds.push(labelMatchSql('d.label', f.label, p));
+  for (const a of f.attrs) {
+    // The device's override wins over the template's value.
+    conds.push(
+      `EXISTS (SELECT 1 FROM device_templates dt
+         JOIN template_attrs a ON a.tenant = dt.tenant AND a.template_id = dt.template_id AND a.parent_id IS NULL
+         LEFT JOIN device_overrides o ON o.tenant = dt.tenant AND o.device_id = dt.device_id AND o.attr_id = a.id
+         WHERE dt.tenant = d.tenant AND dt.device_id = d.id
+           AND a.label = ${p.add(a.label)} AND COALESCE(o.static_value, a.static_value) = ${p.add(a.value)})`,
+    );
+  }
+  for (const x of f.attrTypes) {
+    const v = p.add(x);
+    conds.push(
+      `EXISTS (SELECT 1 FROM device_templates dt
+         JOIN template_attrs a ON a.tenant = dt.tenant AND a.template_id = dt.template_id AND a.parent_id IS NULL
+         WHERE dt.tenant = d.tenant AND dt.device_id = d.id AND (a.type = ${v} OR a.value_type = ${v}))`,
+    );
+  }
+  return conds.join(' AND ');
+}
+
+const orderBy = (sortByLabel: boolean, alias: string) => (sortByLabel ? `${alias}.label COLLATE "C", ${alias}.id` : `${alias}.id`);
+
+/**
+ * The devices chosen by `where` (on `devices d`) with their templates, attributes and overrides:
+ * one query. `withKeys`: also the sealed keys (internal views only).
+ */
+async function selectDevices(db: Db, p: Params, where: string, sortByLabel: boolean, limit: string, withKeys: boolean): Promise<DeviceRecord[]> {
+  // The tenant is always the first parameter.
+  const { rows } = await db.query<DeviceRow>(
+    `WITH d AS (SELECT d.id, d.label, d.created, d.updated FROM devices d WHERE ${where} ORDER BY ${orderBy(sortByLabel, 'd')} ${limit})
+     SELECT d.id, d.label, ${registryTimeSql('d.created')} AS created, ${registryTimeSql('d.updated')} AS updated,
+            dt.template_id AS tid, ${ATTR_COLUMNS}, o.static_value AS a_override${withKeys ? ', k.sealed AS a_sealed' : ''}
+     FROM d
+     LEFT JOIN device_templates dt ON dt.tenant = $1 AND dt.device_id = d.id
+     LEFT JOIN template_attrs a ON a.tenant = $1 AND a.template_id = dt.template_id
+     LEFT JOIN device_overrides o ON o.tenant = $1 AND o.device_id = d.id AND o.attr_id = a.id
+     ${withKeys ? 'LEFT JOIN device_psks k ON k.tenant = $1 AND k.device_id = d.id AND k.attr_id = a.id' : ''}
+     ORDER BY ${orderBy(sortByLabel, 'd')}, dt.template_id, a.id`,
+    p.values,
+  );
+  return group(rows);
+}
+
+/** Sealed keys travel on the record until the service opens them (internal views). */
+export type SealedAttr = AttrRecord & { sealed?: Buffer };
+
+function attrOf(r: DeviceRow): SealedAttr {
+  const a: SealedAttr = attrFromRow(r);
+  a.override = r.a_override;
+  if (r.a_sealed) a.sealed = r.a_sealed;
+  return a;
+}
+
+function group(rows: DeviceRow[]): DeviceRecord[] {
+  const out: DeviceRecord[] = [];
+  let i = 0;
+  while (i < rows.length) {
+    const first = rows[i]!;
+    const device: DeviceRecord = { id: first.id, label: first.label, created: first.created, updated: first.updated, templates: [] };
+    while (i < rows.length && rows[i]!.id === first.id) {
+      const tid = rows[i]!.tid;
+      let j = i;
+      while (j < rows.length && rows[j]!.id === first.id && rows[j]!.tid === tid) j++;
+      if (tid !== null) device.templates.push({ id: tid, attrs: nestAttrs(rows.slice(i, j), attrOf) });
+      i = j;
+    }
+    out.push(device);
+  }
+  return out;
+}
+
+export async function getDevices(db: Db, tenant: string, ids: string[], withKeys = false): Promise<DeviceRecord[]> {
+  const p = new Params();
+  const where = `d.tenant = ${p.add(tenant)} AND d.id = ANY(${p.add(ids)}::text[])`;
+  return selectDevices(db, p, where, false, '', withKeys);
+}
+
+export async function getAllDevices(db: Db, tenant: string): Promise<DeviceRecord[]> {
+  const p = new Params();
+  return selectDevices(db, p, `d.tenant = ${p.add(tenant)}`, false, '', false);
+}
+
+export async function listDevices(db: Db, tenant: string, q: DeviceQuery, page: Page, withKeys = false): Promise<DeviceRecord[]> {
+  const p = new Params();
+  const where = listWhere(tenant, q, p);
+  const limit = `LIMIT ${p.add(page.size)} OFFSET ${p.add(page.offset)}`;
+  return selectDevices(db, p, where, q.filters.sortByLabel, limit, withKeys);
+}
+
+export async function countDevices(db: Db, tenant: string, q: DeviceQuery): Promise<number> {
+  const p = new Params();
+  const { rows } = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM devices d WHERE ${listWhere(tenant, q, p)}`, p.values);
+  return rows[0]!.n;
+}
+
+export async function listDeviceIds(db: Db, tenant: string, q: DeviceQuery): Promise<string[]> {
+  const p = new Params();
+  const { rows } = await db.query<{ id: string }>(
+    `SELECT d.id FROM devices d WHERE ${listWhere(tenant, q, p)} ORDER BY ${orderBy(q.filters.sortByLabel, 'd')}`,
+    p.values,
+  );
+  return rows.map((r) => r.id);
+}
+
+/** Locks the templates (FOR SHARE: no update or deletion meanwhile); returns those that exist. */
+export async function lockTemplates(db: Db, tenant: string, ids: number[]): Promise<Set<number>> {
+  if (ids.length === 0) return new Set();
+  const { rows } = await db.query<{ id: number }>('SELECT id FROM templates WHERE tenant = $1 AND id = ANY($2::bigint[]) FOR SHARE', [tenant, ids]);
+  return new Set(rows.map((r) => r.id));
+}
+
+/** The attributes (metadata nested) of templates, by template id. */
+export async function templateAttrs(db: Db, tenant: string, ids: number[]): Promise<Map<number, AttrRecord[]>> {
+  const out = new Map<number, AttrRecord[]>(ids.map((id) => [id, []]));
+  if (ids.length === 0) return out;
+  const { rows } = await db.query<AttrColumns>(
+    `SELECT ${ATTR_COLUMNS} FROM template_attrs a WHERE a.tenant = $1 AND a.template_id = ANY($2::bigint[]) ORDER BY a.id`,
+    [tenant, ids],
+  );
+  for (const a of nestAttrs(rows)) out.get(a.templateId)!.push(a);
+  return out;
+}
+
+/**
+ * Inserts devices `ids[i]` labelled `<label>_<indexes[i]>`, built from `templates`, with the
+ * same overrides each: three set-based statements whatever the count. `ids` must be distinct.
+ * Returns the ids that were free (ON CONFLICT DO NOTHING also waits out concurrent inserts).
+ */
+export async function insertDevices(
+  db: Db,
+  tenant: string,
+  ids: string[],
+  indexes: number[],
+  label: string,
+  templates: number[],
+  overrides: OverrideRow[],
+): Promise<Set<string>> {
+  const { rows } = await db.query<{ id: string }>(
+    `INSERT INTO devices (tenant, id, label)
+     SELECT $1, u.id, $4 || '_' || u.n FROM unnest($2::text[], $3::int[]) AS u(id, n)
+     ON CONFLICT DO NOTHING RETURNING id`,
+    [tenant, ids, indexes, label],
+  );
+  const inserted = rows.map((r) => r.id);
+  if (inserted.length === 0) return new Set();
+  if (templates.length > 0) {
+    await db.query(
+      `INSERT INTO device_templates (tenant, device_id, template_id)
+       SELECT $1, d, t FROM unnest($2::text[]) AS d CROSS JOIN unnest($3::bigint[]) AS t`,
+      [tenant, inserted, templates],
+    );
+  }
+  await insertOverrides(db, tenant, inserted, overrides);
+  return new Set(inserted);
+}
+
+async function insertOverrides(db: Db, tenant: string, deviceIds: string[], overrides: OverrideRow[]): Promise<void> {
+  if (overrides.length === 0 || deviceIds.length === 0) return;
+  await db.query(
+    `INSERT INTO device_overrides (tenant, device_id, attr_id, static_value)
+     SELECT $1, d, o.attr_id, o.value FROM unnest($2::text[]) AS d
+     CROSS JOIN unnest($3::bigint[], $4::text[]) AS o(attr_id, value)`,
+    [tenant, deviceIds, overrides.map((o) => o.attrId), overrides.map((o) => o.value)],
+  );
+}
+
+/** Locks the device row; false when it does not exist. */
+export async function lockDevice(db: Db, tenant: string, id: string): Promise<boolean> {
+  const { rowCount } = await db.query('SELECT 1 FROM devices WHERE tenant = $1 AND id = $2 FOR UPDATE', [tenant, id]);
+  return rowCount === 1;
+}
+
+/**
+ * PUT /device: new label, templates and override list. Keys of attributes that are still on
+ * the device stay; the others go.
+ */
+export async function replaceDevice(db: Db, tenant: string, id: string, label: string, templates: number[], overrides: OverrideRow[]): Promise<void> {
+  await db.query('UPDATE devices SET label = $3, updated = now() WHERE tenant = $1 AND id = $2', [tenant, id, label]);
+  await db.query('DELETE FROM device_templates WHERE tenant = $1 AND device_id = $2 AND NOT (template_id = ANY($3::bigint[]))', [tenant, id, templates]);
+  if (templates.length > 0) {
+    await db.query(
+      `INSERT INTO device_templates (tenant, device_id, template_id) SELECT $1, $2, t FROM unnest($3::bigint[]) AS t ON CONFLICT DO NOTHING`,
+      [tenant, id, templates],
+    );
+  }
+  await db.query('DELETE FROM device_overrides WHERE tenant = $1 AND device_id = $2', [tenant, id]);
+  await insertOverrides(db, tenant, [id], overrides);
+  await db.query(
+    `DELETE FROM device_psks k WHERE k.tenant = $1 AND k.device_id = $2
+       AND NOT EXISTS (SELECT 1 FROM template_attrs a WHERE a.tenant = k.tenant AND a.id = k.attr_id AND a.template_id = ANY($3::bigint[]))`,
+    [tenant, id, templates],
+  );
+}
+
+export async function deleteDevice(db: Db, tenant: string, id: string): Promise<void> {
+  await db.query('DELETE FROM devices WHERE tenant = $1 AND id = $2', [tenant, id]);
+}
+
+export async function deleteAllDevices(db: Db, tenant: string): Promise<void> {
+  await db.query('DELETE FROM devices WHERE tenant = $1', [tenant]);
+}

@@ -1,0 +1,109 @@
+// Device endpoints (interface.md §4.2 without actuation, §4.4 internal): HTTP in and out.
+import { pagination, parseFlag, parseListFilters, parsePage } from '../../http/query.js';
+import type { Request, Route } from '../../http/types.js';
+import { parseTemplateId } from '../sql.js';
+import { parseCreateOptions } from './input.js';
+import type { DeviceService } from './service.js';
+import { deviceView } from './views.js';
+
+interface Limits {
+  maxPageSize: number;
+  maxDeviceCount: number;
+}
+
+/** GET /device and GET /internal/device: `idsOnly` (all ids, no paging) or a page. */
+async function listHandler(devices: DeviceService, req: Request, limits: Limits, internal: boolean) {
+  const idsOnly = parseFlag(req.query, 'idsOnly');
+  const page = idsOnly ? undefined : parsePage(req.query, limits.maxPageSize);
+  const filters = parseListFilters(req.query);
+  if (internal) filters.attrTypes = []; // the internal listing has no attr_type
+  if (!page) return { status: 200, body: await devices.listIds(req.tenant, { filters }) };
+  const { devices: found, matches } = await devices.list(req.tenant, { filters }, page, internal);
+  return {
+    status: 200,
+    body: { devices: found.map((d) => deviceView(d, internal ? 'internal' : 'device')), pagination: pagination(page, matches) },
+  };
+}
+
+export function deviceRoutes(devices: DeviceService, limits: Limits): Route[] {
+  return [
+    {
+      method: 'POST',
+      path: '/device',
+      body: 'json',
+      async handler(req) {
+        const opts = parseCreateOptions(req.query, limits.maxDeviceCount);
+        const r = await devices.create(req.tenant, opts, req.body);
+        const body = r.verbose
+          ? { message: 'device created', devices: r.devices.map((d) => deviceView(d)) }
+          : { message: 'devices created', devices: r.devices };
+        return { status: 200, body };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/device',
+      handler: (req) => listHandler(devices, req, limits, false),
+    },
+    {
+      method: 'DELETE',
+      path: '/device',
+      async handler(req) {
+        const removed = await devices.removeAll(req.tenant);
+        return { status: 200, body: { removed_devices: removed.map((d) => deviceView(d)), result: 'ok' } };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/device/:id',
+      async handler(req) {
+        return { status: 200, raw: await devices.viewJson(req.tenant, req.params.id!) };
+      },
+    },
+    {
+      method: 'PUT',
+      path: '/device/:id',
+      body: 'json',
+      async handler(req) {
+        const d = await devices.update(req.tenant, req.params.id!, req.body);
+        return { status: 200, body: { message: 'device updated', device: deviceView(d) } };
+      },
+    },
+    {
+      method: 'DELETE',
+      path: '/device/:id',
+      async handler(req) {
+        const d = await devices.remove(req.tenant, req.params.id!);
+        return { status: 200, body: { removed_device: deviceView(d), result: 'ok' } };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/device/template/:template_id',
+      async handler(req) {
+        const page = parsePage(req.query, limits.maxPageSize);
+        const templateId = parseTemplateId(req.params.template_id!);
+        // An unknown (or malformed) template id is an empty page, not an error.
+        const { devices: found, matches } =
+          templateId === undefined ? { devices: [], matches: 0 } : await devices.list(req.tenant, { filters: noFilters(), templateId }, page);
+        return { status: 200, body: { devices: found.map((d) => deviceView(d)), pagination: pagination(page, matches) } };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/internal/device',
+      listener: 'internal',
+      handler: (req) => listHandler(devices, req, limits, true),
+    },
+    {
+      method: 'GET',
+      path: '/internal/device/:id',
+      listener: 'internal',
+      async handler(req) {
+        return { status: 200, body: deviceView(await devices.getInternal(req.tenant, req.params.id!), 'internal') };
+      },
+    },
+  ];
+}
+
+const noFilters = () => ({ label: undefined, attrs: [], attrTypes: [], sortByLabel: false });

@@ -1,0 +1,263 @@
+// Device rules: creation (ids, labels, overrides, one transaction), replacement, deletion, the
+// cached public views of GET /device/{id}, and the registry events after each commit.
+import crypto from 'node:crypto';
+import type pg from 'pg';
+import { inTransaction } from '../../db/pool.js';
+import { errors } from '../../errors.js';
+import type { Page } from '../../http/query.js';
+import type { AttrRecord } from '../attrs.js';
+import type { RegistryEvent, RegistryEvents } from '../events.js';
+import { parseTemplateId } from '../sql.js';
+import { TenantCache } from '../tenant-cache.js';
+import { countKey } from '../templates/service.js';
+import { parseDeviceBody } from './input.js';
+import * as repo from './repo.js';
+import type { CreateOptions, DeviceInput, DeviceRecord, OverrideRow } from './types.js';
+import { deviceView } from './views.js';
+
+const ID_TRIES = 10;
+// Above this many ids an event names the tenant instead (caches drop the tenant).
+const MAX_EVENT_IDS = 10_000;
+
+/** 6 lowercase hex characters from the CSPRNG. */
+export const randomDeviceId = (): string => crypto.randomBytes(3).toString('hex');
+
+export interface DeviceOptions {
+  /** Public device views kept in memory (serialised); 0: none. */
+  cacheSize: number;
+  /** Turns a sealed key into its text (internal views); absent: keys are not shown. */
+  openKey?: (sealed: Buffer) => string;
+  /** Id generator; tests replace it to force collisions. */
+  randomId?: () => string;
+}
+
+interface CachedView {
+  json: string;
+  templates: number[];
+}
+
+export type CreateResult = { verbose: true; devices: DeviceRecord[] } | { verbose: false; devices: Array<{ id: string; label: string }> };
+
+export class DeviceService {
+  private readonly views: TenantCache<CachedView>;
+  private readonly counts = new TenantCache<number>(10_000);
+  private readonly randomId: () => string;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly events: RegistryEvents,
+    private readonly opts: DeviceOptions,
+  ) {
+    this.views = new TenantCache(opts.cacheSize);
+    this.randomId = opts.randomId ?? randomDeviceId;
+    events.on((e) => this.invalidate(e));
+  }
+
+  async create(tenant: string, opts: CreateOptions, body: unknown): Promise<CreateResult> {
+    const input = parseDeviceBody(body, true);
+    if (input.id !== undefined && opts.count > 1) throw errors.deviceIdWithCount();
+    const result = await inTransaction(this.pool, async (c) => {
+      const { templates, overrides } = await this.resolve(c, tenant, input);
+      const ids = await this.insertWithIds(c, tenant, input, opts.count, templates, overrides);
+      if (opts.verbose) return { verbose: true as const, devices: await repo.getDevices(c, tenant, ids) };
+      return { verbose: false as const, devices: ids.map((id, i) => ({ id, label: `${input.label}_${i}` })) };
+    });
+    await this.changed(tenant, result.devices.map((d) => d.id));
+    return result;
+  }
+
+  /** The public view of one device as JSON text, from the cache when it is there. */
+  async viewJson(tenant: string, id: string): Promise<string> {
+    const hit = this.views.get(tenant, id);
+    if (hit !== undefined) return hit.json;
+    const stamp = this.views.stamp(tenant);
+    const d = await this.find(tenant, id, false);
+    const json = JSON.stringify(deviceView(d));
+    this.views.set(tenant, id, { json, templates: d.templates.map((t) => t.id) }, stamp);
+    return json;
+  }
+
+  /** One device with its keys opened (internal view). */
+  async getInternal(tenant: string, id: string): Promise<DeviceRecord> {
+    return this.openKeys(await this.find(tenant, id, true));
+  }
+
+  /** One page and the number of matches (counted only when neither the cache nor the page tells it). */
+  async list(tenant: string, q: repo.DeviceQuery, page: Page, internal = false): Promise<{ devices: DeviceRecord[]; matches: number }> {
+    const key = `${q.templateId ?? ''}|${countKey(q.filters)}`;
+    const stamp = this.counts.stamp(tenant);
+    const devices = await repo.listDevices(this.pool, tenant, q, page, internal);
+    let matches = this.counts.get(tenant, key);
+    if (matches === undefined) {
+      const partial = devices.length > 0 && devices.length < page.size;
+      matches = partial ? page.offset + devices.length : await repo.countDevices(this.pool, tenant, q);
+      this.counts.set(tenant, key, matches, stamp);
+    }
+    return { devices: internal ? devices.map((d) => this.openKeys(d)) : devices, matches };
+  }
+
+  async listIds(tenant: string, q: repo.DeviceQuery): Promise<string[]> {
+    return repo.listDeviceIds(this.pool, tenant, q);
+  }
+
+  /** PUT /device/{id}: the body is checked before the device is looked up. */
+  async update(tenant: string, id: string, body: unknown): Promise<DeviceRecord> {
+    const input = parseDeviceBody(body, false);
+    const updated = await inTransaction(this.pool, async (c) => {
+      if (id.includes('\0') || !(await repo.lockDevice(c, tenant, id))) throw errors.noSuchDevice(id);
+      const { templates, overrides } = await this.resolve(c, tenant, input);
+      await repo.replaceDevice(c, tenant, id, input.label, templates, overrides);
+      return (await repo.getDevices(c, tenant, [id]))[0]!;
+    });
+    await this.changed(tenant, [id]);
+    return updated;
+  }
+
+  async remove(tenant: string, id: string): Promise<DeviceRecord> {
+    const removed = await inTransaction(this.pool, async (c) => {
+      if (id.includes('\0') || !(await repo.lockDevice(c, tenant, id))) throw errors.noSuchDevice(id);
+      const d = (await repo.getDevices(c, tenant, [id]))[0]!;
+      await repo.deleteDevice(c, tenant, id);
+      return d;
+    });
+    await this.removed(tenant, [id]);
+    return removed;
+  }
+
+  async removeAll(tenant: string): Promise<DeviceRecord[]> {
+    const removed = await inTransaction(this.pool, async (c) => {
+      const all = await repo.getAllDevices(c, tenant);
+      await repo.deleteAllDevices(c, tenant);
+      return all;
+    });
+    if (removed.length > 0) await this.removed(tenant, removed.map((d) => d.id));
+    return removed;
+  }
+
+  /**
+   * The device's templates (locked against change until commit) and its overrides, checked in
+   * order: unknown templates (404), repeated labels, then the override list.
+   */
+  private async resolve(c: pg.PoolClient, tenant: string, input: DeviceInput): Promise<{ templates: number[]; overrides: OverrideRow[] }> {
+    const wanted = new Map<number, string>();
+    for (const raw of input.templates) {
+      const id = parseTemplateId(raw);
+      if (id === undefined) throw errors.noSuchTemplate(raw);
+      if (!wanted.has(id)) wanted.set(id, raw);
+    }
+    const templates = [...wanted.keys()];
+    const found = await repo.lockTemplates(c, tenant, templates);
+    for (const [id, raw] of wanted) if (!found.has(id)) throw errors.noSuchTemplate(raw);
+    const attrs = await repo.templateAttrs(c, tenant, templates);
+    const all = [...attrs.values()].flat();
+    if (new Set(all.map((a) => a.label)).size !== all.length) throw errors.repeatedAttributes();
+
+    const overrides: OverrideRow[] = [];
+    const override = (a: AttrRecord, value: string | undefined) => {
+      if (value !== undefined && value !== a.staticValue) overrides.push({ attrId: a.id, value });
+    };
+    for (const o of input.overrides) {
+      let scope = all;
+      if (o.templateId !== undefined) {
+        const tid = parseTemplateId(o.templateId);
+        const inTemplate = tid === undefined ? undefined : attrs.get(tid);
+        if (!inTemplate) throw errors.unknownTemplateInAttrList(o.templateId);
+        scope = inTemplate;
+      }
+      const attr = o.id !== undefined ? scope.find((a) => a.id === Number(o.id)) : scope.find((a) => a.label === o.label);
+      if (!attr) throw errors.unknownOverrideAttr(o.id ?? o.label);
+      override(attr, o.staticValue);
+      for (const m of o.metadata) {
+        const meta = attr.metadata.find((x) => x.id === Number(m.id));
+        if (!meta) throw errors.unknownOverrideMetadata(m.id);
+        override(meta, m.staticValue);
+      }
+    }
+    return { templates: templates.sort((a, b) => a - b), overrides };
+  }
+
+  /** Inserts the devices, drawing ids until each is free (at most ID_TRIES draws per device). */
+  private async insertWithIds(
+    c: pg.PoolClient,
+    tenant: string,
+    input: DeviceInput,
+    count: number,
+    templates: number[],
+    overrides: OverrideRow[],
+  ): Promise<string[]> {
+    if (input.id !== undefined) {
+      const inserted = await repo.insertDevices(c, tenant, [input.id], [0], input.label, templates, overrides);
+      if (!inserted.has(input.id)) throw errors.deviceIdInUse(input.id);
+      return [input.id];
+    }
+    const ids = new Array<string>(count);
+    let pending = Array.from({ length: count }, (_, i) => i);
+    for (let attempt = 0; attempt < ID_TRIES && pending.length > 0; attempt++) {
+      const next: number[] = [];
+      const batch: string[] = [];
+      const indexes: number[] = [];
+      const drawn = new Set<string>();
+      for (const index of pending) {
+        const id = this.randomId();
+        // A draw repeating another of this round counts as a collision: drawn again next round.
+        if (drawn.has(id)) next.push(index);
+        else {
+          drawn.add(id);
+          batch.push(id);
+          indexes.push(index);
+        }
+      }
+      const inserted = await repo.insertDevices(c, tenant, batch, indexes, input.label, templates, overrides);
+      batch.forEach((id, i) => (inserted.has(id) ? (ids[indexes[i]!] = id) : next.push(indexes[i]!)));
+      pending = next;
+    }
+    if (pending.length > 0) throw errors.deviceIdGenerationFailed();
+    return ids;
+  }
+
+  private async find(tenant: string, id: string, withKeys: boolean): Promise<DeviceRecord> {
+    const d = id.includes('\0') ? undefined : (await repo.getDevices(this.pool, tenant, [id], withKeys))[0];
+    if (!d) throw errors.noSuchDevice(id);
+    return d;
+  }
+
+  private openKeys(d: DeviceRecord): DeviceRecord {
+    const open = this.opts.openKey;
+    for (const t of d.templates) {
+      for (const a of t.attrs as repo.SealedAttr[]) {
+        if (a.sealed && open) a.key = open(a.sealed);
+        delete a.sealed;
+      }
+    }
+    return d;
+  }
+
+  private invalidate(e: RegistryEvent): void {
+    switch (e.type) {
+      case 'devices.changed':
+      case 'devices.removed':
+        this.views.delete(e.tenant, e.deviceIds);
+        this.counts.dropTenant(e.tenant);
+        break;
+      case 'templates.changed': {
+        const changed = new Set(e.templateIds);
+        this.views.deleteWhere(e.tenant, (v) => v.templates.some((t) => changed.has(t)));
+        this.counts.dropTenant(e.tenant);
+        break;
+      }
+      case 'tenant.changed':
+        this.views.dropTenant(e.tenant);
+        this.counts.dropTenant(e.tenant);
+        break;
+    }
+  }
+
+  private async changed(tenant: string, deviceIds: string[]): Promise<void> {
+    await this.events.publish(deviceIds.length > MAX_EVENT_IDS ? { type: 'tenant.changed', tenant } : { type: 'devices.changed', tenant, deviceIds });
+  }
+
+  private async removed(tenant: string, deviceIds: string[]): Promise<void> {
+    // Always precise: the MQTT sessions of exactly these devices are closed.
+    await this.events.publish({ type: 'devices.removed', tenant, deviceIds });
+  }
+}

@@ -1,0 +1,40 @@
+import type { AttrRecord } from '../attrs.js';
+
+/** One entry of the override list, as given (ids still as the client wrote them). */
+export interface OverrideInput {
+  id: string | undefined;
+  templateId: string | undefined;
+  label: string;
+  staticValue: string | undefined;
+  metadata: Array<{ id: string; staticValue: string | undefined }>;
+}
+
+/** A validated POST/PUT /device body. */
+export interface DeviceInput {
+  label: string;
+  /** Template ids as given (deduplicated, in order), for the error messages. */
+  templates: string[];
+  /** A client-chosen id (POST only). */
+  id: string | undefined;
+  overrides: OverrideInput[];
+}
+
+export interface CreateOptions {
+  count: number;
+  verbose: boolean;
+}
+
+/** A device as stored, with its templates (ascending id) and their attributes. */
+export interface DeviceRecord {
+  id: string;
+  label: string;
+  created: string;
+  updated: string | null;
+  templates: Array<{ id: number; attrs: AttrRecord[] }>;
+}
+
+/** A device's own static value for an attribute or metadata entry. */
+export interface OverrideRow {
+  attrId: number;
+  value: string;
+}
