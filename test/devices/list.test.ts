@@ -1,0 +1,106 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { http, login, startTestService, type TestService } from '../helpers/service.js';
+import { createDevices, createTemplate, getDevice, locator, thermometer } from './fixtures.js';
+
+let svc: TestService;
+let token: string;
+let thermo: any;
+let loc: any;
+const ids: Record<string, string> = {};
+
+beforeAll(async () => {
+  svc = await startTestService();
+  token = await login(svc.base);
+  thermo = await createTemplate(svc.base, token, thermometer);
+  loc = await createTemplate(svc.base, token, locator);
+  // Client-chosen ids in ascending order, so that id order is creation order.
+  const make = async (id: string, label: string, templates: number[], attrs?: unknown[]) => {
+    await createDevices(svc.base, token, { id, label, templates, attrs });
+    ids[`${label}_0`] = id;
+  };
+  await make('a1', 'kitchen', [thermo.id]);
+  await make('a2', 'Attic', [loc.id], [{ label: 'vendor', static_value: 'initech' }]);
+  await make('a3', 'garage', [thermo.id, loc.id]);
+  await make('a4', 'big%kitchen', [loc.id]);
+  await make('a5', 'bare', []);
+});
+afterAll(() => svc?.stop());
+
+const list = (query = '') => http('GET', `${svc.base}/device${query}`, { token });
+const labels = (res: any) => res.body.devices.map((d: any) => d.label);
+
+describe('GET /device', () => {
+  it('default: by id, {devices, pagination}, each device as GET /device/{id} shows it', async () => {
+    const res = await list();
+    expect(res.status).toBe(200);
+    expect(labels(res)).toEqual(['kitchen_0', 'Attic_0', 'garage_0', 'big%kitchen_0', 'bare_0']);
+    expect(res.body.pagination).toEqual({ page: 1, total: 1, has_next: false, next_page: null });
+    expect(res.body.devices[2]).toEqual(await getDevice(svc.base, token, 'a3'));
+  });
+
+  it('sortBy=label: byte order, ties by id', async () => {
+    expect(labels(await list('?sortBy=label'))).toEqual(['Attic_0', 'bare_0', 'big%kitchen_0', 'garage_0', 'kitchen_0']);
+  });
+
+  it('pagination: total pages, past the end, and the error order', async () => {
+    expect((await list('?page_size=2&page_num=2')).body.pagination).toEqual({ page: 2, total: 3, has_next: true, next_page: 3 });
+    expect(labels(await list('?page_size=2&page_num=3'))).toEqual(['bare_0']);
+    expect((await list('?page_size=2&page_num=7')).body).toEqual({ devices: [], pagination: { page: 7, total: 3, has_next: false, next_page: null } });
+    expect((await list('?page_size=x&page_num=0')).body).toEqual({ message: 'page_size and page_num must be integers', status: 400 });
+    expect((await list('?page_num=0&page_size=0')).body).toEqual({ message: 'Page numbers must be greater than 1', status: 400 });
+    expect((await list('?page_size=0')).body).toEqual({ message: 'At least one entry per page is mandatory', status: 400 });
+    expect((await list('?page_size=5000')).body).toEqual({ message: 'page_size must be at most 1000', status: 400 });
+  });
+
+  it('label: prefix or suffix, literal', async () => {
+    expect(labels(await list('?label=kitchen'))).toEqual(['kitchen_0']);
+    expect(labels(await list('?label=_0'))).toHaveLength(5);
+    expect(labels(await list('?label=big%25'))).toEqual(['big%kitchen_0']);
+    expect(labels(await list('?label=%25'))).toEqual([]);
+    expect(labels(await list('?label=itchen'))).toEqual([]);
+  });
+
+  it('attr=<label>=<value>: the override wins over the template value', async () => {
+    expect(labels(await list('?attr=vendor=acme'))).toEqual(['garage_0', 'big%kitchen_0']);
+    expect(labels(await list('?attr=vendor=initech'))).toEqual(['Attic_0']);
+    expect(labels(await list('?attr=vendor=acme&attr=serial=undefined'))).toEqual(['garage_0']);
+    expect((await list('?attr=vendor')).status).toBe(400);
+  });
+
+  it('attr_type: type or value_type; several must all hold; combined with the other filters', async () => {
+    expect(labels(await list('?attr_type=actuator'))).toEqual(['kitchen_0', 'garage_0']);
+    expect(labels(await list('?attr_type=geopoint'))).toEqual(['Attic_0', 'garage_0', 'big%kitchen_0']);
+    expect(labels(await list('?attr_type=geopoint&attr_type=bool'))).toEqual(['garage_0']);
+    expect(labels(await list('?attr_type=geopoint&label=big&sortBy=label'))).toEqual(['big%kitchen_0']);
+    expect(labels(await list('?attr_type=geopoint&attr=vendor=acme&page_size=1&page_num=2'))).toEqual(['big%kitchen_0']);
+    expect((await list('?attr_type=string&page_size=1')).body.pagination.total).toBe(4);
+  });
+
+  it('idsOnly (true, 1 or bare): every matching id, pagination ignored', async () => {
+    expect((await list('?idsOnly=true')).body).toEqual(['a1', 'a2', 'a3', 'a4', 'a5']);
+    expect((await list('?idsOnly=1&page_size=1&page_num=9')).body).toEqual(['a1', 'a2', 'a3', 'a4', 'a5']);
+    expect((await list('?idsOnly&attr_type=geopoint&sortBy=label')).body).toEqual(['a2', 'a4', 'a3']);
+    expect(labels(await list('?idsOnly=false&page_size=1'))).toEqual(['kitchen_0']);
+  });
+});
+
+describe('GET /device/template/{template_id}', () => {
+  it('the devices built from the template, paginated', async () => {
+    const res = await http('GET', `${svc.base}/device/template/${loc.id}?page_size=2`, { token });
+    expect(res.status).toBe(200);
+    expect(labels(res)).toEqual(['Attic_0', 'garage_0']);
+    expect(res.body.pagination).toEqual({ page: 1, total: 2, has_next: true, next_page: 2 });
+    expect(res.body.devices[1]).toEqual(await getDevice(svc.base, token, 'a3'));
+  });
+
+  it.each(['999999', 'abc'])('unknown template %s: 200 with an empty page', async (id) => {
+    const res = await http('GET', `${svc.base}/device/template/${id}`, { token });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ devices: [], pagination: { page: 1, total: 0, has_next: false, next_page: null } });
+  });
+
+  it('pagination errors apply', async () => {
+    const res = await http('GET', `${svc.base}/device/template/${loc.id}?page_num=0`, { token });
+    expect(res.body).toEqual({ message: 'Page numbers must be greater than 1', status: 400 });
+  });
+});
