@@ -1,6 +1,7 @@
 // Which devices exist, for the embedded broker's authorisation: one query per unknown device,
 // then cached (present or absent) until a registry event says otherwise. A lookup that ran
 // while an event arrived is not cached (it may have read the registry before the change).
+import { setImmediate } from 'node:timers/promises';
 import type pg from 'pg';
 import type { RegistryEvent } from '../registry/events.js';
 import { deviceKey } from './topics.js';
@@ -15,6 +16,8 @@ export class DeviceDirectory {
   ) {}
 
   async exists(tenant: string, id: string): Promise<boolean> {
+    // Let a registry event that is already queued for this thread land first (see shard-actor.ts).
+    await setImmediate();
     const key = deviceKey(tenant, id);
     const hit = this.known.get(key);
     if (hit !== undefined) return hit;

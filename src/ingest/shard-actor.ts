@@ -5,6 +5,7 @@
 // INGEST_BATCH_MS after its first row; while a COPY runs the next buffer fills. A batch's
 // promise resolves once every row it produced (and every row before it) is committed; the
 // router acknowledges its messages to the broker only then.
+import { setImmediate } from 'node:timers/promises';
 import type { DeviceCache } from './device-cache.js';
 import { renderMessage, type DropReason } from './device-model.js';
 import type { HistoryWriter } from './history-writer.js';
@@ -93,6 +94,11 @@ export class ShardActor {
   };
 
   private async process(task: ShardTask, done: Deferred): Promise<void> {
+    // Registry events (BroadcastChannel) and batches (Piscina's port) arrive on different
+    // ports, and Node runs a wake-up's port callbacks in port creation order: Piscina's first.
+    // One turn of the loop lets an event that was posted before this batch's messages were even
+    // sent reach the cache before the batch reads it.
+    await setImmediate();
     const layout = await this.writer.getLayout();
     const model = await this.writer.query('load device attributes', () => this.cache.resolve(task.tenants, task.ids));
     const buf = this.current;

@@ -316,12 +316,15 @@ describe('registry events', () => {
 
   it('a device created after its first (dropped) message is stored once the registry says so', async () => {
     const id = crypto.randomBytes(3).toString('hex');
+    const before = metric(await metrics(), 'ingest_dropped_total{reason="unknown_device"}');
     await send(id, { temperature: 1 }); // unknown: cached as absent
-    await eventually(async () => (await metrics()).includes('ingest_dropped_total') || undefined, 'metrics');
+    await eventually(async () => metric(await metrics(), 'ingest_dropped_total{reason="unknown_device"}') > before || undefined, 'the drop');
     await createDevice(svc.service.pool, tenant, [templateId], { id, events: svc.service.events });
     await send(id, { temperature: 2 });
     const all = await stored(id, 1);
-    expect(all.temperature.map((r: any) => r.value)).toEqual([2]);
+    // (Other test files' messages count as unknown devices here too, so the first message may
+    // still have been on its way: then it is stored as well.)
+    expect(all.temperature.map((r: any) => r.value)).toContain(2);
   });
 });
 
