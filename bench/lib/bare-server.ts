@@ -2,7 +2,8 @@
 // with no routing, auth, validation, metrics or database. Run as its own process so that it
 // gets a core like the service does:
 //   node dist/bench/lib/bare-server.js <file.json>
-// where the file maps request paths to the JSON text to answer (`*` answers any other path).
+// where the file maps request paths (with the query string, if any) to the JSON text to answer
+// (`*` answers any other path).
 // It prints `listening <port>` once ready.
 import fs from 'node:fs';
 import uWS from 'uWebSockets.js';
@@ -11,7 +12,8 @@ export function startBareServer(answers: Map<string, string>, port = 0): Promise
   const fallback = answers.get('*');
   const app = uWS.App();
   app.any('/*', (res, req) => {
-    const body = answers.get(req.getUrl()) ?? fallback;
+    const query = req.getQuery();
+    const body = answers.get(query ? `${req.getUrl()}?${query}` : req.getUrl()) ?? fallback;
     if (body === undefined) {
       res.writeStatus('404 Not Found').writeHeader('Content-Type', 'application/json').end('{"message":"not found","status":404}');
       return;

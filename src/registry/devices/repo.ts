@@ -25,30 +25,42 @@ interface DeviceRow extends AttrColumns {
   a_sealed?: Buffer | null;
 }
 
-/** Conditions on `devices d` (one EXISTS per attr / attr_type filter). */
+/**
+ * Conditions on `devices d`. The attribute filters first turn the label or type into template
+ * ids with an InitPlan (`ARRAY(SELECT ...)`, run once per query), so the planner does not
+ * multiply device_templates by template_attrs with a bad estimate (docs/registry.md, "Indexes").
+ */
 function listWhere(tenant: string, q: DeviceQuery, p: Params): string {
-  const conds = [`d.tenant = ${p.add(tenant)}`];
+  const t = p.add(tenant);
+  const conds = [`d.tenant = ${t}`];
   const f = q.filters;
   if (q.templateId !== undefined) {
     conds.push(`EXISTS (SELECT 1 FROM device_templates dt WHERE dt.tenant = d.tenant AND dt.device_id = d.id AND dt.template_id = ${p.add(q.templateId)})`);
   }
   if (f.label !== undefined) conds.push(labelMatchSql('d.label', f.label, p));
   for (const a of f.attrs) {
-    // The device's override wins over the template's value.
+    const label = p.add(a.label);
+    const value = p.add(a.value);
+    const labelled = `ARRAY(SELECT x.id FROM template_attrs x WHERE x.tenant = ${t} AND x.parent_id IS NULL AND x.label = ${label})`;
+    // The device's override wins over the template's value: either an override with that
+    // value, or the template's value with no override. (The OR keeps both checks per device,
+    // walking devices in page order: cheap when matches are dense.)
     conds.push(
-      `EXISTS (SELECT 1 FROM device_templates dt
-         JOIN template_attrs a ON a.tenant = dt.tenant AND a.template_id = dt.template_id AND a.parent_id IS NULL
-         LEFT JOIN device_overrides o ON o.tenant = dt.tenant AND o.device_id = dt.device_id AND o.attr_id = a.id
-         WHERE dt.tenant = d.tenant AND dt.device_id = d.id
-           AND a.label = ${p.add(a.label)} AND COALESCE(o.static_value, a.static_value) = ${p.add(a.value)})`,
+      `(EXISTS (SELECT 1 FROM device_overrides o WHERE o.tenant = d.tenant AND o.device_id = d.id
+           AND o.static_value = ${value} AND o.attr_id = ANY(${labelled}))
+        OR EXISTS (SELECT 1 FROM device_templates dt WHERE dt.tenant = d.tenant AND dt.device_id = d.id
+           AND dt.template_id = ANY(ARRAY(SELECT x.template_id FROM template_attrs x
+                 WHERE x.tenant = ${t} AND x.parent_id IS NULL AND x.label = ${label} AND x.static_value = ${value}))
+           AND NOT EXISTS (SELECT 1 FROM device_overrides o JOIN template_attrs x ON x.tenant = o.tenant AND x.id = o.attr_id
+                 WHERE o.tenant = d.tenant AND o.device_id = d.id AND x.template_id = dt.template_id AND x.parent_id IS NULL AND x.label = ${label})))`,
     );
   }
   for (const x of f.attrTypes) {
     const v = p.add(x);
     conds.push(
-      `EXISTS (SELECT 1 FROM device_templates dt
-         JOIN template_attrs a ON a.tenant = dt.tenant AND a.template_id = dt.template_id AND a.parent_id IS NULL
-         WHERE dt.tenant = d.tenant AND dt.device_id = d.id AND (a.type = ${v} OR a.value_type = ${v}))`,
+      `EXISTS (SELECT 1 FROM device_templates dt WHERE dt.tenant = d.tenant AND dt.device_id = d.id
+         AND dt.template_id = ANY(ARRAY(SELECT a.template_id FROM template_attrs a
+               WHERE a.tenant = ${t} AND a.parent_id IS NULL AND (a.type = ${v} OR a.value_type = ${v}))))`,
     );
   }
   return conds.join(' AND ');

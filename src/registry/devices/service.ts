@@ -26,7 +26,7 @@ export interface DeviceOptions {
   /** Public device views kept in memory (serialised); 0: none. */
   cacheSize: number;
   /** Turns a sealed key into its text (internal views); absent: keys are not shown. */
-  openKey?: (sealed: Buffer) => string;
+  openKey?: (sealed: Buffer, place: { tenant: string; deviceId: string; attrId: number }) => string;
   /** Id generator; tests replace it to force collisions. */
   randomId?: () => string;
 }
@@ -79,21 +79,23 @@ export class DeviceService {
 
   /** One device with its keys opened (internal view). */
   async getInternal(tenant: string, id: string): Promise<DeviceRecord> {
-    return this.openKeys(await this.find(tenant, id, true));
+    return this.openKeys(tenant, await this.find(tenant, id, true));
   }
 
   /** One page and the number of matches (counted only when neither the cache nor the page tells it). */
   async list(tenant: string, q: repo.DeviceQuery, page: Page, internal = false): Promise<{ devices: DeviceRecord[]; matches: number }> {
     const key = `${q.templateId ?? ''}|${countKey(q.filters)}`;
     const stamp = this.counts.stamp(tenant);
+    const known = this.counts.get(tenant, key);
+    if (known !== undefined && page.offset >= known) return { devices: [], matches: known }; // past the end
     const devices = await repo.listDevices(this.pool, tenant, q, page, internal);
-    let matches = this.counts.get(tenant, key);
+    let matches = known ?? this.counts.get(tenant, key);
     if (matches === undefined) {
       const partial = devices.length > 0 && devices.length < page.size;
       matches = partial ? page.offset + devices.length : await repo.countDevices(this.pool, tenant, q);
       this.counts.set(tenant, key, matches, stamp);
     }
-    return { devices: internal ? devices.map((d) => this.openKeys(d)) : devices, matches };
+    return { devices: internal ? devices.map((d) => this.openKeys(tenant, d)) : devices, matches };
   }
 
   async listIds(tenant: string, q: repo.DeviceQuery): Promise<string[]> {
@@ -221,11 +223,11 @@ export class DeviceService {
     return d;
   }
 
-  private openKeys(d: DeviceRecord): DeviceRecord {
+  private openKeys(tenant: string, d: DeviceRecord): DeviceRecord {
     const open = this.opts.openKey;
     for (const t of d.templates) {
       for (const a of t.attrs as repo.SealedAttr[]) {
-        if (a.sealed && open) a.key = open(a.sealed);
+        if (a.sealed && open) a.key = open(a.sealed, { tenant, deviceId: d.id, attrId: a.id });
         delete a.sealed;
       }
     }

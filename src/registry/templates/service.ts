@@ -133,8 +133,10 @@ export class TemplateService {
   async list(tenant: string, filters: ListFilters, page: Page): Promise<{ templates: TemplateRecord[]; matches: number }> {
     const key = countKey(filters);
     const stamp = this.counts.stamp(tenant);
+    const known = this.counts.get(tenant, key);
+    if (known !== undefined && page.offset >= known) return { templates: [], matches: known }; // past the end
     const templates = await repo.listTemplates(this.pool, tenant, filters, page);
-    let matches = this.counts.get(tenant, key);
+    let matches = known ?? this.counts.get(tenant, key);
     if (matches === undefined) {
       const partial = templates.length > 0 && templates.length < page.size;
       matches = partial ? page.offset + templates.length : await repo.countTemplates(this.pool, tenant, filters);

@@ -1,0 +1,46 @@
+// Pre-shared key SQL: a device's attributes, and its sealed keys in device_psks.
+import type pg from 'pg';
+
+type Db = pg.Pool | pg.PoolClient;
+
+export interface DeviceAttr {
+  id: number;
+  label: string;
+  valueType: string;
+}
+
+/** The top-level attributes of a device's templates, in id order. */
+export async function deviceAttrs(db: Db, tenant: string, deviceId: string): Promise<DeviceAttr[]> {
+  const { rows } = await db.query<DeviceAttr>(
+    `SELECT a.id, a.label, a.value_type AS "valueType" FROM device_templates dt
+     JOIN template_attrs a ON a.tenant = dt.tenant AND a.template_id = dt.template_id AND a.parent_id IS NULL
+     WHERE dt.tenant = $1 AND dt.device_id = $2 ORDER BY a.id`,
+    [tenant, deviceId],
+  );
+  return rows;
+}
+
+export async function deviceExists(db: Db, tenant: string, deviceId: string, lock: boolean): Promise<boolean> {
+  const { rowCount } = await db.query(`SELECT 1 FROM devices WHERE tenant = $1 AND id = $2${lock ? ' FOR UPDATE' : ''}`, [tenant, deviceId]);
+  return rowCount === 1;
+}
+
+export async function sealedKey(db: Db, tenant: string, deviceId: string, attrId: number): Promise<Buffer | undefined> {
+  const { rows } = await db.query<{ sealed: Buffer }>('SELECT sealed FROM device_psks WHERE tenant = $1 AND device_id = $2 AND attr_id = $3', [
+    tenant,
+    deviceId,
+    attrId,
+  ]);
+  return rows[0]?.sealed;
+}
+
+/** Stores (or replaces) keys of one device and marks the device updated. */
+export async function storeKeys(db: Db, tenant: string, deviceId: string, keys: Array<{ attrId: number; sealed: Buffer }>): Promise<void> {
+  await db.query(
+    `INSERT INTO device_psks (tenant, device_id, attr_id, sealed)
+     SELECT $1, $2, k.attr_id, k.sealed FROM unnest($3::bigint[], $4::bytea[]) AS k(attr_id, sealed)
+     ON CONFLICT (tenant, device_id, attr_id) DO UPDATE SET sealed = excluded.sealed, created = now()`,
+    [tenant, deviceId, keys.map((k) => k.attrId), keys.map((k) => k.sealed)],
+  );
+  await db.query('UPDATE devices SET updated = now() WHERE tenant = $1 AND id = $2', [tenant, deviceId]);
+}

@@ -1,0 +1,87 @@
+// Pre-shared key rules (decisions.md "Pre-shared keys"): generation and copy, checked in the
+// contract's order. Keys are sealed before they reach the database and are never logged or put
+// into events; the only places a key leaves this module are the gen_psk answer and the
+// internal device views (through `open`).
+import crypto from 'node:crypto';
+import type pg from 'pg';
+import { inTransaction } from '../../db/pool.js';
+import { errors } from '../../errors.js';
+import type { RegistryEvents } from '../events.js';
+import * as repo from './repo.js';
+import type { KeyPlace, KeySealer } from './sealer.js';
+
+export interface GeneratedKey {
+  attribute: string;
+  psk: string;
+}
+
+const PSK = 'psk';
+
+export class PskService {
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly events: RegistryEvents,
+    private readonly sealer: KeySealer,
+  ) {}
+
+  /** A sealed key as the text the internal views show (lowercase hex). */
+  open(sealed: Buffer, place: KeyPlace): string {
+    return this.sealer.open(sealed, place).toString('hex');
+  }
+
+  /**
+   * POST /device/gen_psk/{id}. `labels` undefined: every psk attribute of the device. An empty
+   * result means the device has no psk attribute (204).
+   */
+  async generate(tenant: string, deviceId: string, keyLength: string | null, labels: string[] | undefined): Promise<GeneratedKey[]> {
+    if (keyLength === null) throw errors.missingKeyLength();
+    const generated = await inTransaction(this.pool, async (c) => {
+      if (deviceId.includes('\0') || !(await repo.deviceExists(c, tenant, deviceId, true))) throw errors.noSuchDevice(deviceId);
+      const n = /^\s*\d+\s*$/.test(keyLength) ? Number(keyLength) : NaN;
+      if (!(n > 0 && n < 1024)) throw errors.badKeyLength();
+      const attrs = await repo.deviceAttrs(c, tenant, deviceId);
+      let targets = attrs.filter((a) => a.valueType === PSK);
+      if (labels !== undefined) {
+        const chosen = labels.map((l) => attrs.find((a) => a.label === l));
+        if (chosen.some((a) => a === undefined)) throw errors.pskUnknownAttrs();
+        if (chosen.some((a) => a!.valueType !== PSK)) throw errors.pskNotPskAttr();
+        targets = [...new Set(chosen as repo.DeviceAttr[])];
+      }
+      if (targets.length === 0) return [];
+      const keys = targets.map((a) => ({ attr: a, plain: crypto.randomBytes(n) }));
+      await repo.storeKeys(
+        c,
+        tenant,
+        deviceId,
+        keys.map((k) => ({ attrId: k.attr.id, sealed: this.sealer.seal(k.plain, { tenant, deviceId, attrId: k.attr.id }) })),
+      );
+      return keys.map((k) => ({ attribute: k.attr.label, psk: k.plain.toString('hex') }));
+    });
+    if (generated.length > 0) await this.events.publish({ type: 'devices.changed', tenant, deviceIds: [deviceId] });
+    return generated;
+  }
+
+  /** PUT /device/{id}/attrs/{label}/psk: copies the source's key; no link is kept. */
+  async copy(tenant: string, deviceId: string, label: string, fromDevice: string | null, fromLabel: string | null): Promise<void> {
+    if (!fromDevice || !fromLabel) throw errors.copyMissingSource();
+    await inTransaction(this.pool, async (c) => {
+      const source = await this.pskAttr(c, tenant, fromDevice, fromLabel, false);
+      const target = await this.pskAttr(c, tenant, deviceId, label, true);
+      const sealed = await repo.sealedKey(c, tenant, fromDevice, source.id);
+      if (!sealed) throw errors.copyNoSourceKey(fromLabel);
+      const plain = this.sealer.open(sealed, { tenant, deviceId: fromDevice, attrId: source.id });
+      const resealed = this.sealer.seal(plain, { tenant, deviceId, attrId: target.id });
+      await repo.storeKeys(c, tenant, deviceId, [{ attrId: target.id, sealed: resealed }]);
+    });
+    await this.events.publish({ type: 'devices.changed', tenant, deviceIds: [deviceId] });
+  }
+
+  /** The device (404), then its attribute `label` (404), which must be a psk one (400). */
+  private async pskAttr(c: pg.PoolClient, tenant: string, deviceId: string, label: string, lock: boolean): Promise<repo.DeviceAttr> {
+    if (deviceId.includes('\0') || !(await repo.deviceExists(c, tenant, deviceId, lock))) throw errors.noSuchDevice(deviceId);
+    const attr = (await repo.deviceAttrs(c, tenant, deviceId)).find((a) => a.label === label);
+    if (!attr) throw errors.copyAttrNotFound(label);
+    if (attr.valueType !== PSK) throw errors.copyAttrNotPsk(label);
+    return attr;
+  }
+}
