@@ -24,6 +24,9 @@ import { TemplateService } from './registry/templates/service.js';
 import { templateRoutes } from './registry/templates/routes.js';
 import { DeviceService } from './registry/devices/service.js';
 import { deviceRoutes } from './registry/devices/routes.js';
+import { KeySealer } from './registry/psk/sealer.js';
+import { PskService } from './registry/psk/service.js';
+import { pskRoutes } from './registry/psk/routes.js';
 
 export interface Service {
   config: Config;
@@ -79,7 +82,10 @@ export async function startService(config: Config, log: Logger): Promise<Service
     cleanup.push(() => ingest.stop());
 
     const templates = new TemplateService(pool, events);
-    const devices = new DeviceService(pool, events, { cacheSize: config.deviceCacheSize });
+    // DATABASE_URL without PSK_ENCRYPTION_KEY is refused by config; the embedded database keeps a generated key.
+    const pskKey = config.pskEncryptionKey ?? (await loadOrCreateKey(config.dataDir, 'psk-key'));
+    const psk = new PskService(pool, events, new KeySealer(pskKey));
+    const devices = new DeviceService(pool, events, { cacheSize: config.deviceCacheSize, openKey: (sealed, place) => psk.open(sealed, place) });
     const routes: Route[] = [
       ...opsRoutes({ pool, metrics }),
       ...authRoutes({ pool, tokens }),
@@ -87,6 +93,7 @@ export async function startService(config: Config, log: Logger): Promise<Service
       ...actuationRoutes(new ActuationService(pool, ingest)),
       ...templateRoutes(templates, config.maxPageSize),
       ...deviceRoutes(devices, config),
+      ...pskRoutes(psk),
     ];
     const http: HttpServer = await startHttp({
       publicHost: config.host,

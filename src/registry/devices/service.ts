@@ -227,7 +227,11 @@ export class DeviceService {
     const open = this.opts.openKey;
     for (const t of d.templates) {
       for (const a of t.attrs as repo.SealedAttr[]) {
-        if (a.sealed && open) a.key = open(a.sealed, { tenant, deviceId: d.id, attrId: a.id });
+        try {
+          if (a.sealed && open) a.key = open(a.sealed, { tenant, deviceId: d.id, attrId: a.id });
+        } catch {
+          // Sealed under another PSK_ENCRYPTION_KEY: shown as having no key rather than failing the view.
+        }
         delete a.sealed;
       }
     }

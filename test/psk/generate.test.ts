@@ -1,0 +1,101 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { http, login, startTestService, type TestService } from '../helpers/service.js';
+import { createDevices, createTemplate, getDevice, TS } from '../devices/fixtures.js';
+import { attrOf, genPsk, keyedDevices } from './fixtures.js';
+
+let svc: TestService;
+let token: string;
+
+beforeAll(async () => {
+  svc = await startTestService();
+  token = await login(svc.base);
+});
+afterAll(() => svc?.stop());
+
+const internalView = async (id: string) => (await http('GET', `${svc.internal}/internal/device/${id}`, { token })).body;
+
+describe('POST /device/gen_psk/{id}', () => {
+  it('without attrs: a key for every psk attribute, key_length random bytes as lowercase hex', async () => {
+    const { ids: [id] } = await keyedDevices(svc.base, token);
+    const res = await genPsk(svc.base, token, id!, '?key_length=16');
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual([
+      { attribute: 'key', psk: expect.stringMatching(/^[0-9a-f]{32}$/) },
+      { attribute: 'spare', psk: expect.stringMatching(/^[0-9a-f]{32}$/) },
+    ]);
+    expect(res.body[0].psk).not.toBe(res.body[1].psk);
+  });
+
+  it('attrs=<labels>: only those; the key shows in the internal view as static_value, never in the public one', async () => {
+    const { ids: [id] } = await keyedDevices(svc.base, token);
+    const res = await genPsk(svc.base, token, id!, '?key_length=8&attrs=spare');
+    expect(res.body).toEqual([{ attribute: 'spare', psk: expect.stringMatching(/^[0-9a-f]{16}$/) }]);
+    const internal = await internalView(id!);
+    expect(attrOf(internal, 'spare')).toMatchObject({ static_value: res.body[0].psk, is_static_overridden: true });
+    expect(attrOf(internal, 'key')).not.toHaveProperty('static_value');
+    const listed = (await http('GET', `${svc.internal}/internal/device?idsOnly=false&label=k_0`, { token })).body.devices;
+    expect(JSON.stringify(listed)).toContain(res.body[0].psk);
+    const pub = await getDevice(svc.base, token, id!);
+    expect(JSON.stringify(pub)).not.toContain(res.body[0].psk);
+    expect(attrOf(pub, 'spare')).not.toHaveProperty('static_value');
+    const publicList = await http('GET', `${svc.base}/device`, { token });
+    expect(publicList.text).not.toContain(res.body[0].psk);
+  });
+
+  it('generating again replaces the old key; the device gets an updated time', async () => {
+    const { ids: [id] } = await keyedDevices(svc.base, token);
+    expect(await getDevice(svc.base, token, id!)).not.toHaveProperty('updated');
+    const first = (await genPsk(svc.base, token, id!, '?key_length=16&attrs=key')).body[0].psk;
+    const afterFirst = await getDevice(svc.base, token, id!);
+    expect(afterFirst.updated).toMatch(TS);
+    const second = (await genPsk(svc.base, token, id!, '?key_length=16&attrs=key')).body[0].psk;
+    expect(second).not.toBe(first);
+    expect(attrOf(await internalView(id!), 'key').static_value).toBe(second);
+    const rows = await svc.service.pool.query('SELECT count(*)::int AS n FROM device_psks WHERE device_id = $1', [id]);
+    expect(rows.rows[0].n).toBe(1);
+  });
+
+  it.each([1, 1023])('key_length %i is accepted', async (n) => {
+    const { ids: [id] } = await keyedDevices(svc.base, token);
+    const res = await genPsk(svc.base, token, id!, `?key_length=${n}&attrs=key`);
+    expect(res.status).toBe(200);
+    expect(res.body[0].psk).toHaveLength(2 * n);
+  });
+
+  it('a device without psk attributes and no attrs: 204 with no body', async () => {
+    const t = await createTemplate(svc.base, token, { label: 'plain', attrs: [{ label: 'x', type: 'dynamic', value_type: 'float' }] });
+    const [{ id }] = await createDevices(svc.base, token, { label: 'p', templates: [t.id] });
+    const res = await genPsk(svc.base, token, id, '?key_length=16');
+    expect(res.status).toBe(204);
+    expect(res.text).toBe('');
+    expect(await getDevice(svc.base, token, id)).not.toHaveProperty('updated');
+  });
+
+  describe('errors, in the order of decisions.md', () => {
+    const cases: Array<[string, string, string, number, unknown]> = [
+      ['key_length missing', 'DEVICE', '', 400, { message: 'Missing key_length parameter', status: 400 }],
+      ['key_length missing, unknown device (key_length first)', 'ffffff', '', 400, { message: 'Missing key_length parameter', status: 400 }],
+      ['unknown device', 'ffffff', '?key_length=16', 404, { message: 'No such device: ffffff', status: 404 }],
+      ['unknown device before a bad key_length', 'ffffff', '?key_length=0', 404, { message: 'No such device: ffffff', status: 404 }],
+      ['key_length 0', 'DEVICE', '?key_length=0', 400, { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 }],
+      ['key_length 1024', 'DEVICE', '?key_length=1024', 400, { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 }],
+      ['key_length -5', 'DEVICE', '?key_length=-5', 400, { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 }],
+      ['key_length not an integer', 'DEVICE', '?key_length=abc', 400, { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 }],
+      ['key_length 1.5', 'DEVICE', '?key_length=1.5', 400, { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 }],
+      ['key_length empty', 'DEVICE', '?key_length=', 400, { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 }],
+      ['bad key_length before unknown labels', 'DEVICE', '?key_length=0&attrs=nope', 400, { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 }],
+      ['an unknown label', 'DEVICE', '?key_length=16&attrs=key,nope', 400, { message: 'Not found some attributes, please check them', status: 400 }],
+      ['a label that is not psk', 'DEVICE', '?key_length=16&attrs=key,serial', 400, { message: "Some attribute is not a 'psk' type_value", status: 400 }],
+      ['unknown labels before non-psk ones', 'DEVICE', '?key_length=16&attrs=serial,nope', 400, { message: 'Not found some attributes, please check them', status: 400 }],
+    ];
+    it.each(cases)('%s', async (_name, who, query, status, expected) => {
+      const { ids: [id] } = await keyedDevices(svc.base, token);
+      const target = who === 'DEVICE' ? id! : who;
+      const res = await genPsk(svc.base, token, target, query);
+      expect(res.status).toBe(status);
+      expect(res.body).toEqual(expected);
+      const keys = await svc.service.pool.query('SELECT count(*)::int AS n FROM device_psks WHERE device_id = $1', [id]);
+      expect(keys.rows[0].n).toBe(0);
+    });
+  });
+});

@@ -1,0 +1,80 @@
+// Keys follow their attributes: kept through a device update while the psk attribute stays,
+// deleted with the attribute or when its value type stops being psk; never leaked.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { http, login, startTestService, type TestService } from '../helpers/service.js';
+import { createTemplate, getDevice } from '../devices/fixtures.js';
+import { attrOf, genPsk, keyed, keyedDevices } from './fixtures.js';
+
+let svc: TestService;
+let token: string;
+const lines: string[] = [];
+
+beforeAll(async () => {
+  // Log everything this service writes so the test can look for keys in it.
+  svc = await startTestService({ LOG_LEVEL: 'debug' });
+  token = await login(svc.base);
+});
+afterAll(() => svc?.stop());
+
+const keyCount = async (id: string) => (await svc.service.pool.query('SELECT count(*)::int AS n FROM device_psks WHERE device_id = $1', [id])).rows[0].n as number;
+const internalKey = async (id: string, label: string) => attrOf((await http('GET', `${svc.internal}/internal/device/${id}`, { token })).body, label)?.static_value;
+
+describe('keys and device/template changes', () => {
+  it('a device update keeps the keys of psk attributes still present', async () => {
+    const { template, ids: [id] } = await keyedDevices(svc.base, token);
+    const key = (await genPsk(svc.base, token, id!, '?key_length=16&attrs=key')).body[0].psk;
+    const other = await createTemplate(svc.base, token, { label: 'other', attrs: [{ label: 'humidity', type: 'dynamic', value_type: 'float' }] });
+    const res = await http('PUT', `${svc.base}/device/${id}`, { token, body: { label: 'renamed', templates: [template.id, other.id] } });
+    expect(res.status).toBe(200);
+    expect(await internalKey(id!, 'key')).toBe(key);
+  });
+
+  it('a device update dropping the template deletes its keys', async () => {
+    const { ids: [id] } = await keyedDevices(svc.base, token);
+    await genPsk(svc.base, token, id!, '?key_length=16');
+    await http('PUT', `${svc.base}/device/${id}`, { token, body: { label: 'bare', templates: [] } });
+    expect(await keyCount(id!)).toBe(0);
+  });
+
+  it('a template update removing the attribute, or changing its value type, deletes its keys; others stay', async () => {
+    const { template, ids: [id] } = await keyedDevices(svc.base, token);
+    const keys = (await genPsk(svc.base, token, id!, '?key_length=16')).body;
+    expect(await keyCount(id!)).toBe(2);
+    const body = structuredClone(keyed);
+    body.attrs = body.attrs.filter((a) => a.label !== 'spare'); // removed
+    const res = await http('PUT', `${svc.base}/template/${template.id}`, { token, body });
+    expect(res.status).toBe(200);
+    expect(await keyCount(id!)).toBe(1);
+    expect(await internalKey(id!, 'key')).toBe(keys[0].psk);
+    body.attrs.find((a) => a.label === 'key')!.value_type = 'string'; // no longer psk
+    (body.attrs.find((a) => a.label === 'key') as any).static_value = 'plain';
+    await http('PUT', `${svc.base}/template/${template.id}`, { token, body });
+    expect(await keyCount(id!)).toBe(0);
+    expect(await internalKey(id!, 'key')).toBe('plain');
+  });
+
+  it('a key never appears in public views, events, metrics or logs', async () => {
+    const events: unknown[] = [];
+    const off = svc.service.events.on((e) => events.push(e));
+    const { template, ids: [id] } = await keyedDevices(svc.base, token);
+    const key = (await genPsk(svc.base, token, id!, '?key_length=32&attrs=key')).body[0].psk as string;
+    await http('PUT', `${svc.base}/device/${id}/attrs/spare/psk?from_dev_id=${id}&from_attr_label=key`, { token });
+    off();
+    const pub = await getDevice(svc.base, token, id!);
+    const texts = [
+      JSON.stringify(pub),
+      (await http('GET', `${svc.base}/device?page_size=100`, { token })).text,
+      (await http('GET', `${svc.base}/device/template/${template.id}`, { token })).text,
+      (await http('PUT', `${svc.base}/device/${id}`, { token, body: { label: 'x', templates: [template.id] } })).text,
+      JSON.stringify(events),
+      (await http('GET', `${svc.base}/metrics`)).text,
+      (await http('DELETE', `${svc.base}/device/${id}`, { token })).text,
+    ];
+    for (const t of texts) {
+      expect(t).not.toContain(key);
+      expect(t).not.toContain(key.toUpperCase());
+      expect(t).not.toContain(Buffer.from(key, 'hex').toString('base64'));
+    }
+    expect(events).toContainEqual({ type: 'devices.changed', tenant: 'admin', deviceIds: [id] });
+  });
+});
