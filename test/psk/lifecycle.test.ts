@@ -7,14 +7,22 @@ import { attrOf, genPsk, keyed, keyedDevices } from './fixtures.js';
 
 let svc: TestService;
 let token: string;
-const lines: string[] = [];
+const logged: string[] = [];
+const write = process.stdout.write.bind(process.stdout);
 
 beforeAll(async () => {
-  // Log everything this service writes so the test can look for keys in it.
+  // The in-process service logs to this process's stdout, at debug level here: keep every line.
+  process.stdout.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
+    logged.push(String(chunk));
+    return (write as (...a: unknown[]) => boolean)(chunk, ...rest);
+  }) as typeof process.stdout.write;
   svc = await startTestService({ LOG_LEVEL: 'debug' });
   token = await login(svc.base);
 });
-afterAll(() => svc?.stop());
+afterAll(async () => {
+  process.stdout.write = write;
+  await svc?.stop();
+});
 
 const keyCount = async (id: string) => (await svc.service.pool.query('SELECT count(*)::int AS n FROM device_psks WHERE device_id = $1', [id])).rows[0].n as number;
 const internalKey = async (id: string, label: string) => attrOf((await http('GET', `${svc.internal}/internal/device/${id}`, { token })).body, label)?.static_value;
@@ -69,7 +77,11 @@ describe('keys and device/template changes', () => {
       JSON.stringify(events),
       (await http('GET', `${svc.base}/metrics`)).text,
       (await http('DELETE', `${svc.base}/device/${id}`, { token })).text,
+      // a failing request is logged too
+      (await http('POST', `${svc.base}/device/gen_psk/${id}?key_length=16`, { token })).text,
+      logged.join(''),
     ];
+    expect(logged.length).toBeGreaterThan(0);
     for (const t of texts) {
       expect(t).not.toContain(key);
       expect(t).not.toContain(key.toUpperCase());
