@@ -13,7 +13,8 @@ import type { Logger } from '../log.js';
 import type { DeviceDirectory } from './device-directory.js';
 import { deviceKey, parseDeviceName, parseDeviceTopic, sameDevice, type DeviceRef } from './topics.js';
 
-export type IngestSink = (tenant: string, id: string, payload: Buffer, ack: () => void) => void;
+/** Hands a message to the router; `done` (QoS 1/2) releases the broker's PUBACK after the commit. */
+export type IngestSink = (tenant: string, id: string, payload: Buffer, done: (() => void) | undefined) => void;
 
 // CONNACK return codes (MQTT 3.1.1): 3 server unavailable, 4 bad user name or password, 5 not authorised.
 function refused(returnCode: 3 | 4 | 5, message: string): AuthenticateError {
@@ -64,7 +65,7 @@ export class DeviceAuthorisation {
           const payload = typeof packet.payload === 'string' ? Buffer.from(packet.payload) : packet.payload;
           if (packet.qos === 0) {
             done(null);
-            this.sink(topic.tenant, topic.id, payload, noop);
+            this.sink(topic.tenant, topic.id, payload, undefined);
           } else {
             this.sink(topic.tenant, topic.id, payload, () => done(null));
           }
@@ -133,8 +134,6 @@ export class DeviceAuthorisation {
     set.add(client);
   }
 }
-
-function noop(): void {}
 
 function deviceName(ref: DeviceRef): string {
   return `${ref.tenant}:${ref.id}`;

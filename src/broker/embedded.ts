@@ -10,6 +10,28 @@ import { DeviceAuthorisation, type IngestSink } from './device-auth.js';
 import { DeviceDirectory } from './device-directory.js';
 import type { BrokerLink } from './link.js';
 import type { RegistryEvent } from '../registry/events.js';
+import type { IngestRouter } from '../ingest/router.js';
+import type { Acker } from './subscriber.js';
+
+/** Acks of the embedded broker: the token names the PUBACK callback aedes is waiting on. */
+class CallbackAcker implements Acker {
+  private readonly callbacks = new Map<number, () => void>();
+  private next = 0;
+
+  register(done: () => void): number {
+    const token = this.next;
+    this.next = (this.next + 1) % 0x7fffffff;
+    this.callbacks.set(token, done);
+    return token;
+  }
+
+  ack(token: number): void {
+    const done = this.callbacks.get(token);
+    if (!done) return;
+    this.callbacks.delete(token);
+    done();
+  }
+}
 
 export interface EmbeddedBroker {
   aedes: Aedes;
@@ -64,9 +86,11 @@ export class EmbeddedLink implements BrokerLink {
     return this.broker.port;
   }
 
-  static async start(opts: { host: string; port: number; pool: pg.Pool; log: Logger; sink: IngestSink }): Promise<EmbeddedLink> {
+  static async start(opts: { host: string; port: number; pool: pg.Pool; log: Logger; router: IngestRouter }): Promise<EmbeddedLink> {
     const directory = new DeviceDirectory(opts.pool);
-    const auth = new DeviceAuthorisation(directory, opts.sink, opts.log);
+    const acker = new CallbackAcker();
+    const sink: IngestSink = (tenant, id, payload, done) => opts.router.accept(tenant, id, payload, acker, done ? acker.register(done) : -1);
+    const auth = new DeviceAuthorisation(directory, sink, opts.log);
     const broker = await startEmbeddedBroker({ host: opts.host, port: opts.port, log: opts.log, hooks: auth.hooks() });
     const forget = (client: Client) => auth.disconnected(client);
     broker.aedes.on('clientDisconnect', forget);

@@ -9,11 +9,13 @@
 //     configuration message counts as sent once the broker acknowledged it (QoS 1 PUBACK).
 import mqtt from 'mqtt';
 import type { Logger } from '../log.js';
-import { ATTRS_FILTERS, parseDeviceTopic } from './topics.js';
-import { ProtocolRefused, SubscriberConnection, type MqttVersion } from './subscriber.js';
+import { ATTRS_FILTERS, parseDeviceTopic, type DeviceTopic } from './topics.js';
+import { ProtocolRefused, SubscriberConnection, type Acker, type MqttVersion } from './subscriber.js';
 import type { IngestRouter } from '../ingest/router.js';
 import type { BrokerLink } from './link.js';
 import { BrokerUnavailable } from './link.js';
+
+const TOPIC_CACHE = 200_000;
 
 export interface ExternalLinkOptions {
   url: string;
@@ -37,14 +39,22 @@ export class ExternalLink implements BrokerLink {
   ) {}
 
   static async start(opts: ExternalLinkOptions, router: IngestRouter): Promise<ExternalLink> {
-    const onMessage = (topic: string, payload: Buffer, ack: () => void) => {
-      const t = parseDeviceTopic(topic);
-      if (!t || t.kind !== 'attrs') {
+    // Topics repeat (one per device): parse each once.
+    const topics = new Map<string, DeviceTopic | null>();
+    const onMessage = (topic: string, payload: Buffer, acker: Acker, token: number) => {
+      let t = topics.get(topic);
+      if (t === undefined) {
+        const parsed = parseDeviceTopic(topic);
+        t = parsed && parsed.kind === 'attrs' ? parsed : null;
+        if (topics.size >= TOPIC_CACHE) topics.clear();
+        topics.set(topic, t);
+      }
+      if (t === null) {
         router.countReceived();
-        router.drop('bad_topic', ack);
+        router.drop('bad_topic', acker, token);
         return;
       }
-      router.accept(t.tenant, t.id, payload, ack);
+      router.accept(t.tenant, t.id, payload, acker, token);
     };
     const make = (n: number, version: MqttVersion) =>
       new SubscriberConnection({

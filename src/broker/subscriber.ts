@@ -29,8 +29,16 @@ export interface SubscriberOptions {
   receiveMaximum: number;
   keepaliveSeconds?: number;
   log: Logger;
-  /** Called for every PUBLISH; `ack` sends the PUBACK (a no-op for QoS 0). */
-  onMessage(topic: string, payload: Buffer, ack: () => void): void;
+  /**
+   * Called for every PUBLISH. `payload` is a view into the socket's buffer, valid during the
+   * call only (copy it). `acker.ack(token)` sends the PUBACK later (nothing for QoS 0).
+   */
+  onMessage(topic: string, payload: Buffer, acker: Acker, token: number): void;
+}
+
+/** Acknowledges a message by its token: one object per connection, no closure per message. */
+export interface Acker {
+  ack(token: number): void;
 }
 
 /** The broker refused the protocol version (CONNACK 1 / reason 0x84) or hung up on CONNECT. */
@@ -48,9 +56,7 @@ export class ConnectRefused extends Error {
   }
 }
 
-const NO_ACK = () => undefined;
-
-export class SubscriberConnection extends EventEmitter {
+export class SubscriberConnection extends EventEmitter implements Acker {
   private socket: net.Socket | undefined;
   /** Increases with every network connection; acks carry the generation they belong to. */
   private generation = 0;
@@ -61,7 +67,11 @@ export class SubscriberConnection extends EventEmitter {
   private reconnectTimer: NodeJS.Timeout | undefined;
   private pingTimer: NodeJS.Timeout | undefined;
   private lastReceived = 0;
-  private uncorkScheduled = false;
+  /** PUBACK packet ids waiting for the next flush (one write per tick). */
+  private pubacks: number[] = [];
+  private flushScheduled = false;
+  /** An incomplete packet from the previous chunk. */
+  private rest: Buffer | undefined;
   private firstConnect: { resolve: () => void; reject: (err: Error) => void } | undefined;
   private readonly keepalive: number;
   private readonly url: URL;
@@ -107,7 +117,7 @@ export class SubscriberConnection extends EventEmitter {
       // Read again (a paused socket never sees the broker's close), say goodbye, hang up.
       socket.resume();
       if (this.connected) {
-        socket.uncork();
+        if (this.pubacks.length > 0) this.flushAcks();
         // Reason 0 keeps the session (MQTT 5 would drop it only with a session expiry of 0).
         socket.end(mqttPacket.generate({ cmd: 'disconnect' }, { protocolVersion: this.opts.version }));
       } else {
@@ -124,21 +134,14 @@ export class SubscriberConnection extends EventEmitter {
     const socket = this.isTls() ? tls.connect({ host, port, servername: host }) : net.connect({ host, port });
     socket.setNoDelay(true);
     this.socket = socket;
+    // Other packets than PUBLISH (few) go through mqtt-packet, one complete frame at a time.
     const parser = mqttPacket.parser({ protocolVersion: this.opts.version });
     let connackSeen = false;
     let tcpConnected = false;
+    this.rest = undefined;
 
     parser.on('packet', (packet: Packet) => {
-      this.lastReceived = Date.now();
       switch (packet.cmd) {
-        case 'publish': {
-          const qos = packet.qos;
-          const messageId = packet.messageId;
-          const payload = typeof packet.payload === 'string' ? Buffer.from(packet.payload) : packet.payload;
-          const ack = qos === 0 || messageId === undefined ? NO_ACK : () => this.sendAck(gen, qos, messageId);
-          this.opts.onMessage(packet.topic, payload, ack);
-          break;
-        }
         case 'connack': {
           connackSeen = true;
           const code = (this.opts.version === 5 ? packet.reasonCode : packet.returnCode) ?? 0;
@@ -221,7 +224,13 @@ export class SubscriberConnection extends EventEmitter {
       this.pingTimer.unref();
       if (this.paused) socket.pause();
     });
-    socket.on('data', (chunk: Buffer) => parser.parse(chunk));
+    socket.on('data', (chunk: Buffer) => {
+      this.lastReceived = Date.now();
+      if (!this.frames(chunk, gen, parser)) {
+        this.opts.log.warn('malformed packet from the broker; reconnecting', { client: this.opts.clientId });
+        socket.destroy();
+      }
+    });
     let socketError: Error | undefined;
     socket.on('error', (err) => (socketError = err));
     socket.on('close', () => {
@@ -271,23 +280,111 @@ export class SubscriberConnection extends EventEmitter {
     if (this.connected) this.write(PINGREQ);
   }
 
-  private sendAck(gen: number, qos: number, messageId: number): void {
-    if (gen !== this.generation || !this.connected || !this.socket) return;
-    this.write(qos === 2 ? pubrec(messageId) : puback(messageId));
+  /**
+   * Splits a chunk into MQTT frames. PUBLISH is decoded here without copies (the hot path);
+   * anything else goes to mqtt-packet. Returns false on a malformed frame.
+   */
+  private frames(chunk: Buffer, gen: number, parser: mqttPacket.Parser): boolean {
+    let buf = chunk;
+    if (this.rest) {
+      buf = Buffer.concat([this.rest, chunk]);
+      this.rest = undefined;
+    }
+    const v5 = this.opts.version === 5;
+    let i = 0;
+    const n = buf.length;
+    while (n - i >= 2) {
+      const header = buf[i]!;
+      let len = 0;
+      let mult = 1;
+      let j = i + 1;
+      let complete = false;
+      for (let k = 0; k < 4 && j < n; k++) {
+        const b = buf[j++]!;
+        len += (b & 0x7f) * mult;
+        mult *= 128;
+        if ((b & 0x80) === 0) {
+          complete = true;
+          break;
+        }
+      }
+      if (!complete) {
+        if (j - i > 4) return false;
+        break; // the length itself is incomplete
+      }
+      const end = j + len;
+      if (end > n) break;
+      if (header >> 4 === 3) {
+        const qos = (header >> 1) & 3;
+        let p = j + 2 + buf.readUInt16BE(j);
+        if (p > end) return false;
+        const topic = buf.toString('utf8', j + 2, p);
+        let id = 0;
+        if (qos > 0) {
+          id = buf.readUInt16BE(p);
+          p += 2;
+        }
+        if (v5) {
+          // Skip the properties (no topic aliases: none were offered to the broker).
+          let plen = 0;
+          let m = 1;
+          for (let k = 0; k < 4; k++) {
+            const b = buf[p++]!;
+            plen += (b & 0x7f) * m;
+            m *= 128;
+            if ((b & 0x80) === 0) break;
+          }
+          p += plen;
+        }
+        if (p > end) return false;
+        this.opts.onMessage(topic, buf.subarray(p, end), this, qos === 0 ? -1 : (gen * 4 + qos) * 65536 + id);
+      } else {
+        parser.parse(buf.subarray(i, end));
+      }
+      i = end;
+    }
+    if (i < n) this.rest = Buffer.from(buf.subarray(i));
+    return true;
   }
 
-  /** Writes are corked and flushed once per tick: many acks, one syscall. */
+  /** Sends the PUBACK (PUBREC for QoS 2) of a message, unless its connection is gone. */
+  ack(token: number): void {
+    if (token < 0) return;
+    const id = token % 65536;
+    const rest = (token - id) / 65536;
+    const qos = rest % 4;
+    const gen = (rest - qos) / 4;
+    if (gen !== this.generation || !this.connected || !this.socket) return;
+    if (qos === 2) {
+      this.write(Buffer.from([0x50, 0x02, id >> 8, id & 0xff]));
+      return;
+    }
+    this.pubacks.push(id);
+    if (!this.flushScheduled) {
+      this.flushScheduled = true;
+      process.nextTick(() => this.flushAcks());
+    }
+  }
+
+  /** All PUBACKs of this tick in one write. PUBACK with reason 0 is the same 4 bytes in 3.1.1 and 5. */
+  private flushAcks(): void {
+    this.flushScheduled = false;
+    const ids = this.pubacks;
+    this.pubacks = [];
+    const out = Buffer.allocUnsafe(ids.length * 4);
+    for (let k = 0; k < ids.length; k++) {
+      const id = ids[k]!;
+      out[k * 4] = 0x40;
+      out[k * 4 + 1] = 0x02;
+      out[k * 4 + 2] = id >> 8;
+      out[k * 4 + 3] = id & 0xff;
+    }
+    this.write(out);
+  }
+
   private write(buf: Buffer): void {
     const socket = this.socket;
     if (!socket || socket.destroyed) return;
-    if (!this.uncorkScheduled) {
-      this.uncorkScheduled = true;
-      socket.cork();
-      process.nextTick(() => {
-        this.uncorkScheduled = false;
-        socket.uncork();
-      });
-    }
     socket.write(buf);
   }
 
@@ -297,11 +394,3 @@ export class SubscriberConnection extends EventEmitter {
 }
 
 const PINGREQ = Buffer.from([0xc0, 0x00]);
-
-// PUBACK/PUBREC with reason code 0 and no properties have the same 4 bytes in 3.1.1 and 5.
-function puback(id: number): Buffer {
-  return Buffer.from([0x40, 0x02, id >> 8, id & 0xff]);
-}
-function pubrec(id: number): Buffer {
-  return Buffer.from([0x50, 0x02, id >> 8, id & 0xff]);
-}

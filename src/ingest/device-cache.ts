@@ -24,36 +24,35 @@ export class DeviceCache {
     return this.entries.size;
   }
 
-  /**
-   * Models for every device of a batch: `keys[i]` is `deviceKey(tenants[i], ids[i])`.
-   * Returns the map to use for this batch (cached entries plus what was loaded).
-   */
-  async resolve(tenants: string[], ids: string[]): Promise<(i: number) => DeviceModel | null> {
-    const n = tenants.length;
+  /** Models for every device key of a batch (`<tenant>/<id>`); misses are loaded in one query. */
+  async resolve(keys: string[]): Promise<(i: number) => DeviceModel | null> {
+    const n = keys.length;
     const found: Array<DeviceModel | null | undefined> = new Array(n);
     const missing = new Map<string, { tenant: string; id: string }>();
     for (let i = 0; i < n; i++) {
-      const key = deviceKey(tenants[i]!, ids[i]!);
+      const key = keys[i]!;
       const hit = this.entries.get(key);
       if (hit !== undefined) {
         this.hits++;
         found[i] = hit;
       } else {
         this.misses++;
-        if (!missing.has(key)) missing.set(key, { tenant: tenants[i]!, id: ids[i]! });
+        if (!missing.has(key)) {
+          const slash = key.indexOf('/');
+          missing.set(key, { tenant: key.slice(0, slash), id: key.slice(slash + 1) });
+        }
       }
     }
     if (missing.size === 0) return (i) => found[i] ?? null;
     const startedAt = this.generation;
     const loaded = await this.load([...missing.values()]);
-    const cacheable = this.generation === startedAt;
-    if (cacheable) {
+    if (this.generation === startedAt) {
       for (const key of missing.keys()) this.put(key, loaded.get(key) ?? null);
     }
     return (i) => {
       const f = found[i];
       if (f !== undefined) return f;
-      return loaded.get(deviceKey(tenants[i]!, ids[i]!)) ?? null;
+      return loaded.get(keys[i]!) ?? null;
     };
   }
 

@@ -71,7 +71,7 @@ async function start(): Promise<void> {
           port: settings.mqttPort,
           pool: registryPool,
           log,
-          sink: (tenant, id, payload, ack) => router.accept(tenant, id, payload, ack),
+          router,
         });
   } catch (err) {
     await shards.close().catch(() => undefined);

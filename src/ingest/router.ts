@@ -1,38 +1,65 @@
-// The ingest router: receives every device message from the broker link with an `ack`
-// function, knows only the device (from the topic or the MQTT session), assigns it to shard
-// hash(tenant/id) % N, collects each shard's messages into one batch per event-loop turn, and
-// hands the batch to that shard's actor. When the actor reports the batch committed, the
-// router calls the acks (PUBACK). A batch whose worker died is sent again (at least once).
-// Too many unacknowledged messages make it ask the broker link to stop reading.
+// The ingest router: receives every device message from the broker link with an acker and a
+// token, knows only the device (from the topic or the MQTT session), assigns it to shard
+// hash(tenant/id) % N, collects each shard's messages into one batch (copied into one buffer),
+// and hands the batch to that shard's actor. When the actor reports the batch committed, the
+// router acknowledges its messages (PUBACK). A batch whose worker died is sent again (at least
+// once). Too many unacknowledged messages make it ask the broker link to stop reading.
 import type { Logger } from '../log.js';
+import type { Acker } from '../broker/subscriber.js';
 import { deviceKey } from '../broker/topics.js';
 import type { DropReason } from './device-model.js';
 import type { IngestMetricsDelta, ShardTask, WorkerMetricsDelta } from './protocol.js';
 import { shardFor } from './shard.js';
 
-export type Ack = () => void;
+export type { Acker };
 
 export interface ShardRunner {
   readonly shards: number;
   run(shard: number, task: ShardTask): Promise<WorkerMetricsDelta>;
 }
 
-interface Pending {
-  tenants: string[];
-  ids: string[];
-  payloads: Buffer[];
-  received: number[];
-  acks: Ack[];
-  bytes: number;
+class Pending {
+  keys: string[] = [];
+  offsets: number[] = [];
+  received: number[] = [];
+  ackers: Acker[] = [];
+  tokens: number[] = [];
+  bytes = new Uint8Array(16 * 1024);
+  used = 0;
+
+  add(key: string, payload: Uint8Array, receivedUs: number, acker: Acker, token: number): void {
+    if (this.used + payload.length > this.bytes.length) {
+      const grown = new Uint8Array(Math.max(this.bytes.length * 2, this.used + payload.length));
+      grown.set(this.bytes.subarray(0, this.used));
+      this.bytes = grown;
+    }
+    this.offsets.push(this.used);
+    this.bytes.set(payload, this.used);
+    this.used += payload.length;
+    this.keys.push(key);
+    this.received.push(receivedUs);
+    this.ackers.push(acker);
+    this.tokens.push(token);
+  }
+
+  get count(): number {
+    return this.keys.length;
+  }
+}
+
+/** A batch in flight: the task and who to acknowledge when it is committed. */
+interface Batch {
+  shard: number;
+  task: ShardTask;
+  ackers: Acker[];
+  tokens: number[];
 }
 
 const FLUSH_AT_MESSAGES = 2000;
 const FLUSH_AT_BYTES = 1 << 20;
+/** A shard's batch waits at most this long for more messages. */
+const FLUSH_AFTER_MS = 10;
 const RETRY_MS = 250;
-
-function emptyPending(): Pending {
-  return { tenants: [], ids: [], payloads: [], received: [], acks: [], bytes: 0 };
-}
 
 export interface RouterOptions {
   maxMessageBytes: number;
@@ -48,7 +75,7 @@ export class IngestRouter {
   private readonly unacked: number[];
   private totalUnacked = 0;
   private paused = false;
-  private flushScheduled = false;
+  private flushTimer: NodeJS.Timeout | undefined;
   private lastUs = 0;
   private delta: IngestMetricsDelta;
   private outstanding = 0;
@@ -59,7 +86,7 @@ export class IngestRouter {
     private readonly runner: ShardRunner,
     private readonly opts: RouterOptions,
   ) {
-    this.pending = Array.from({ length: runner.shards }, emptyPending);
+    this.pending = Array.from({ length: runner.shards }, () => new Pending());
     this.unacked = new Array<number>(runner.shards).fill(0);
     this.delta = IngestRouter.emptyDelta(runner.shards);
   }
@@ -81,45 +108,43 @@ export class IngestRouter {
     };
   }
 
-  /** A message of device `tenant`/`id`; `ack` is called once it is committed (or dropped). */
-  accept(tenant: string, id: string, payload: Buffer, ack: Ack): void {
+  /**
+   * A message of device `tenant`/`id`. `payload` is copied at once (it may be a view into a
+   * socket buffer); `acker.ack(token)` is called once the message is committed (or dropped).
+   */
+  accept(tenant: string, id: string, payload: Uint8Array, acker: Acker, token: number): void {
     this.delta.messagesReceived++;
     if (payload.length > this.opts.maxMessageBytes) {
-      this.drop('oversized', ack);
+      this.drop('oversized', acker, token);
       return;
     }
     // Receive time in µs, strictly increasing: arrival order is kept even within a millisecond.
     const now = Date.now() * 1000;
     this.lastUs = now > this.lastUs ? now : this.lastUs + 1;
-    const shard = shardFor(deviceKey(tenant, id), this.runner.shards);
+    const key = deviceKey(tenant, id);
+    const shard = shardFor(key, this.runner.shards);
     const p = this.pending[shard]!;
-    p.tenants.push(tenant);
-    p.ids.push(id);
-    p.payloads.push(payload);
-    p.received.push(this.lastUs);
-    p.acks.push(ack);
-    p.bytes += payload.length;
+    p.add(key, payload, this.lastUs, acker, token);
     this.unacked[shard]!++;
     this.totalUnacked++;
     if (!this.paused && this.totalUnacked >= this.opts.maxPending) {
       this.paused = true;
       this.opts.onPressure(true);
     }
-    if (p.acks.length >= FLUSH_AT_MESSAGES || p.bytes >= FLUSH_AT_BYTES) {
+    if (p.count >= FLUSH_AT_MESSAGES || p.used >= FLUSH_AT_BYTES) {
       this.flushShard(shard);
-    } else if (!this.flushScheduled) {
-      this.flushScheduled = true;
-      setImmediate(() => {
-        this.flushScheduled = false;
+    } else if (!this.flushTimer) {
+      this.flushTimer = setTimeout(() => {
+        this.flushTimer = undefined;
         for (let s = 0; s < this.pending.length; s++) this.flushShard(s);
-      });
+      }, FLUSH_AFTER_MS);
     }
   }
 
   /** A message dropped before routing (counted, and acknowledged: it will never be stored). */
-  drop(reason: DropReason, ack: Ack): void {
+  drop(reason: DropReason, acker: Acker, token: number): void {
     this.delta.dropped[reason] = (this.delta.dropped[reason] ?? 0) + 1;
-    ack();
+    acker.ack(token);
   }
 
   countReceived(): void {
@@ -151,37 +176,35 @@ export class IngestRouter {
   /** No more retries (shutdown timed out). */
   stop(): void {
     this.stopped = true;
+    clearTimeout(this.flushTimer);
   }
 
   private flushShard(shard: number): void {
     const p = this.pending[shard]!;
-    if (p.acks.length === 0) return;
-    this.pending[shard] = emptyPending();
-    const n = p.acks.length;
-    const payload = new Uint8Array(p.bytes);
-    const offsets = new Uint32Array(n + 1);
-    let at = 0;
-    for (let i = 0; i < n; i++) {
-      offsets[i] = at;
-      payload.set(p.payloads[i]!, at);
-      at += p.payloads[i]!.length;
-    }
-    offsets[n] = at;
-    const task: ShardTask = { tenants: p.tenants, ids: p.ids, payload, offsets, received: Float64Array.from(p.received) };
+    if (p.count === 0) return;
+    this.pending[shard] = new Pending();
+    p.offsets.push(p.used);
+    const task: ShardTask = {
+      keys: p.keys.join('\0'),
+      payload: p.bytes.slice(0, p.used),
+      offsets: Uint32Array.from(p.offsets),
+      received: Float64Array.from(p.received),
+    };
     this.outstanding++;
-    this.submit(shard, task, p.acks);
+    this.submit({ shard, task, ackers: p.ackers, tokens: p.tokens });
   }
 
-  private submit(shard: number, task: ShardTask, acks: Ack[]): void {
-    this.runner.run(shard, task).then(
+  private submit(batch: Batch): void {
+    this.runner.run(batch.shard, batch.task).then(
       (delta) => {
-        for (const ack of acks) ack();
-        this.settled(shard, acks.length, delta);
+        const { ackers, tokens } = batch;
+        for (let i = 0; i < ackers.length; i++) ackers[i]!.ack(tokens[i]!);
+        this.settled(batch.shard, ackers.length, delta);
       },
       (err: Error) => {
         if (this.stopped) return;
-        this.opts.log.warn('a shard batch failed; sending it again', { shard, messages: acks.length, error: err.message });
-        setTimeout(() => this.submit(shard, task, acks), RETRY_MS).unref();
+        this.opts.log.warn('a shard batch failed; sending it again', { shard: batch.shard, messages: batch.ackers.length, error: err.message });
+        setTimeout(() => this.submit(batch), RETRY_MS).unref();
       },
     );
   }

@@ -100,9 +100,10 @@ export class ShardActor {
     // sent reach the cache before the batch reads it.
     await setImmediate();
     const layout = await this.writer.getLayout();
-    const model = await this.writer.query('load device attributes', () => this.cache.resolve(task.tenants, task.ids));
+    const keys = task.keys.split('\0');
+    const model = await this.writer.query('load device attributes', () => this.cache.resolve(keys));
     const buf = this.current;
-    const n = task.tenants.length;
+    const n = keys.length;
     for (let i = 0; i < n; i++) {
       const m = model(i);
       if (!m) {

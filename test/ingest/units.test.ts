@@ -182,20 +182,20 @@ describe('the shard device cache', () => {
       loads.push(devices.map((d) => d.id));
       return new Map(devices.filter((d) => registry.has(`${d.tenant}/${d.id}`)).map((d) => [`${d.tenant}/${d.id}`, registry.get(`${d.tenant}/${d.id}`)!]));
     }, 100);
-    let get = await cache.resolve(['t', 't', 't'], ['a', 'b', 'a']);
+    let get = await cache.resolve(['t/a', 't/b', 't/a']);
     expect([get(0)?.id, get(1), get(2)?.id]).toEqual(['a', null, 'a']);
     expect(loads).toEqual([['a', 'b']]);
-    get = await cache.resolve(['t', 't'], ['a', 'b']);
+    get = await cache.resolve(['t/a', 't/b']);
     expect(loads).toHaveLength(1); // both cached, b as absent
     registry.set('t/b', model('t', 'b', [2]));
     cache.invalidate({ type: 'devices.changed', tenant: 't', deviceIds: ['b'] });
-    get = await cache.resolve(['t'], ['b']);
+    get = await cache.resolve(['t/b']);
     expect(get(0)?.id).toBe('b');
     cache.invalidate({ type: 'templates.changed', tenant: 't', templateIds: [1] });
-    await cache.resolve(['t', 't'], ['a', 'b']);
+    await cache.resolve(['t/a', 't/b']);
     expect(loads.at(-1)).toEqual(['a']);
     cache.invalidate({ type: 'tenant.changed', tenant: '*' });
-    await cache.resolve(['t'], ['b']);
+    await cache.resolve(['t/b']);
     expect(loads.at(-1)).toEqual(['b']);
   });
 
@@ -208,11 +208,11 @@ describe('the shard device cache', () => {
       if (calls === 1) await gate;
       return new Map();
     }, 100);
-    const pending = cache.resolve(['t'], ['x']);
+    const pending = cache.resolve(['t/x']);
     cache.invalidate({ type: 'devices.changed', tenant: 't', deviceIds: ['x'] });
     release();
     expect((await pending)(0)).toBeNull();
-    await cache.resolve(['t'], ['x']);
+    await cache.resolve(['t/x']);
     expect(calls).toBe(2);
   });
 });
