@@ -19,15 +19,19 @@ export function historyRoutes({ pool, maxResults }: { pool: pg.Pool; maxResults:
         const id = req.params.id!;
         const q = parseHistoryQuery(req.query, maxResults);
         let labels: string[];
+        let rows: HistoryRow[];
         if (q.attrs) {
-          if (!(await deviceExists(pool, req.tenant, id))) throw errors.noSuchDevice(id);
+          // Both at once: a device of another tenant has no rows here anyway.
+          const [exists, series] = await Promise.all([deviceExists(pool, req.tenant, id), readSeries(pool, req.tenant, id, q.attrs, q)]);
+          if (!exists) throw errors.noSuchDevice(id);
           labels = q.attrs;
+          rows = series;
         } else {
           const all = await deviceAttributeLabels(pool, req.tenant, id);
           if (!all) throw errors.noSuchDevice(id);
           labels = all;
+          rows = labels.length > 0 ? await readSeries(pool, req.tenant, id, labels, q) : [];
         }
-        const rows = labels.length > 0 ? await readSeries(pool, req.tenant, id, labels, q) : [];
         const deviceJson = JSON.stringify(id);
         if (q.single) return { status: 200, raw: '[' + rows.map((r) => record(deviceJson, r)).join(',') + ']' };
         const byLabel = new Map<string, string[]>(labels.map((l) => [l, []]));
