@@ -162,7 +162,7 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     databaseUrl,
     embeddedPgPort: optionalInteger(env, 'EMBEDDED_PG_PORT', 1, 65535),
     pgPoolSize: integer(env, 'PG_POOL_SIZE', 10, 1, 1000),
-    mqttUrl: url(env, 'MQTT_URL', ['mqtt:', 'mqtts:', 'tcp:', 'ws:', 'wss:']),
+    mqttUrl: url(env, 'MQTT_URL', ['mqtt:', 'mqtts:', 'tcp:', 'ssl:']),
     mqttHost: host(env, 'MQTT_HOST', '0.0.0.0'),
     mqttPort: integer(env, 'MQTT_PORT', 1883, 0, 65535),
     mqttClientId,

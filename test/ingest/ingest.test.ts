@@ -13,6 +13,7 @@ import {
   eventually,
   historyCount,
   metric,
+  notifySink,
   type AttrSpec,
 } from '../helpers/registry-fixtures.js';
 
@@ -312,6 +313,19 @@ describe('registry events', () => {
     await send(d, { a1: 2, a2: 2 });
     const all = await stored(d, 3);
     expect(all.a2.map((r: any) => r.value)).toEqual([2]);
+  });
+
+  it('an event from another instance (PostgreSQL NOTIFY) reaches the shard caches too', async () => {
+    const t = await createTemplate(svc.service.pool, tenant, 'grows-remote', [{ label: 'b1', type: 'dynamic', value_type: 'float' }]);
+    const d = await createDevice(svc.service.pool, tenant, [t]);
+    await send(d, { b1: 1, b2: 1 });
+    await stored(d, 1);
+    await addTemplateAttrs(svc.service.pool, notifySink(svc.service.pool), tenant, t, [{ label: 'b2', type: 'dynamic', value_type: 'float' }]);
+    // NOTIFY is asynchronous: send until the new attribute is accepted.
+    await eventually(async () => {
+      await send(d, { b2: 2 });
+      return (await history(d, '?attr=b2&lastN=1')).length > 0 || undefined;
+    }, 'the new attribute after the NOTIFY');
   });
 
   it('a device created after its first (dropped) message is stored once the registry says so', async () => {

@@ -1,0 +1,44 @@
+// The messaging part of the configuration: defaults and rejected values.
+import { describe, expect, it } from 'vitest';
+import { ConfigError, readConfig } from '../../src/config.js';
+
+describe('messaging configuration', () => {
+  it('has the documented defaults', () => {
+    const c = readConfig({});
+    expect(c.mqttClientId).toBe('device-registry-ingest');
+    expect(c.mqttShareGroup).toBe('device-registry-ingest');
+    expect(c.mqttSubscriberConnections).toBe(8);
+    expect(c.mqttSessionExpirySeconds).toBe(86400);
+    expect(c.mqttReceiveMaximum).toBe(10000);
+    expect(c.ingestBatchRows).toBe(5000);
+    expect(c.ingestBatchMs).toBe(50);
+    expect(c.maxMessageBytes).toBe(65536);
+    expect(c.ingestMaxPending).toBe(200000);
+    expect(c.historyChunkInterval).toBe('1 day');
+    expect(c.historyRetentionDays).toBeUndefined();
+    expect(c.historyMaxResults).toBe(10000);
+    expect(c.actuationTimeoutMs).toBe(5000);
+  });
+
+  it('the share group follows MQTT_CLIENT_ID unless MQTT_SHARE_GROUP is set', () => {
+    expect(readConfig({ MQTT_CLIENT_ID: 'instance-1' }).mqttShareGroup).toBe('instance-1');
+    expect(readConfig({ MQTT_CLIENT_ID: 'instance-1', MQTT_SHARE_GROUP: 'registry' }).mqttShareGroup).toBe('registry');
+  });
+
+  it.each([
+    ['MQTT_URL', 'ws://broker:8080', /MQTT_URL must be a URL with scheme mqtt:/],
+    ['MQTT_CLIENT_ID', 'has space', /MQTT_CLIENT_ID must be/],
+    ['MQTT_SHARE_GROUP', 'a/b', /MQTT_SHARE_GROUP must be/],
+    ['MQTT_RECEIVE_MAXIMUM', '70000', /MQTT_RECEIVE_MAXIMUM must be an integer between 1 and 65535/],
+    ['MQTT_SESSION_EXPIRY_SECONDS', '0', /MQTT_SESSION_EXPIRY_SECONDS must be an integer/],
+    ['INGEST_WORKERS', '0', /INGEST_WORKERS must be an integer/],
+    ['INGEST_BATCH_ROWS', 'many', /INGEST_BATCH_ROWS must be an integer/],
+    ['HISTORY_RETENTION_DAYS', '0', /HISTORY_RETENTION_DAYS must be an integer between 1/],
+    ['HISTORY_MAX_RESULTS', '-5', /HISTORY_MAX_RESULTS must be an integer/],
+    ['ACTUATION_TIMEOUT_MS', 'soon', /ACTUATION_TIMEOUT_MS must be an integer/],
+  ])('rejects %s=%s naming the variable', (name, value, message) => {
+    const run = () => readConfig({ [name]: value });
+    expect(run).toThrow(ConfigError);
+    expect(run).toThrow(message);
+  });
+});
