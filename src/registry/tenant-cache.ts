@@ -1,3 +1,5 @@
+import type { ListFilters, Page } from '../http/query.js';
+
 // A bounded in-memory cache of values per tenant, dropped by registry events. A reader takes a
 // stamp before it reads the database and hands it back with the value: if an invalidation came
 // in between, the value may predate the change and is not kept. So a committed change (whose
@@ -84,4 +86,32 @@ export class TenantCache<V> {
       return;
     }
   }
+}
+
+/** The key of a list request's count: its filters (sorting and paging do not change it). */
+export const countKey = (f: ListFilters, scope = ''): string => JSON.stringify([scope, f.label ?? null, f.attrs, f.attrTypes]);
+
+/**
+ * One page of a list and the number of matches. The count comes from `counts` when known (and a
+ * page past it needs no query), from the page itself when it is partial, else from `count()`.
+ */
+export async function countedPage<T>(
+  counts: TenantCache<number>,
+  tenant: string,
+  key: string,
+  page: Page,
+  fetchPage: () => Promise<T[]>,
+  count: () => Promise<number>,
+): Promise<{ items: T[]; matches: number }> {
+  const stamp = counts.stamp(tenant);
+  const known = counts.get(tenant, key);
+  if (known !== undefined && page.offset >= known) return { items: [], matches: known };
+  const items = await fetchPage();
+  let matches = known;
+  if (matches === undefined) {
+    const partial = items.length > 0 && items.length < page.size;
+    matches = partial ? page.offset + items.length : await count();
+    counts.set(tenant, key, matches, stamp);
+  }
+  return { items, matches };
 }

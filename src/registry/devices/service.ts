@@ -8,8 +8,7 @@ import type { Page } from '../../http/query.js';
 import type { AttrRecord } from '../attrs.js';
 import type { RegistryEvent, RegistryEvents } from '../events.js';
 import { parseTemplateId } from '../sql.js';
-import { TenantCache } from '../tenant-cache.js';
-import { countKey } from '../templates/service.js';
+import { countedPage, countKey, TenantCache } from '../tenant-cache.js';
 import { parseDeviceBody } from './input.js';
 import * as repo from './repo.js';
 import type { CreateOptions, DeviceInput, DeviceRecord, OverrideRow } from './types.js';
@@ -84,18 +83,15 @@ export class DeviceService {
 
   /** One page and the number of matches (counted only when neither the cache nor the page tells it). */
   async list(tenant: string, q: repo.DeviceQuery, page: Page, internal = false): Promise<{ devices: DeviceRecord[]; matches: number }> {
-    const key = `${q.templateId ?? ''}|${countKey(q.filters)}`;
-    const stamp = this.counts.stamp(tenant);
-    const known = this.counts.get(tenant, key);
-    if (known !== undefined && page.offset >= known) return { devices: [], matches: known }; // past the end
-    const devices = await repo.listDevices(this.pool, tenant, q, page, internal);
-    let matches = known ?? this.counts.get(tenant, key);
-    if (matches === undefined) {
-      const partial = devices.length > 0 && devices.length < page.size;
-      matches = partial ? page.offset + devices.length : await repo.countDevices(this.pool, tenant, q);
-      this.counts.set(tenant, key, matches, stamp);
-    }
-    return { devices: internal ? devices.map((d) => this.openKeys(tenant, d)) : devices, matches };
+    const { items, matches } = await countedPage(
+      this.counts,
+      tenant,
+      countKey(q.filters, String(q.templateId ?? '')),
+      page,
+      () => repo.listDevices(this.pool, tenant, q, page, internal),
+      () => repo.countDevices(this.pool, tenant, q),
+    );
+    return { devices: internal ? items.map((d) => this.openKeys(tenant, d)) : items, matches };
   }
 
   async listIds(tenant: string, q: repo.DeviceQuery): Promise<string[]> {
