@@ -1,5 +1,6 @@
 // Small pieces shared by the registry's SQL: numbered parameters and the label filter.
 // Values always travel as parameters; only fixed SQL text is concatenated.
+import type { ListFilters } from '../http/query.js';
 
 /** Collects parameter values and hands out their `$n` placeholders. */
 export class Params {
@@ -35,4 +36,10 @@ export function parseTemplateId(raw: string | number): number | undefined {
   if (!/^\d{1,15}$/.test(s)) return undefined;
   const n = Number(s);
   return n > 0 ? n : undefined;
+}
+
+/** PostgreSQL text cannot hold NUL, so a filter value with one matches nothing (and must not reach SQL). */
+export function filtersCanMatch(f: ListFilters): boolean {
+  const values = [f.label ?? '', ...f.attrs.flatMap((a) => [a.label, a.value]), ...f.attrTypes];
+  return !values.some((v) => v.includes('\0'));
 }

@@ -104,3 +104,20 @@ describe('GET /device/template/{template_id}', () => {
     expect(res.body).toEqual({ message: 'Page numbers must be greater than 1', status: 400 });
   });
 });
+
+describe('odd input is never a 500', () => {
+  it.each(['?label=%00', '?attr=a%00=b', '?attr_type=%00', '?idsOnly&label=%00'])('%s: nothing matches', async (query) => {
+    const res = await list(query);
+    expect(res.status).toBe(200);
+    expect(Array.isArray(res.body) ? res.body : res.body.devices).toEqual([]);
+  });
+
+  it('NUL in a body: 400 in the validation body', async () => {
+    const res = await http('POST', `${svc.base}/device`, { token, body: { label: 'a\u0000b', templates: [] } });
+    expect(res.status).toBe(400);
+    expect(res.body).toEqual({ message: 'failed to parse input', errors: { label: ['Must not contain the NUL character.'] } });
+    const t = await http('POST', `${svc.base}/template`, { token, body: { label: 'x', attrs: [{ label: 'a', type: 'dyn\u0000', value_type: 'float' }] } });
+    expect(t.body).toEqual({ message: 'failed to parse attr', errors: { type: ['Must not contain the NUL character.'] } });
+  });
+});
+

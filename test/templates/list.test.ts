@@ -141,3 +141,11 @@ describe('GET /template: filters', () => {
     expect(labelsOf((await list('?label=sensor&attr_type=dynamic')).body.templates)).toEqual(['beta-sensor']);
   });
 });
+
+describe('GET /template: odd input is never a 500', () => {
+  it.each(['?label=%00', '?attr=a%00=b', '?attr=a=%00', '?attr_type=%00', '?label=%E2%82%AC', "?label='", '?label=%5C'])('%s: an empty page', async (query) => {
+    const res = await list(query);
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ templates: [], pagination: { page: 1, total: 0, has_next: false, next_page: null } });
+  });
+});

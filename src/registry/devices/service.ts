@@ -7,7 +7,7 @@ import { errors } from '../../errors.js';
 import type { Page } from '../../http/query.js';
 import type { AttrRecord } from '../attrs.js';
 import type { RegistryEvent, RegistryEvents } from '../events.js';
-import { parseTemplateId } from '../sql.js';
+import { filtersCanMatch, parseTemplateId } from '../sql.js';
 import { countedPage, countKey, TenantCache } from '../tenant-cache.js';
 import { parseDeviceBody } from './input.js';
 import * as repo from './repo.js';
@@ -83,6 +83,7 @@ export class DeviceService {
 
   /** One page and the number of matches (counted only when neither the cache nor the page tells it). */
   async list(tenant: string, q: repo.DeviceQuery, page: Page, internal = false): Promise<{ devices: DeviceRecord[]; matches: number }> {
+    if (!filtersCanMatch(q.filters)) return { devices: [], matches: 0 };
     const { items, matches } = await countedPage(
       this.counts,
       tenant,
@@ -95,7 +96,7 @@ export class DeviceService {
   }
 
   async listIds(tenant: string, q: repo.DeviceQuery): Promise<string[]> {
-    return repo.listDeviceIds(this.pool, tenant, q);
+    return filtersCanMatch(q.filters) ? repo.listDeviceIds(this.pool, tenant, q) : [];
   }
 
   /** PUT /device/{id}: the body is checked before the device is looked up. */

@@ -7,7 +7,7 @@ import type { ListFilters, Page } from '../../http/query.js';
 import { check, validate } from '../../schemas/validator.js';
 import type { AttrRecord } from '../attrs.js';
 import type { RegistryEvents } from '../events.js';
-import { parseTemplateId } from '../sql.js';
+import { filtersCanMatch, parseTemplateId } from '../sql.js';
 import { countedPage, countKey, TenantCache } from '../tenant-cache.js';
 import * as repo from './repo.js';
 import type { AttrChange, AttrInput, NewAttrRow, TemplateInput, TemplateRecord } from './types.js';
@@ -128,6 +128,7 @@ export class TemplateService {
 
   /** One page and the number of matches (counted only when the page does not tell it). */
   async list(tenant: string, filters: ListFilters, page: Page): Promise<{ templates: TemplateRecord[]; matches: number }> {
+    if (!filtersCanMatch(filters)) return { templates: [], matches: 0 };
     const { items, matches } = await countedPage(
       this.counts,
       tenant,
