@@ -39,11 +39,12 @@ function waitForLine(child: ChildProcess, pattern: RegExp, timeoutMs = 120_000):
   });
 }
 
-export async function startBenchService(env: Record<string, string> = {}): Promise<BenchService> {
+/** `nodeArgs`: extra node flags for the service process, e.g. `--cpu-prof` to profile it. */
+export async function startBenchService(env: Record<string, string> = {}, nodeArgs: string[] = []): Promise<BenchService> {
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'dr-bench-'));
   await fs.chmod(dir, 0o755);
   const db = await startEmbeddedDatabase({ dataDir: dir, port: undefined, log: createLogger('warn') });
-  const child = spawn(process.execPath, [path.join(projectRoot, 'dist/src/main.js')], {
+  const child = spawn(process.execPath, [...nodeArgs, path.join(projectRoot, 'dist/src/main.js')], {
     env: {
       PATH: process.env.PATH,
       HOME: process.env.HOME,
