@@ -153,7 +153,7 @@ export async function listDeviceIds(db: Db, tenant: string, q: DeviceQuery): Pro
 /** Locks the templates (FOR SHARE: no update or deletion meanwhile); returns those that exist. */
 export async function lockTemplates(db: Db, tenant: string, ids: number[]): Promise<Set<number>> {
   if (ids.length === 0) return new Set();
-  const { rows } = await db.query<{ id: number }>('SELECT id FROM templates WHERE tenant = $1 AND id = ANY($2::bigint[]) FOR SHARE', [tenant, ids]);
+  const { rows } = await db.query<{ id: number }>('SELECT id FROM templates WHERE tenant = $1 AND id = ANY($2::bigint[]) ORDER BY id FOR SHARE', [tenant, ids]);
   return new Set(rows.map((r) => r.id));
 }
 
@@ -244,6 +244,8 @@ export async function deleteDevice(db: Db, tenant: string, id: string): Promise<
   await db.query('DELETE FROM devices WHERE tenant = $1 AND id = $2', [tenant, id]);
 }
 
-export async function deleteAllDevices(db: Db, tenant: string): Promise<void> {
-  await db.query('DELETE FROM devices WHERE tenant = $1', [tenant]);
+/** Returns the ids removed (a device created since the caller's read is removed and named too). */
+export async function deleteAllDevices(db: Db, tenant: string): Promise<string[]> {
+  const { rows } = await db.query<{ id: string }>('DELETE FROM devices WHERE tenant = $1 RETURNING id', [tenant]);
+  return rows.map((r) => r.id);
 }

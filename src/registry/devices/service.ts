@@ -124,13 +124,13 @@ export class DeviceService {
   }
 
   async removeAll(tenant: string): Promise<DeviceRecord[]> {
-    const removed = await inTransaction(this.pool, async (c) => {
+    const { views, ids } = await inTransaction(this.pool, async (c) => {
       const all = await repo.getAllDevices(c, tenant);
-      await repo.deleteAllDevices(c, tenant);
-      return all;
+      return { views: all, ids: await repo.deleteAllDevices(c, tenant) };
     });
-    if (removed.length > 0) await this.removed(tenant, removed.map((d) => d.id));
-    return removed;
+    if (ids.length > 0) await this.removed(tenant, ids);
+    const gone = new Set(ids);
+    return views.filter((d) => gone.has(d.id));
   }
 
   /**

@@ -176,7 +176,8 @@ export async function deleteTemplate(db: Db, tenant: string, id: number): Promis
 
 /** Locks every template of the tenant (DELETE /template), so no device starts using one meanwhile. */
 export async function lockAllTemplates(db: Db, tenant: string): Promise<void> {
-  await db.query('SELECT 1 FROM templates WHERE tenant = $1 FOR UPDATE', [tenant]);
+  // In id order, as device creation locks its templates: the two never deadlock.
+  await db.query('SELECT 1 FROM templates WHERE tenant = $1 ORDER BY id FOR UPDATE', [tenant]);
 }
 
 export async function anyTemplateInUse(db: Db, tenant: string): Promise<boolean> {
@@ -184,6 +185,8 @@ export async function anyTemplateInUse(db: Db, tenant: string): Promise<boolean>
   return rowCount === 1;
 }
 
-export async function deleteAllTemplates(db: Db, tenant: string): Promise<void> {
-  await db.query('DELETE FROM templates WHERE tenant = $1', [tenant]);
+/** Returns the ids removed. */
+export async function deleteAllTemplates(db: Db, tenant: string): Promise<number[]> {
+  const { rows } = await db.query<{ id: number }>('DELETE FROM templates WHERE tenant = $1 RETURNING id', [tenant]);
+  return rows.map((r) => r.id);
 }

@@ -215,15 +215,15 @@ export class TemplateService {
 
   /** Removes every template of the tenant, or none when any is used by a device. */
   async removeAll(tenant: string): Promise<TemplateRecord[]> {
-    const removed = await inTransaction(this.pool, async (c) => {
+    const { all, ids } = await inTransaction(this.pool, async (c) => {
       await repo.lockAllTemplates(c, tenant);
       if (await repo.anyTemplateInUse(c, tenant)) throw errors.templatesInUse();
       const all = await repo.getAllTemplates(c, tenant);
-      await repo.deleteAllTemplates(c, tenant);
-      return all;
+      return { all, ids: await repo.deleteAllTemplates(c, tenant) };
     });
-    if (removed.length > 0) await this.changed(tenant, removed.map((t) => t.id));
-    return removed;
+    if (ids.length > 0) await this.changed(tenant, ids);
+    const gone = new Set(ids);
+    return all.filter((t) => gone.has(t.id));
   }
 
   private async changed(tenant: string, templateIds: number[]): Promise<void> {
