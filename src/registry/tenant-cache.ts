@@ -94,20 +94,25 @@ export const countKey = (f: ListFilters, scope = ''): string => JSON.stringify([
 /**
  * One page of a list and the number of matches. The count comes from `counts` when known (and a
  * page past it needs no query), from the page itself when it is partial, else from `count()`.
+ * `countFirst`: the count is taken before the page, which is then told it (to choose a plan).
  */
 export async function countedPage<T>(
   counts: TenantCache<number>,
   tenant: string,
   key: string,
   page: Page,
-  fetchPage: () => Promise<T[]>,
+  fetchPage: (matches: number | undefined) => Promise<T[]>,
   count: () => Promise<number>,
+  countFirst = false,
 ): Promise<{ items: T[]; matches: number }> {
   const stamp = counts.stamp(tenant);
-  const known = counts.get(tenant, key);
-  if (known !== undefined && page.offset >= known) return { items: [], matches: known };
-  const items = await fetchPage();
-  let matches = known;
+  let matches = counts.get(tenant, key);
+  if (matches === undefined && countFirst) {
+    matches = await count();
+    counts.set(tenant, key, matches, stamp);
+  }
+  if (matches !== undefined && page.offset >= matches) return { items: [], matches };
+  const items = await fetchPage(matches);
   if (matches === undefined) {
     const partial = items.length > 0 && items.length < page.size;
     matches = partial ? page.offset + items.length : await count();

@@ -15,6 +15,13 @@ export interface DeviceQuery {
   templateId?: number;
 }
 
+/**
+ * How `attr=` filters are evaluated. `walk`: per device, in page order (cheap when most devices
+ * match). `set`: the matching devices are collected once into a hash (cheap when few match,
+ * and for counts). docs/registry.md has the measurements.
+ */
+export type AttrPlan = 'walk' | 'set';
+
 interface DeviceRow extends AttrColumns {
   id: string;
   label: string;
@@ -30,7 +37,7 @@ interface DeviceRow extends AttrColumns {
  * ids with an InitPlan (`ARRAY(SELECT ...)`, run once per query), so the planner does not
  * multiply device_templates by template_attrs with a bad estimate (docs/registry.md, "Indexes").
  */
-function listWhere(tenant: string, q: DeviceQuery, p: Params): string {
+function listWhere(tenant: string, q: DeviceQuery, p: Params, plan: AttrPlan): string {
   const t = p.add(tenant);
   const conds = [`d.tenant = ${t}`];
   const f = q.filters;
@@ -41,10 +48,23 @@ function listWhere(tenant: string, q: DeviceQuery, p: Params): string {
   for (const a of f.attrs) {
     const label = p.add(a.label);
     const value = p.add(a.value);
+    if (plan === 'set') {
+      // The device's override wins over the template's value: devices with an override of that
+      // value, and devices whose template has that value and that do not override it. `IS TRUE`
+      // keeps the IN a hashed SubPlan (built once) instead of a join planned on a bad estimate.
+      conds.push(
+        `(d.id IN (SELECT o.device_id FROM device_overrides o JOIN template_attrs x ON x.tenant = o.tenant AND x.id = o.attr_id
+             WHERE o.tenant = ${t} AND x.parent_id IS NULL AND x.label = ${label} AND o.static_value = ${value}
+           UNION ALL
+           SELECT dt.device_id FROM template_attrs x JOIN device_templates dt ON dt.tenant = x.tenant AND dt.template_id = x.template_id
+             WHERE x.tenant = ${t} AND x.parent_id IS NULL AND x.label = ${label} AND x.static_value = ${value}
+               AND NOT EXISTS (SELECT 1 FROM device_overrides o WHERE o.tenant = dt.tenant AND o.device_id = dt.device_id AND o.attr_id = x.id))) IS TRUE`,
+      );
+      continue;
+    }
     const labelled = `ARRAY(SELECT x.id FROM template_attrs x WHERE x.tenant = ${t} AND x.parent_id IS NULL AND x.label = ${label})`;
-    // The device's override wins over the template's value: either an override with that
-    // value, or the template's value with no override. (The OR keeps both checks per device,
-    // walking devices in page order: cheap when matches are dense.)
+    // Same rule, checked per device (the OR keeps both checks correlated, walking the devices
+    // in page order; the InitPlans turn the label into ids once per query).
     conds.push(
       `(EXISTS (SELECT 1 FROM device_overrides o WHERE o.tenant = d.tenant AND o.device_id = d.id
            AND o.static_value = ${value} AND o.attr_id = ANY(${labelled}))
@@ -128,23 +148,23 @@ export async function getAllDevices(db: Db, tenant: string): Promise<DeviceRecor
   return selectDevices(db, p, `d.tenant = ${p.add(tenant)}`, false, '', false);
 }
 
-export async function listDevices(db: Db, tenant: string, q: DeviceQuery, page: Page, withKeys = false): Promise<DeviceRecord[]> {
+export async function listDevices(db: Db, tenant: string, q: DeviceQuery, page: Page, plan: AttrPlan, withKeys = false): Promise<DeviceRecord[]> {
   const p = new Params();
-  const where = listWhere(tenant, q, p);
+  const where = listWhere(tenant, q, p, plan);
   const limit = `LIMIT ${p.add(page.size)} OFFSET ${p.add(page.offset)}`;
   return selectDevices(db, p, where, q.filters.sortByLabel, limit, withKeys);
 }
 
 export async function countDevices(db: Db, tenant: string, q: DeviceQuery): Promise<number> {
   const p = new Params();
-  const { rows } = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM devices d WHERE ${listWhere(tenant, q, p)}`, p.values);
+  const { rows } = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM devices d WHERE ${listWhere(tenant, q, p, 'set')}`, p.values);
   return rows[0]!.n;
 }
 
 export async function listDeviceIds(db: Db, tenant: string, q: DeviceQuery): Promise<string[]> {
   const p = new Params();
   const { rows } = await db.query<{ id: string }>(
-    `SELECT d.id FROM devices d WHERE ${listWhere(tenant, q, p)} ORDER BY ${orderBy(q.filters.sortByLabel, 'd')}`,
+    `SELECT d.id FROM devices d WHERE ${listWhere(tenant, q, p, 'set')} ORDER BY ${orderBy(q.filters.sortByLabel, 'd')}`,
     p.values,
   );
   return rows.map((r) => r.id);

@@ -15,6 +15,8 @@ import type { CreateOptions, DeviceInput, DeviceRecord, OverrideRow } from './ty
 import { deviceView } from './views.js';
 
 const ID_TRIES = 10;
+// Up to this many matches an attr= filter collects its devices as a set (docs/registry.md).
+const SET_PLAN_MAX = 5000;
 // Above this many ids an event names the tenant instead (caches drop the tenant).
 const MAX_EVENT_IDS = 10_000;
 
@@ -84,13 +86,17 @@ export class DeviceService {
   /** One page and the number of matches (counted only when neither the cache nor the page tells it). */
   async list(tenant: string, q: repo.DeviceQuery, page: Page, internal = false): Promise<{ devices: DeviceRecord[]; matches: number }> {
     if (!filtersCanMatch(q.filters)) return { devices: [], matches: 0 };
+    // With attr= filters the count comes first: few matches are found best as a set, many by
+    // walking the devices in page order.
+    const attrFilter = q.filters.attrs.length > 0;
     const { items, matches } = await countedPage(
       this.counts,
       tenant,
       countKey(q.filters, String(q.templateId ?? '')),
       page,
-      () => repo.listDevices(this.pool, tenant, q, page, internal),
+      (known) => repo.listDevices(this.pool, tenant, q, page, known !== undefined && known <= SET_PLAN_MAX ? 'set' : 'walk', internal),
       () => repo.countDevices(this.pool, tenant, q),
+      attrFilter,
     );
     return { devices: internal ? items.map((d) => this.openKeys(tenant, d)) : items, matches };
   }
