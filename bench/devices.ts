@@ -59,12 +59,19 @@ try {
     }
     if (!body.pagination.has_next) break;
   }
+  // One device with its own serial (an override): the sparse attr= case.
+  const marked = ids[Math.floor(ids.length / 2)]!;
+  const put = await api('PUT', `/device/${marked}`, { label: 'marked', templates: [templateId], attrs: [{ label: 'serial', static_value: 'SN-UNIQUE' }] });
+  if (put.status !== 200) throw new Error(`update failed: ${put.status} ${put.text.slice(0, 200)}`);
+  answers[`/device/${marked}`] = JSON.stringify((JSON.parse(put.text) as { device: unknown }).device);
   const lists = [
     '/device',
     '/device?page_num=2500',
     '/device?sortBy=label&page_num=100',
     '/device?label=sensor-3_99',
     '/device?attr=serial=SN-0&page_num=10',
+    '/device?attr=serial=SN-UNIQUE',
+    '/device?attr=serial=nobody',
     '/device?attr_type=actuator&page_num=10',
     `/device/template/${templateId}?page_num=10`,
   ];
