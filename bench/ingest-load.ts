@@ -7,14 +7,16 @@
 // Each device has its own connection (username `<tenant>:<id>`) unless devicesPerConnection > 1.
 // rate 0: flat out, every device keeps `window` messages in flight; rate > 0: that many
 // messages per second over all devices (token bucket, 5 ms ticks), still at most `window` in
-// flight per device. Progress goes to the parent every second: { sent, acked, connected }.
+// flight per device; the parent may change the rate ({type:'rate', rate}). Progress goes to
+// the parent every 200 ms: { sent, acked, connected }.
 import net from 'node:net';
 import mqttPacket from 'mqtt-packet';
 
 export interface LoadConfig {
   url: string;
   tenant: string;
-  devices: string[];
+  /** Device ids `from` .. `from + count - 1`, as 6 hex digits (what bench/ingest.ts creates). */
+  devices: { from: number; count: number };
   devicesPerConnection: number;
   /** Messages per second over all devices; 0: as fast as acknowledgements come back. */
   rate: number;
@@ -54,7 +56,11 @@ function publishTemplate(topic: string): Lane {
   return { template, idAt: template.length - PAYLOAD.length - 2, inflight: 0 };
 }
 
-export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void): Promise<{ stop(): Promise<void> }> {
+export function deviceIds(range: { from: number; count: number }): string[] {
+  return Array.from({ length: range.count }, (_, i) => (range.from + i).toString(16).padStart(6, '0'));
+}
+
+export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void): Promise<{ stop(): Promise<void>; setRate(rate: number): void }> {
   const url = new URL(cfg.url);
   const port = Number(url.port || 1883);
   const conns: Conn[] = [];
@@ -153,8 +159,9 @@ export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void
     });
 
   // Connect in waves.
+  const ids = deviceIds(cfg.devices);
   const groups: string[][] = [];
-  for (let i = 0; i < cfg.devices.length; i += cfg.devicesPerConnection) groups.push(cfg.devices.slice(i, i + cfg.devicesPerConnection));
+  for (let i = 0; i < ids.length; i += cfg.devicesPerConnection) groups.push(ids.slice(i, i + cfg.devicesPerConnection));
   for (let i = 0; i < groups.length; i += cfg.connectConcurrency) {
     await Promise.all(groups.slice(i, i + cfg.connectConcurrency).map(connect));
   }
@@ -169,7 +176,7 @@ export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void
     let last = performance.now();
     ticker = setInterval(() => {
       const now = performance.now();
-      budget = Math.min(budget + ((now - last) / 1000) * cfg.rate, cfg.rate); // at most 1 s of burst
+      budget = Math.min(budget + ((now - last) / 1000) * cfg.rate, cfg.rate / 5); // at most 200 ms of burst (late timers)
       last = now;
       let skipped = 0;
       while (budget >= 1 && skipped < lanes.length) {
@@ -185,10 +192,13 @@ export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void
       }
     }, 5);
   }
-  const reporter = setInterval(() => report({ type: 'progress', sent, acked, connected: conns.filter((c) => c.ready).length, failed }), 1000);
+  const reporter = setInterval(() => report({ type: 'progress', sent, acked, connected: conns.filter((c) => c.ready).length, failed }), 200);
   report({ type: 'progress', sent, acked, connected: conns.filter((c) => c.ready).length, failed });
 
   return {
+    setRate(rate: number) {
+      cfg.rate = rate;
+    },
     async stop() {
       running = false;
       clearInterval(ticker);
@@ -208,7 +218,8 @@ if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()
   const send = (m: unknown) => (process.send ? process.send(m) : console.log(JSON.stringify(m)));
   const handle = await runLoad(cfg, send);
   send({ type: 'ready' });
-  process.on('message', (m: { type: string }) => {
+  process.on('message', (m: { type: string; rate?: number }) => {
+    if (m.type === 'rate') handle.setRate(m.rate!);
     if (m.type === 'stop') {
       void handle.stop().then(() => {
         send({ type: 'stopped' });

@@ -36,7 +36,7 @@ export async function runSink(cfg: SinkConfig, report: (m: { type: 'progress'; r
       }),
   );
   await Promise.all(conns.map((c) => c.start()));
-  const timer = setInterval(() => report({ type: 'progress', received }), 1000);
+  const timer = setInterval(() => report({ type: 'progress', received }), 200);
   return {
     async stop() {
       clearInterval(timer);
