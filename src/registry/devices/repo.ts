@@ -50,15 +50,16 @@ function listWhere(tenant: string, q: DeviceQuery, p: Params, plan: AttrPlan): s
     const value = p.add(a.value);
     if (plan === 'set') {
       // The device's override wins over the template's value: devices with an override of that
-      // value, and devices whose template has that value and that do not override it. Planned
-      // as a semi-join from this set to the devices' primary key: cheap while the set is small.
+      // value, and devices whose template has that value and that do not override it. The ids
+      // are collected first (an InitPlan array), then looked up in the devices' primary key, so
+      // the planner cannot choose to walk every device on a misestimated join.
       conds.push(
-        `d.id IN (SELECT o.device_id FROM device_overrides o JOIN template_attrs x ON x.tenant = o.tenant AND x.id = o.attr_id
+        `d.id = ANY(ARRAY(SELECT o.device_id FROM device_overrides o JOIN template_attrs x ON x.tenant = o.tenant AND x.id = o.attr_id
              WHERE o.tenant = ${t} AND x.parent_id IS NULL AND x.label = ${label} AND o.static_value = ${value}
            UNION ALL
            SELECT dt.device_id FROM template_attrs x JOIN device_templates dt ON dt.tenant = x.tenant AND dt.template_id = x.template_id
              WHERE x.tenant = ${t} AND x.parent_id IS NULL AND x.label = ${label} AND x.static_value = ${value}
-               AND NOT EXISTS (SELECT 1 FROM device_overrides o WHERE o.tenant = dt.tenant AND o.device_id = dt.device_id AND o.attr_id = x.id))`,
+               AND NOT EXISTS (SELECT 1 FROM device_overrides o WHERE o.tenant = dt.tenant AND o.device_id = dt.device_id AND o.attr_id = x.id)))`,
       );
       continue;
     }
