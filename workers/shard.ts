@@ -9,6 +9,7 @@ import { REGISTRY_CHANNEL, type RegistryEvent } from '../src/registry/events.js'
 import { DeviceCache } from '../src/ingest/device-cache.js';
 import { HistoryWriter } from '../src/ingest/history-writer.js';
 import { loadDeviceModels } from '../src/ingest/registry-reader.js';
+import { SchemaPool } from '../src/ingest/device-model.js';
 import { ShardActor } from '../src/ingest/shard-actor.js';
 import type { ShardTask, ShardWorkerSettings, WorkerMetricsDelta } from '../src/ingest/protocol.js';
 
@@ -20,7 +21,9 @@ const pool = new pg.Pool({ connectionString: settings.databaseUrl, max: 2, idleT
 pool.on('error', (err) => log.debug('idle database connection failed', { error: err.message }));
 
 const writer = new HistoryWriter(pool, log);
-const cache = new DeviceCache((devices) => loadDeviceModels(pool, devices, log), settings.cacheDevices);
+// Devices of the same templates share one schema object (memory: see device-model.ts).
+const schemas = new SchemaPool();
+const cache = new DeviceCache((devices) => loadDeviceModels(pool, devices, log, schemas), settings.cacheDevices);
 const actor = new ShardActor(cache, writer, { batchRows: settings.batchRows, batchMs: settings.batchMs });
 
 const channel = new BroadcastChannel(REGISTRY_CHANNEL);

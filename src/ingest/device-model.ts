@@ -64,8 +64,34 @@ export function parseTranslator(text: string | null): Translator | string {
   return { op: op as unknown as Operation, optional: optional === true };
 }
 
-/** Builds the model from the device's rows (ordered by attribute id); `warn` hears about unusable translators. */
-export function buildDeviceModel(tenant: string, id: string, rows: AttrRow[], warn?: (label: string, reason: string) => void): DeviceModel {
+/**
+ * What devices built from the same templates (and the same translator overrides) share: built
+ * once and referenced by every such device, so a cache of 100,000 devices holds a handful of
+ * these plus one small object per device.
+ */
+export type DeviceSchema = Pick<DeviceModel, 'templateIds' | 'stored' | 'translators' | 'timestampIsAttr'>;
+
+/** Interns schemas by content; bounded (cleared when full, schemas are rebuilt on demand). */
+export class SchemaPool {
+  private readonly schemas = new Map<string, DeviceSchema>();
+  constructor(private readonly capacity = 10_000) {}
+
+  get size(): number {
+    return this.schemas.size;
+  }
+
+  intern(signature: string, build: () => DeviceSchema): DeviceSchema {
+    let schema = this.schemas.get(signature);
+    if (!schema) {
+      if (this.schemas.size >= this.capacity) this.schemas.clear();
+      schema = build();
+      this.schemas.set(signature, schema);
+    }
+    return schema;
+  }
+}
+
+function buildSchema(rows: AttrRow[], warn?: (label: string, reason: string) => void): DeviceSchema {
   const stored = new Map<string, StoredAttr>();
   const translators: Translator[] = [];
   const templateIds = new Set<number>();
@@ -82,14 +108,35 @@ export function buildDeviceModel(tenant: string, id: string, rows: AttrRow[], wa
       else translators.push(t);
     }
   }
+  return { templateIds: [...templateIds], stored, translators, timestampIsAttr };
+}
+
+/** Everything a device's schema depends on, as one string. */
+function signature(rows: AttrRow[]): string {
+  let sig = '';
+  for (const r of rows) {
+    sig += `${r.template_id}|${r.attr_id}|${r.label}|${r.type}|${r.value_type}|${r.type === TRANSLATOR_TYPE ? r.static_value : ''}\n`;
+  }
+  return sig;
+}
+
+/** Builds the model from the device's rows (ordered by attribute id); `warn` hears about unusable translators. */
+export function buildDeviceModel(
+  tenant: string,
+  id: string,
+  rows: AttrRow[],
+  warn?: (label: string, reason: string) => void,
+  pool?: SchemaPool,
+): DeviceModel {
+  const schema = pool ? pool.intern(tenant + '\n' + signature(rows), () => buildSchema(rows, warn)) : buildSchema(rows, warn);
   return {
     tenant,
     id,
-    templateIds: [...templateIds],
     prefix: copyEscape(tenant) + '\t' + copyEscape(id) + '\t',
-    stored,
-    translators,
-    timestampIsAttr,
+    templateIds: schema.templateIds,
+    stored: schema.stored,
+    translators: schema.translators,
+    timestampIsAttr: schema.timestampIsAttr,
   };
 }
 

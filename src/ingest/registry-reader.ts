@@ -3,7 +3,7 @@
 // the device). Devices that do not exist are absent from the result.
 import type pg from 'pg';
 import { deviceKey } from '../broker/topics.js';
-import { buildDeviceModel, type AttrRow, type DeviceModel } from './device-model.js';
+import { buildDeviceModel, SchemaPool, type AttrRow, type DeviceModel } from './device-model.js';
 import type { Logger } from '../log.js';
 
 const SQL = `
@@ -25,6 +25,7 @@ export async function loadDeviceModels(
   pool: pg.Pool,
   devices: Array<{ tenant: string; id: string }>,
   log: Logger,
+  schemas?: SchemaPool,
 ): Promise<Map<string, DeviceModel>> {
   const { rows } = await pool.query<Row>({ name: 'ingest-load-devices', text: SQL, values: [devices.map((d) => d.tenant), devices.map((d) => d.id)] });
   const byDevice = new Map<string, Row[]>();
@@ -39,9 +40,7 @@ export async function loadDeviceModels(
     const { tenant, id } = list[0]!;
     models.set(
       key,
-      buildDeviceModel(tenant, id, list, (label, reason) =>
-        log.warn('translator ignored', { tenant, device: id, attr: label, reason }),
-      ),
+      buildDeviceModel(tenant, id, list, (label, reason) => log.warn('translator ignored', { tenant, device: id, attr: label, reason }), schemas),
     );
   }
   return models;
