@@ -40,8 +40,8 @@ const router = new IngestRouter(shards, {
   },
 });
 // The embedded broker's device lookups (the shard workers have their own connections).
-const registryPool = new pg.Pool({ connectionString: settings.databaseUrl, max: 2, connectionTimeoutMillis: 5000 });
-registryPool.on('error', () => undefined);
+const registryPool = settings.mqttUrl ? undefined : new pg.Pool({ connectionString: settings.databaseUrl, max: 2, connectionTimeoutMillis: 5000 });
+registryPool?.on('error', () => undefined);
 
 const channel = new BroadcastChannel(REGISTRY_CHANNEL);
 channel.onmessage = (event) => link?.onRegistryEvent((event as { data: RegistryEvent }).data);
@@ -69,13 +69,13 @@ async function start(): Promise<void> {
       : await EmbeddedLink.start({
           host: settings.mqttHost,
           port: settings.mqttPort,
-          pool: registryPool,
+          pool: registryPool!,
           log,
           router,
         });
   } catch (err) {
     await shards.close().catch(() => undefined);
-    await registryPool.end().catch(() => undefined);
+    await registryPool?.end().catch(() => undefined);
     post(
       err instanceof ConfigError
         ? { type: 'failed', error: err.message.slice(err.variable.length + 1), configVariable: err.variable }
@@ -103,7 +103,7 @@ async function stop(timeoutMs: number): Promise<void> {
   post({ type: 'metrics', delta: router.takeMetrics() });
   await link?.close().catch((err: Error) => log.warn('closing the broker link failed', { error: err.message }));
   await shards.close().catch(() => undefined);
-  await registryPool.end().catch(() => undefined);
+  await registryPool?.end().catch(() => undefined);
   channel.close();
   post({ type: 'stopped' });
 }
