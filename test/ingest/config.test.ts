@@ -1,6 +1,8 @@
 // The messaging part of the configuration: defaults and rejected values.
 import { describe, expect, it } from 'vitest';
 import { ConfigError, readConfig } from '../../src/config.js';
+import { freePort } from '../../src/net.js';
+import { spawnService, testEnv } from '../helpers/service.js';
 
 describe('messaging configuration', () => {
   it('has the documented defaults', () => {
@@ -40,5 +42,14 @@ describe('messaging configuration', () => {
     const run = () => readConfig({ [name]: value });
     expect(run).toThrow(ConfigError);
     expect(run).toThrow(message);
+  });
+});
+
+describe('an unreachable broker', () => {
+  it('MQTT_URL pointing nowhere stops the start with one line naming the broker', async () => {
+    const port = await freePort();
+    const svc = spawnService(await testEnv({ MQTT_URL: `mqtt://127.0.0.1:${port}`, LOG_LEVEL: 'error' }));
+    expect(await svc.exited).toBe(2);
+    expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(new RegExp(`^start failed: ingest could not start: cannot reach the broker at 127.0.0.1:${port}`));
   });
 });
