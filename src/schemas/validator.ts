@@ -47,6 +47,19 @@ function text(e: ErrorObject): string {
   }
 }
 
+/** Adds `text` at `path` (`["metadata", "0", "label"]`), nesting objects like marshmallow. */
+export function addFieldError(out: FieldErrors, path: string[], text: string): void {
+  let node = out as Record<string, unknown>;
+  for (const seg of path.slice(0, -1)) {
+    const next = node[seg];
+    if (typeof next !== 'object' || next === null || Array.isArray(next)) node[seg] = {};
+    node = node[seg] as Record<string, unknown>;
+  }
+  const leaf = path[path.length - 1]!;
+  const list = Array.isArray(node[leaf]) ? (node[leaf] as string[]) : ((node[leaf] = []) as string[]);
+  if (!list.includes(text)) list.push(text);
+}
+
 /** Turns ajv errors into nested field errors. `required` names the missing child field. */
 export function fieldErrors(errs: ErrorObject[]): FieldErrors {
   const out: FieldErrors = {};
@@ -54,16 +67,7 @@ export function fieldErrors(errs: ErrorObject[]): FieldErrors {
     const path = e.instancePath.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
     if (e.keyword === 'required') path.push(e.params.missingProperty as string);
     if (path.length === 0) path.push('_schema');
-    let node = out as Record<string, unknown>;
-    for (const seg of path.slice(0, -1)) {
-      const next = node[seg];
-      if (next === undefined || Array.isArray(next)) node[seg] = {};
-      node = node[seg] as Record<string, unknown>;
-    }
-    const leaf = path[path.length - 1]!;
-    const list = Array.isArray(node[leaf]) ? (node[leaf] as string[]) : (node[leaf] = []) as string[];
-    const msg = text(e);
-    if (!list.includes(msg)) list.push(msg);
+    addFieldError(out, path, text(e));
   }
   return out;
 }

@@ -2,84 +2,18 @@
 // events that tell caches (device views, ingest shards) what changed, after each commit.
 import type pg from 'pg';
 import { inTransaction } from '../../db/pool.js';
-import { errors, type FieldErrors } from '../../errors.js';
+import { errors } from '../../errors.js';
 import type { ListFilters, Page } from '../../http/query.js';
-import { check, validate } from '../../schemas/validator.js';
 import type { AttrRecord } from '../attrs.js';
 import type { RegistryEvents } from '../events.js';
 import { filtersCanMatch, parseTemplateId } from '../sql.js';
 import { countedPage, countKey, TenantCache } from '../tenant-cache.js';
+import { parseTemplateInput } from './input.js';
 import * as repo from './repo.js';
-import type { AttrChange, AttrInput, NewAttrRow, TemplateInput, TemplateRecord } from './types.js';
+import type { AttrChange, AttrInput, NewAttrRow, TemplateRecord } from './types.js';
 
 // Above this many ids a change event names the tenant instead (caches drop the tenant).
 const MAX_EVENT_IDS = 1000;
-
-interface RawAttr {
-  label: string;
-  type: string;
-  value_type: string;
-  static_value?: string | number | boolean;
-  metadata?: RawAttr[];
-}
-
-const asText = (v: string | number | boolean | undefined): string | null => (v === undefined ? null : String(v));
-
-/** A `static` attribute needs a value, except a `psk` one (its key is generated later). */
-const needsValue = (a: Partial<RawAttr>) => a.type === 'static' && a.value_type !== 'psk' && a.static_value === undefined;
-
-function addError(errs: FieldErrors, path: string[], text: string): void {
-  let node = errs as Record<string, unknown>;
-  for (const seg of path.slice(0, -1)) {
-    if (typeof node[seg] !== 'object' || node[seg] === null || Array.isArray(node[seg])) node[seg] = {};
-    node = node[seg] as Record<string, unknown>;
-  }
-  const leaf = path[path.length - 1]!;
-  const list = Array.isArray(node[leaf]) ? (node[leaf] as string[]) : ((node[leaf] = []) as string[]);
-  if (!list.includes(text)) list.push(text);
-}
-
-function repeated(labels: string[]): string | undefined {
-  const seen = new Set<string>();
-  for (const l of labels) {
-    if (seen.has(l)) return l;
-    seen.add(l);
-  }
-  return undefined;
-}
-
-/** One attribute of a template body: 400 `failed to parse attr` with its field errors. */
-function parseAttr(raw: unknown): AttrInput {
-  const errs = check('templates.attr', raw) ?? {};
-  const a = raw as Partial<RawAttr>;
-  if (needsValue(a)) addError(errs, ['static_value'], 'Missing data for required field.');
-  const metadata = Array.isArray(a.metadata) ? a.metadata : [];
-  metadata.forEach((m, i) => {
-    if (typeof m === 'object' && m !== null && needsValue(m)) addError(errs, ['metadata', String(i), 'static_value'], 'Missing data for required field.');
-  });
-  if (Object.keys(errs).length === 0) {
-    const dup = repeated(metadata.map((m) => m.label));
-    if (dup !== undefined) addError(errs, ['metadata'], `Repeated metadata label: ${dup}`);
-  }
-  if (Object.keys(errs).length > 0) throw errors.validation(errs, 'failed to parse attr');
-  const valid = a as RawAttr;
-  return {
-    label: valid.label,
-    type: valid.type,
-    valueType: valid.value_type,
-    staticValue: asText(valid.static_value),
-    metadata: metadata.map((m) => ({ label: m.label, type: m.type, valueType: m.value_type, staticValue: asText(m.static_value), metadata: [] })),
-  };
-}
-
-/** A POST/PUT /template body. */
-export function parseTemplateInput(body: unknown): TemplateInput {
-  const b = validate<{ label: string; attrs?: unknown[] }>('templates.body', body);
-  const attrs = (b.attrs ?? []).map(parseAttr);
-  const dup = repeated(attrs.map((a) => a.label));
-  if (dup !== undefined) throw errors.validation({ label: [`Repeated attribute label: ${dup}`] }, 'failed to parse attr');
-  return { label: b.label, attrs };
-}
 
 const identity = (a: { label: string; type: string }) => `${a.type}\u0000${a.label}`;
 

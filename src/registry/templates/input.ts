@@ -1,0 +1,60 @@
+// Parsing of template bodies (decisions.md "Templates"): the body, then each attribute with
+// its own message, then repeated labels. Pure functions: they throw the contract's errors.
+import { errors } from '../../errors.js';
+import { addFieldError, check, validate } from '../../schemas/validator.js';
+import type { AttrInput, TemplateInput } from './types.js';
+
+interface RawAttr {
+  label: string;
+  type: string;
+  value_type: string;
+  static_value?: string | number | boolean;
+  metadata?: RawAttr[];
+}
+
+const asText = (v: string | number | boolean | undefined): string | null => (v === undefined ? null : String(v));
+
+/** A `static` attribute needs a value, except a `psk` one (its key is generated later). */
+const needsValue = (a: Partial<RawAttr>) => a.type === 'static' && a.value_type !== 'psk' && a.static_value === undefined;
+
+function repeated(labels: string[]): string | undefined {
+  const seen = new Set<string>();
+  for (const l of labels) {
+    if (seen.has(l)) return l;
+    seen.add(l);
+  }
+  return undefined;
+}
+
+/** One attribute of a template body: 400 `failed to parse attr` with its field errors. */
+function parseAttr(raw: unknown): AttrInput {
+  const errs = check('templates.attr', raw) ?? {};
+  const a = raw as Partial<RawAttr>;
+  if (needsValue(a)) addFieldError(errs, ['static_value'], 'Missing data for required field.');
+  const metadata = Array.isArray(a.metadata) ? a.metadata : [];
+  metadata.forEach((m, i) => {
+    if (typeof m === 'object' && m !== null && needsValue(m)) addFieldError(errs, ['metadata', String(i), 'static_value'], 'Missing data for required field.');
+  });
+  if (Object.keys(errs).length === 0) {
+    const dup = repeated(metadata.map((m) => m.label));
+    if (dup !== undefined) addFieldError(errs, ['metadata'], `Repeated metadata label: ${dup}`);
+  }
+  if (Object.keys(errs).length > 0) throw errors.validation(errs, 'failed to parse attr');
+  const valid = a as RawAttr;
+  return {
+    label: valid.label,
+    type: valid.type,
+    valueType: valid.value_type,
+    staticValue: asText(valid.static_value),
+    metadata: metadata.map((m) => ({ label: m.label, type: m.type, valueType: m.value_type, staticValue: asText(m.static_value), metadata: [] })),
+  };
+}
+
+/** A POST/PUT /template body. */
+export function parseTemplateInput(body: unknown): TemplateInput {
+  const b = validate<{ label: string; attrs?: unknown[] }>('templates.body', body);
+  const attrs = (b.attrs ?? []).map(parseAttr);
+  const dup = repeated(attrs.map((a) => a.label));
+  if (dup !== undefined) throw errors.validation({ label: [`Repeated attribute label: ${dup}`] }, 'failed to parse attr');
+  return { label: b.label, attrs };
+}
