@@ -6,6 +6,8 @@
 // per 1,000 devices. Then, through the HTTP API: sequential requests (latency) and 16
 // concurrent clients (throughput), each on a random device and attribute.
 //   npm run build && node dist/bench/history.js
+// BENCH_HISTORY_KEEP=1 keeps the database (its name is printed); BENCH_HISTORY_DB=<name> measures
+// again on a kept one without loading it.
 import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -25,10 +27,12 @@ const log = (msg: string) => process.stderr.write(`[${new Date().toISOString().s
 const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 
 async function main(): Promise<void> {
-  const dbName = `dr_bench_hist_${crypto.randomBytes(4).toString('hex')}`;
+  const reuse = process.env.BENCH_HISTORY_DB;
+  const keep = process.env.BENCH_HISTORY_KEEP === '1' || reuse !== undefined;
+  const dbName = reuse ?? `dr_bench_hist_${crypto.randomBytes(4).toString('hex')}`;
   const admin = new pg.Client({ connectionString: ADMIN_DB });
   await admin.connect();
-  await admin.query(`CREATE DATABASE "${dbName}"`);
+  if (!reuse) await admin.query(`CREATE DATABASE "${dbName}"`);
   const url = new URL(ADMIN_DB);
   url.pathname = '/' + dbName;
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'dr-bench-hist-'));
@@ -65,6 +69,7 @@ async function main(): Promise<void> {
       proc.once('exit', (code) => reject(new Error(`service exited with ${code}`)));
     });
     const db = new pg.Pool({ connectionString: url.toString(), max: 2 });
+    if (!reuse) {
     const { rows } = await db.query<{ id: string }>("INSERT INTO templates (tenant, label) VALUES ($1, 'bench') RETURNING id", [tenant]);
     for (const a of ATTRS) await db.query("INSERT INTO template_attrs (tenant, template_id, label, type, value_type) VALUES ($1, $2, $3, 'dynamic', 'float')", [tenant, rows[0]!.id, a]);
     await db.query(`INSERT INTO devices (tenant, id, label) SELECT $1, lpad(to_hex(d), 6, '0'), 'dev' FROM generate_series(0, $2 - 1) d`, [tenant, DEVICES]);
@@ -89,10 +94,14 @@ async function main(): Promise<void> {
     results.partitions = partitions;
     results.loadSeconds = Math.round((performance.now() - t0) / 1000);
     log(`${count} values in ${partitions} partitions (${results.loadSeconds} s)`);
+    } else {
+      results.storedValues = Number((await db.query('SELECT count(*) FROM history')).rows[0].count);
+      results.partitions = Number((await db.query('SELECT count(*) FROM history_partitions')).rows[0].count);
+    }
 
     // A user of the tenant.
     const adminJwt = ((await (await fetch(`${base}/auth`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'admin', passwd: 'admin' }) })).json()) as { jwt: string }).jwt;
-    await fetch(`${base}/auth/user`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${adminJwt}` }, body: JSON.stringify({ username: 'bench', passwd: 'bench-pass', service: tenant, profile: 'user' }) });
+    await fetch(`${base}/auth/user`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${adminJwt}` }, body: JSON.stringify({ username: 'bench', passwd: 'bench-pass', service: tenant, profile: 'user' }) }); // 409 on a kept database: fine
     const jwt = ((await (await fetch(`${base}/auth`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'bench', passwd: 'bench-pass' }) })).json()) as { jwt: string }).jwt;
     const headers = { authorization: `Bearer ${jwt}` };
     const randomUrl = () => {
@@ -138,9 +147,11 @@ async function main(): Promise<void> {
     proc.kill('SIGTERM');
     await new Promise((r) => proc.once('exit', r));
     fs.rmSync(dataDir, { recursive: true, force: true });
-    await admin.query(`DROP DATABASE IF EXISTS "${dbName}" WITH (FORCE)`).catch(() => undefined);
+    if (keep) log(`kept the database ${dbName}`);
+    else await admin.query(`DROP DATABASE IF EXISTS "${dbName}" WITH (FORCE)`).catch(() => undefined);
     await admin.end();
   }
+  results.loadAverage = os.loadavg()[0]!.toFixed(1);
   console.log(JSON.stringify(results, null, 2));
 }
 
