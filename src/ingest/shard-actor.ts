@@ -42,6 +42,8 @@ export class ShardActor {
   private metrics = ShardActor.emptyMetrics();
   private lastUs = -1;
   private lastTs = '';
+  private lastSecond = -1;
+  private secondPrefix = '';
 
   constructor(
     private readonly cache: DeviceCache,
@@ -85,11 +87,17 @@ export class ShardActor {
     this.metrics.dropped[reason] = (this.metrics.dropped[reason] ?? 0) + n;
   }
 
+  /** Timestamp text, with the part up to the second formatted once per second. */
   private tsText = (us: number): string => {
-    if (us !== this.lastUs) {
-      this.lastUs = us;
-      this.lastTs = microsToText(us);
+    if (us === this.lastUs) return this.lastTs;
+    const second = Math.floor(us / 1_000_000);
+    if (second !== this.lastSecond) {
+      this.lastSecond = second;
+      this.secondPrefix = microsToText(second * 1_000_000).slice(0, 20); // 2024-01-02T03:04:05.
     }
+    const frac = us - second * 1_000_000;
+    this.lastUs = us;
+    this.lastTs = this.secondPrefix + (frac + 1_000_000).toString().slice(1) + 'Z';
     return this.lastTs;
   };
 
