@@ -27,6 +27,8 @@ import { deviceRoutes } from './registry/devices/routes.js';
 import { KeySealer } from './registry/psk/sealer.js';
 import { PskService } from './registry/psk/service.js';
 import { pskRoutes } from './registry/psk/routes.js';
+import { openApiText } from './openapi/document.js';
+import { openApiRoutes, queryChecks } from './openapi/routes.js';
 
 export interface Service {
   config: Config;
@@ -38,6 +40,8 @@ export interface Service {
   internalPort: number;
   /** The embedded broker's port; undefined with MQTT_URL. */
   mqttPort: number | undefined;
+  /** Every route served (both listeners), as described in src/openapi/operations.ts. */
+  routes: Route[];
   stop(): Promise<void>;
 }
 
@@ -86,15 +90,18 @@ export async function startService(config: Config, log: Logger): Promise<Service
     const pskKey = config.pskEncryptionKey ?? (await loadOrCreateKey(config.dataDir, 'psk-key'));
     const psk = new PskService(pool, events, new KeySealer(pskKey));
     const devices = new DeviceService(pool, events, { cacheSize: config.deviceCacheSize, openKey: (sealed, place) => psk.open(sealed, place) });
+    // The API description and the query schemas use the configured limits; both are made once here.
     const routes: Route[] = [
       ...opsRoutes({ pool, metrics }),
+      ...openApiRoutes(openApiText(config)),
       ...authRoutes({ pool, tokens }),
       ...historyRoutes({ pool, maxResults: config.historyMaxResults }),
       ...actuationRoutes(new ActuationService(pool, ingest)),
-      ...templateRoutes(templates, config.maxPageSize),
-      ...deviceRoutes(devices, config),
+      ...templateRoutes(templates),
+      ...deviceRoutes(devices),
       ...pskRoutes(psk),
     ];
+    const queries = queryChecks(routes, config);
     const http: HttpServer = await startHttp({
       publicHost: config.host,
       publicPort: config.port,
@@ -102,6 +109,7 @@ export async function startService(config: Config, log: Logger): Promise<Service
       internalPort: config.internalPort,
       maxBodyBytes: config.maxBodyBytes,
       routes,
+      queries,
       tokens,
       metrics,
       log,
@@ -117,6 +125,7 @@ export async function startService(config: Config, log: Logger): Promise<Service
       publicPort: http.publicPort,
       internalPort: http.internalPort,
       mqttPort: ingest.mqttPort,
+      routes,
       stop: stopAll,
     };
   } catch (err) {

@@ -22,10 +22,8 @@ export function authRoutes({ pool, tokens }: Deps): Route[] {
       body: 'json',
       badBody: errors.authInvalidMimetype,
       async handler(req) {
-        const body = req.body as { username?: unknown; passwd?: unknown } | null;
-        if (typeof body !== 'object' || body === null || Array.isArray(body)) throw errors.authInvalidMimetype();
-        if (typeof body.username !== 'string' || body.username === '') throw errors.authMissingUsername();
-        if (typeof body.passwd !== 'string' || body.passwd === '') throw errors.authMissingPassword();
+        // Not an object: `invalid mimetype`; then `missing username`, `missing password` (schema auth.login).
+        const body = validate<{ username: string; passwd: string }>('auth.login', req.body);
         const user = await findUser(pool, body.username);
         if (!user) throw errors.authUnknownUser();
         if (!(await verifyPassword(body.passwd, user.passwordHash))) throw errors.authWrongPassword();

@@ -1,6 +1,6 @@
-// Query parameters shared by the list endpoints: pagination (checked in the contract's order)
-// and the label / attr / attr_type / sortBy filters (decisions.md "Common").
-import { errors } from '../errors.js';
+// Validated query values (src/schemas/queries.ts, checked before the handler runs) turned into
+// what the services take: pages, list filters, flags, label lists (decisions.md "Common").
+import type { QueryValues } from '../schemas/validator.js';
 
 export interface Page {
   num: number;
@@ -15,20 +15,10 @@ export interface Pagination {
   next_page: number | null;
 }
 
-const INTEGER = /^[+-]?\d+$/;
-
-/** page_num / page_size: not integers, then page_num < 1, then page_size < 1, then the maximum. */
-export function parsePage(q: URLSearchParams, maxPageSize: number): Page {
-  const rawNum = q.get('page_num');
-  const rawSize = q.get('page_size');
-  if ((rawNum !== null && !INTEGER.test(rawNum.trim())) || (rawSize !== null && !INTEGER.test(rawSize.trim()))) {
-    throw errors.pagingNotIntegers();
-  }
-  const num = rawNum === null ? 1 : Number(rawNum);
-  const size = rawSize === null ? 20 : Number(rawSize);
-  if (num < 1) throw errors.pageNumTooSmall();
-  if (size < 1) throw errors.pageSizeTooSmall();
-  if (size > maxPageSize) throw errors.pageSizeTooLarge(maxPageSize);
+/** page_num / page_size (defaults 1 and 20; their checks, in the contract's order, are the schema's). */
+export function pageOf(q: QueryValues): Page {
+  const num = q.page_num as number;
+  const size = q.page_size as number;
   // A page far past the end is just empty; keep the offset a safe integer for the SQL.
   return { num, size, offset: Math.min((num - 1) * size, Number.MAX_SAFE_INTEGER) };
 }
@@ -38,14 +28,6 @@ export function pagination(page: Page, matches: number): Pagination {
   const total = Math.ceil(matches / page.size);
   const hasNext = page.num < total;
   return { page: page.num, total, has_next: hasNext, next_page: hasNext ? page.num + 1 : null };
-}
-
-/** `true`, `1` (any case) or the bare flag (`?idsOnly`) are true. */
-export function parseFlag(q: URLSearchParams, name: string): boolean {
-  const v = q.get(name);
-  if (v === null) return false;
-  const s = v.trim().toLowerCase();
-  return s === '' || s === 'true' || s === '1';
 }
 
 export interface AttrFilter {
@@ -63,17 +45,24 @@ export interface ListFilters {
   sortByLabel: boolean;
 }
 
-export function parseListFilters(q: URLSearchParams): ListFilters {
-  const attrs = q.getAll('attr').map((f) => {
+/** label / attr (each has a `=`, checked by the schema) / attr_type / sortBy. */
+export function listFiltersOf(q: QueryValues): ListFilters {
+  const attrs = ((q.attr as string[] | undefined) ?? []).map((f) => {
     const i = f.indexOf('=');
-    if (i < 0) throw errors.attrFilterWithoutValue(f);
     return { label: f.slice(0, i), value: f.slice(i + 1) };
   });
-  const label = q.get('label');
+  const label = q.label as string | undefined;
   return {
-    label: label === null || label === '' ? undefined : label,
+    label: label === undefined || label === '' ? undefined : label,
     attrs,
-    attrTypes: q.getAll('attr_type').filter((t) => t !== ''),
-    sortByLabel: q.get('sortBy') === 'label',
+    attrTypes: ((q.attr_type as string[] | undefined) ?? []).filter((t) => t !== ''),
+    sortByLabel: q.sortBy === 'label',
   };
+}
+
+/** A comma-separated label list (`attrs=a, b`): trimmed, empty ones dropped; none: undefined. */
+export function labelListOf(raw: unknown): string[] | undefined {
+  if (typeof raw !== 'string') return undefined;
+  const labels = raw.split(',').map((l) => l.trim()).filter((l) => l !== '');
+  return labels.length > 0 ? labels : undefined;
 }

@@ -8,6 +8,7 @@ import { ApiError, errors } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
 import type { Tokens } from '../auth/tokens.js';
+import type { QueryCheck, QueryFailure, QueryValues } from '../schemas/validator.js';
 import { Router } from './router.js';
 import type { Claims, Listener, Method, Reply, Request, Route } from './types.js';
 
@@ -17,6 +18,7 @@ const STATUS_TEXT: Record<number, string> = {
   413: '413 Payload Too Large', 500: '500 Internal Server Error', 503: '503 Service Unavailable',
 };
 const KNOWN_METHODS = new Set(['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'HEAD', 'OPTIONS']);
+const NO_VALUES: QueryValues = Object.freeze({});
 const JSON_TYPE = /^application\/json\s*(;|$)/i;
 
 export interface HttpOptions {
@@ -26,6 +28,8 @@ export interface HttpOptions {
   internalPort: number;
   maxBodyBytes: number;
   routes: Route[];
+  /** The compiled query schema of each route that has one (src/openapi/routes.ts `queryChecks`). */
+  queries: ReadonlyMap<Route, QueryCheck>;
   tokens: Tokens;
   metrics: Metrics;
   log: Logger;
@@ -137,12 +141,24 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
         bodyError = err as ApiError;
       }
     }
+    const query = new URLSearchParams(queryString);
+    let values = NO_VALUES;
+    let queryFailure: QueryFailure | undefined;
+    const queryCheck = opts.queries.get(r);
+    if (queryCheck) {
+      const checked = queryCheck.run(query);
+      values = checked.values;
+      queryFailure = checked.failure;
+      if (queryFailure && r.queryFailure !== 'handler') throw queryFailure.error;
+    }
     const request: Request = {
       method: method as Method,
       path,
       route: r.path,
       params: match.params,
-      query: new URLSearchParams(queryString),
+      query,
+      values,
+      ...(queryFailure ? { queryFailure } : {}),
       body: parsed,
       ...(bodyError ? { bodyError } : {}),
       claims,

@@ -1,4 +1,5 @@
 import type { ApiError } from '../errors.js';
+import type { QueryFailure, QueryValues } from '../schemas/validator.js';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE' | 'PATCH';
 export type Listener = 'public' | 'internal';
@@ -22,6 +23,13 @@ export interface Request {
   route: string;
   params: Record<string, string>;
   query: URLSearchParams;
+  /**
+   * The query checked against the operation's query schema (src/schemas/queries.ts): every
+   * declared parameter converted to its type, defaults filled in. Empty for routes without one.
+   */
+  values: QueryValues;
+  /** Routes with `queryFailure: 'handler'`: the query's first failure, for the handler to answer in its order. */
+  queryFailure?: QueryFailure;
   /** Parsed JSON body for routes with `body: 'json'`; undefined otherwise. */
   body: unknown;
   /** `json-deferred` routes: the error a `json` route would have answered for this body. */
@@ -59,5 +67,11 @@ export interface Route {
   body?: 'json' | 'json-deferred';
   /** The error for a body that is not JSON; default the contract's `Payload must be valid JSON...`. */
   badBody?: () => ApiError;
+  /**
+   * The query's schema is named by the route's operation (src/openapi/operations.ts) and checked
+   * before the handler runs; a failure answers at once (`throw`, default) or reaches the
+   * handler as `req.queryFailure` (`handler`), for a contract that checks something else first.
+   */
+  queryFailure?: 'throw' | 'handler';
   handler(req: Request): Promise<Reply> | Reply;
 }

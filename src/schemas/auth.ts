@@ -2,12 +2,16 @@ import type { NamedSchema } from './index.js';
 
 export const authSchemas: NamedSchema[] = [
   {
+    // decisions.md "Authentication": not a JSON object -> `invalid mimetype`, then each field.
     $id: 'auth.login',
     type: 'object',
+    required: ['username', 'passwd'],
     properties: {
-      username: { type: 'string', minLength: 1 },
-      passwd: { type: 'string', minLength: 1 },
+      username: { type: 'string', minLength: 1, 'x-error': 'authMissingUsername' },
+      passwd: { type: 'string', minLength: 1, 'x-error': 'authMissingPassword' },
     },
+    'x-error': { type: 'authInvalidMimetype' },
+    'x-error-order': ['authInvalidMimetype', 'authMissingUsername', 'authMissingPassword'],
   },
   {
     $id: 'auth.createUser',
@@ -16,8 +20,15 @@ export const authSchemas: NamedSchema[] = [
     properties: {
       username: { type: 'string', minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.@-]+$', 'x-message': 'Usernames may contain letters, numbers and .@_-' },
       passwd: { type: 'string', minLength: 1, maxLength: 1024 },
-      service: { type: 'string', minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_-]+$', 'x-message': 'Tenants may contain letters, numbers or dashes(-_)' },
-      profile: { type: 'string', minLength: 1, maxLength: 64 },
+      service: {
+        type: 'string',
+        minLength: 1,
+        maxLength: 128,
+        pattern: '^[A-Za-z0-9_-]+$',
+        'x-message': 'Tenants may contain letters, numbers or dashes(-_)',
+        description: 'The tenant.',
+      },
+      profile: { type: 'string', minLength: 1, maxLength: 64, description: '`admin` may create users; any other text is an ordinary user.' },
     },
   },
 ];

@@ -7,10 +7,11 @@ const idRef = { type: ['integer', 'string'], pattern: '^[0-9]+$', 'x-message': '
 /** One entry of the override list (`attrs` of POST/PUT /device); other keys are ignored. */
 const override = {
   type: 'object',
+  required: ['label'],
   properties: {
-    id: idRef,
+    id: { ...idRef, description: 'The attribute id (found within `template_id` when given); without it the entry is found by `label`.' },
     template_id: idRef,
-    label: { type: 'string', allOf: [noNul] },
+    label: { type: 'string', allOf: [noNul], 'x-error': { required: 'missingOverrideLabel' } },
     static_value: staticValueSchema,
     metadata: {
       type: 'array',
@@ -19,16 +20,35 @@ const override = {
   },
 };
 
+const deviceFields = {
+  label: { type: 'string', minLength: 1, maxLength: 128, allOf: [noNul] },
+  templates: { type: 'array', items: idRef, description: 'Template ids (integers or numeric strings); may be empty.' },
+  attrs: { type: 'array', items: override, description: "The override list: the device's own `static_value` of template attributes and their metadata." },
+};
+
 export const deviceSchemas: NamedSchema[] = [
   {
-    $id: 'devices.body',
+    // POST /device. Checked: this body, then `id` (its own message), then the override list.
+    $id: 'devices.create',
     type: 'object',
     required: ['label', 'templates'],
     properties: {
-      label: { type: 'string', minLength: 1, maxLength: 128, allOf: [noNul] },
-      templates: { type: 'array', items: idRef },
-      // `id` has its own message (errors.badDeviceId), checked by the device rules.
-      attrs: { type: 'array', items: override },
+      ...deviceFields,
+      id: {
+        type: ['string', 'null'],
+        pattern: '^[0-9a-fA-F]{2,6}$',
+        description: 'A client-chosen device id (single creation only), stored as given.',
+        'x-error': 'badDeviceId',
+      },
     },
+    'x-error-order': ['badDeviceId', 'missingOverrideLabel'],
+  },
+  {
+    // PUT /device/{id}: the same without `id` (a device answer sent back carries one; it is ignored).
+    $id: 'devices.update',
+    type: 'object',
+    required: ['label', 'templates'],
+    properties: deviceFields,
+    'x-error-order': ['missingOverrideLabel'],
   },
 ];

@@ -1,12 +1,16 @@
-// Every JSON Schema of the API, by area. Add an area's schemas here; the validator compiles
-// them once at start, and the OpenAPI document is generated from them.
+// Every JSON Schema of the API, by area: request bodies (compiled once when the validator
+// loads), queries (src/schemas/queries.ts, compiled at start with the configured limits) and
+// response shapes (src/schemas/responses.ts, error bodies from src/schemas/errors.ts). The
+// OpenAPI document (src/openapi/document.ts) is generated from them.
 import { authSchemas } from './auth.js';
 import { templateSchemas } from './templates.js';
 import { deviceSchemas } from './devices.js';
+import { actuationSchemas } from './actuation.js';
 
 export interface NamedSchema {
   $id: string;
   [key: string]: unknown;
 }
 
-export const allSchemas: NamedSchema[] = [...authSchemas, ...templateSchemas, ...deviceSchemas];
+/** Request bodies. */
+export const bodySchemas: NamedSchema[] = [...authSchemas, ...templateSchemas, ...deviceSchemas, ...actuationSchemas];

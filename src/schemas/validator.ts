@@ -1,9 +1,21 @@
-// One ajv instance holds every request schema of the API (src/schemas/*), compiled once at
-// start. A failure becomes the contract's validation body: field -> ["<text>"], nested like
-// marshmallow (`{"templates": {"1": ["Not a valid integer."]}}`).
-import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
-import { errors, type FieldErrors } from '../errors.js';
-import { allSchemas } from './index.js';
+// ajv for every request schema of the API (src/schemas/*), in the JSON Schema dialect of
+// OpenAPI 3.1 (2020-12), so the schemas that check requests are the ones the document shows.
+// Bodies: compiled once when this module loads. Queries: compiled once at start with the
+// configured limits (`compileQueries`).
+//
+// A failure becomes the contract's answer: the validation body (field -> ["<text>"], nested like
+// marshmallow: `{"templates": {"1": ["Not a valid integer."]}}`), or, where a schema maps the
+// failing keyword to an error of src/errors.ts with `x-error`, that error (the first in the
+// schema's `x-error-order` when several fail; the validation body comes before them).
+import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
+import { ApiError, errors, type FieldErrors } from '../errors.js';
+import { bodySchemas } from './index.js';
+import { querySchemas, type QueryId, type QueryLimits } from './queries.js';
+
+export type ErrorKey = keyof typeof errors;
+
+/** Our annotations (see src/schemas/queries.ts); ajv ignores them, strict mode knows them. */
+export const ANNOTATIONS = ['x-message', 'x-error', 'x-error-order', 'x-lenient', 'x-ignores'] as const;
 
 const TYPE_TEXT: Record<string, string> = {
   string: 'Not a valid string.',
@@ -15,11 +27,15 @@ const TYPE_TEXT: Record<string, string> = {
 };
 
 // Union types (`["integer", "string"]`) are how the contract's "ints or numeric strings" are written.
-const ajv = new Ajv({ allErrors: true, verbose: true, strict: true, allowUnionTypes: true, keywords: ['x-message'] });
-for (const schema of allSchemas) ajv.addSchema(schema);
+const newAjv = (useDefaults: boolean) =>
+  new Ajv2020({ allErrors: true, verbose: true, strict: true, allowUnionTypes: true, useDefaults, keywords: [...ANNOTATIONS] });
 
+const bodyAjv = newAjv(false);
 const compiled = new Map<string, ValidateFunction>();
-for (const schema of allSchemas) compiled.set(schema.$id, ajv.getSchema(schema.$id)!);
+for (const schema of bodySchemas) {
+  checkAnnotations(schema.$id, schema);
+  compiled.set(schema.$id, bodyAjv.compile(schema));
+}
 
 function text(e: ErrorObject): string {
   const custom = (e.parentSchema as { 'x-message'?: string } | undefined)?.['x-message'];
@@ -60,11 +76,13 @@ export function addFieldError(out: FieldErrors, path: string[], text: string): v
   if (!list.includes(text)) list.push(text);
 }
 
+const pathOf = (e: ErrorObject) => e.instancePath.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
+
 /** Turns ajv errors into nested field errors. `required` names the missing child field. */
 export function fieldErrors(errs: ErrorObject[]): FieldErrors {
   const out: FieldErrors = {};
   for (const e of errs) {
-    const path = e.instancePath.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
+    const path = pathOf(e);
     if (e.keyword === 'required') path.push(e.params.missingProperty as string);
     if (path.length === 0) path.push('_schema');
     addFieldError(out, path, text(e));
@@ -72,22 +90,174 @@ export function fieldErrors(errs: ErrorObject[]): FieldErrors {
   return out;
 }
 
-/** The field errors of `data` against the schema `$id`, or undefined when it is valid. */
-export function check(schemaId: string, data: unknown): FieldErrors | undefined {
+type ErrorSpec = string | Record<string, string> | undefined;
+type SchemaNode = { properties?: Record<string, { 'x-error'?: ErrorSpec }>; 'x-error'?: ErrorSpec };
+
+/** The errors-registry key a failure maps to (`x-error` of the failing schema), if any. */
+function errorKeyOf(e: ErrorObject): ErrorKey | undefined {
+  const parent = e.parentSchema as SchemaNode | undefined;
+  const pick = (spec: ErrorSpec) => (spec === undefined || typeof spec === 'string' ? spec : spec[e.keyword]) as ErrorKey | undefined;
+  // A missing property: the property's own mapping, else the object's.
+  if (e.keyword === 'required') return pick(parent?.properties?.[e.params.missingProperty as string]?.['x-error']) ?? pick(parent?.['x-error']);
+  return pick(parent?.['x-error']);
+}
+
+/** The registry error for a mapped failure: a limit goes to the factory (`page_size must be at most 1000`), else the value. */
+function contractError(key: ErrorKey, e: ErrorObject): ApiError {
+  const make = errors[key] as (arg?: unknown) => ApiError;
+  return make(e.keyword === 'maximum' || e.keyword === 'minimum' ? e.params.limit : e.data);
+}
+
+/** The first mapped failure in the schema's `x-error-order`. */
+function firstMapped(order: readonly string[], errs: ErrorObject[]): { error: ErrorObject; key: ErrorKey } | undefined {
+  let best: { error: ErrorObject; key: ErrorKey; rank: number } | undefined;
+  for (const e of errs) {
+    const key = errorKeyOf(e);
+    if (key === undefined) continue;
+    const rank = order.indexOf(key);
+    if (!best || rank < best.rank) best = { error: e, key, rank };
+  }
+  return best;
+}
+
+/** Start-time check: every `x-error` names a registry error listed in the schema's `x-error-order`. */
+function checkAnnotations(id: string, schema: object): void {
+  const order = (schema as { 'x-error-order'?: string[] })['x-error-order'] ?? [];
+  for (const key of order) if (!(key in errors)) throw new Error(`schema ${id}: x-error-order names ${key}, not in src/errors.ts`);
+  const walk = (node: unknown): void => {
+    if (typeof node !== 'object' || node === null) return;
+    if (Array.isArray(node)) return node.forEach(walk);
+    const spec = (node as { 'x-error'?: ErrorSpec })['x-error'];
+    for (const key of spec === undefined ? [] : typeof spec === 'string' ? [spec] : Object.values(spec)) {
+      if (!order.includes(key)) throw new Error(`schema ${id}: x-error ${key} is not in its x-error-order`);
+    }
+    Object.values(node).forEach(walk);
+  };
+  walk(schema);
+}
+
+function bodyValidator(schemaId: string): ValidateFunction {
   const fn = compiled.get(schemaId);
   if (!fn) throw new Error(`no schema ${schemaId}`);
+  return fn;
+}
+
+/** The field errors of `data` against the schema `$id`, or undefined when it is valid. */
+export function check(schemaId: string, data: unknown): FieldErrors | undefined {
+  const fn = bodyValidator(schemaId);
   return fn(data) ? undefined : fieldErrors(fn.errors ?? []);
 }
 
-/** Validates `data` against the schema `$id`; throws the contract's 400 validation error. */
+/** Validates `data` against the schema `$id`; throws the contract's 400 validation error, or a mapped error. */
 export function validate<T>(schemaId: string, data: unknown, message = 'failed to parse input'): T {
-  const errs = check(schemaId, data);
-  if (errs) throw errors.validation(errs, message);
-  return data as T;
+  const fn = bodyValidator(schemaId);
+  if (fn(data)) return data as T;
+  const errs = fn.errors ?? [];
+  const plain = errs.filter((e) => errorKeyOf(e) === undefined);
+  if (plain.length > 0) throw errors.validation(fieldErrors(plain), message);
+  const order = (fn.schema as { 'x-error-order'?: string[] })['x-error-order'] ?? [];
+  const first = firstMapped(order, errs)!;
+  throw contractError(first.key, first.error);
 }
 
-export function schemaById(schemaId: string): object {
-  const s = allSchemas.find((x) => x.$id === schemaId);
-  if (!s) throw new Error(`no schema ${schemaId}`);
-  return s;
+// ---- Queries ----
+
+/** A validated query: every declared parameter converted, defaults filled in. */
+export type QueryValues = Readonly<Record<string, unknown>>;
+
+export interface QueryFailure {
+  error: ApiError;
+  /** The parameter and the ajv keyword that failed (`required`: the parameter is absent). */
+  param: string;
+  keyword: string;
 }
+
+export interface QueryResult {
+  values: QueryValues;
+  failure: QueryFailure | undefined;
+}
+
+const INTEGER = /^\s*[+-]?\d+\s*$/;
+
+interface ParamSpec {
+  name: string;
+  type: string | undefined;
+  /** `x-lenient`: values outside this list count as absent. */
+  lenient: ReadonlySet<unknown> | undefined;
+  /** `x-ignores` of a flag: parameters not read when it is true (`idsOnly`: the page). */
+  ignores: string[] | undefined;
+}
+
+/** One operation's query: text -> declared types (see src/schemas/queries.ts), then its schema. */
+export class QueryCheck {
+  private readonly params: ParamSpec[];
+  private readonly order: readonly string[];
+
+  constructor(
+    readonly id: string,
+    private readonly fn: ValidateFunction,
+    schema: {
+      properties: Record<string, { type?: string; enum?: unknown[]; 'x-lenient'?: boolean; 'x-ignores'?: string[] }>;
+      'x-error-order'?: string[];
+    },
+  ) {
+    this.params = Object.entries(schema.properties).map(([name, p]) => ({
+      name,
+      type: p.type,
+      lenient: p['x-lenient'] && p.enum ? new Set(p.enum) : undefined,
+      ignores: p['x-ignores'],
+    }));
+    this.order = schema['x-error-order'] ?? [];
+  }
+
+  run(query: URLSearchParams): QueryResult {
+    const values: Record<string, unknown> = {};
+    for (const p of this.params) {
+      if (p.type === 'array') {
+        const all = query.getAll(p.name);
+        if (all.length > 0) values[p.name] = all;
+        continue;
+      }
+      const raw = query.get(p.name);
+      if (raw === null) continue;
+      if (p.type === 'integer') values[p.name] = INTEGER.test(raw) ? Number(raw) : raw;
+      else if (p.type === 'boolean') values[p.name] = isTrue(raw);
+      else if (!p.lenient || p.lenient.has(raw)) values[p.name] = raw;
+    }
+    for (const p of this.params) if (p.ignores && values[p.name] === true) for (const name of p.ignores) delete values[name];
+    if (this.fn(values)) return { values, failure: undefined };
+    return { values, failure: this.failure(this.fn.errors ?? []) };
+  }
+
+  private failure(errs: ErrorObject[]): QueryFailure {
+    const first = firstMapped(this.order, errs);
+    if (first) {
+      const e = first.error;
+      const param = e.keyword === 'required' ? (e.params.missingProperty as string) : pathOf(e)[0] ?? '';
+      return { error: contractError(first.key, e), param, keyword: e.keyword };
+    }
+    // Not expected: every parameter that can fail maps to a contract error.
+    const e = errs[0]!;
+    const param = pathOf(e)[0] ?? (e.params.missingProperty as string | undefined) ?? '';
+    return { error: errors.badQuery(`Invalid query parameter ${param}: ${text(e)}`), param, keyword: e.keyword };
+  }
+}
+
+/** `true`, `1` (any case) or the bare flag (`?idsOnly`). */
+function isTrue(raw: string): boolean {
+  const s = raw.trim().toLowerCase();
+  return s === '' || s === 'true' || s === '1';
+}
+
+/** Every query schema compiled with these limits; done once at start. */
+export function compileQueries(limits: QueryLimits): Map<QueryId, QueryCheck> {
+  const ajv = newAjv(true);
+  const out = new Map<QueryId, QueryCheck>();
+  for (const [id, schema] of Object.entries(querySchemas(limits)) as unknown as Array<[QueryId, QueryCheckSchema]>) {
+    checkAnnotations(id, schema);
+    out.set(id, new QueryCheck(id, ajv.compile(schema), schema));
+  }
+  return out;
+}
+
+type QueryCheckSchema = ConstructorParameters<typeof QueryCheck>[2];

@@ -1,22 +1,15 @@
 // Device endpoints (interface.md §4.2 without actuation, §4.4 internal): HTTP in and out.
-import { pagination, parseFlag, parseListFilters, parsePage } from '../../http/query.js';
+import { listFiltersOf, pageOf, pagination } from '../../http/query.js';
 import type { Request, Route } from '../../http/types.js';
 import { parseTemplateId } from '../sql.js';
-import { parseCreateOptions } from './input.js';
+import { createOptions } from './input.js';
 import type { DeviceService } from './service.js';
 import { deviceView } from './views.js';
 
-interface Limits {
-  maxPageSize: number;
-  maxDeviceCount: number;
-}
-
 /** GET /device and GET /internal/device: `idsOnly` (all ids, no paging) or a page. */
-async function listHandler(devices: DeviceService, req: Request, limits: Limits, internal: boolean) {
-  const idsOnly = parseFlag(req.query, 'idsOnly');
-  const page = idsOnly ? undefined : parsePage(req.query, limits.maxPageSize);
-  const filters = parseListFilters(req.query);
-  if (internal) filters.attrTypes = []; // the internal listing has no attr_type
+async function listHandler(devices: DeviceService, req: Request, internal: boolean) {
+  const page = req.values.idsOnly ? undefined : pageOf(req.values);
+  const filters = listFiltersOf(req.values); // the internal listing's schema has no attr_type
   if (!page) return { status: 200, body: await devices.listIds(req.tenant, { filters }) };
   const { devices: found, matches } = await devices.list(req.tenant, { filters }, page, internal);
   return {
@@ -25,14 +18,14 @@ async function listHandler(devices: DeviceService, req: Request, limits: Limits,
   };
 }
 
-export function deviceRoutes(devices: DeviceService, limits: Limits): Route[] {
+export function deviceRoutes(devices: DeviceService): Route[] {
   return [
     {
       method: 'POST',
       path: '/device',
       body: 'json',
       async handler(req) {
-        const opts = parseCreateOptions(req.query, limits.maxDeviceCount);
+        const opts = createOptions(req.values);
         const r = await devices.create(req.tenant, opts, req.body);
         const body = r.verbose
           ? { message: 'device created', devices: r.devices.map((d) => deviceView(d)) }
@@ -43,7 +36,7 @@ export function deviceRoutes(devices: DeviceService, limits: Limits): Route[] {
     {
       method: 'GET',
       path: '/device',
-      handler: (req) => listHandler(devices, req, limits, false),
+      handler: (req) => listHandler(devices, req, false),
     },
     {
       method: 'DELETE',
@@ -81,7 +74,7 @@ export function deviceRoutes(devices: DeviceService, limits: Limits): Route[] {
       method: 'GET',
       path: '/device/template/:template_id',
       async handler(req) {
-        const page = parsePage(req.query, limits.maxPageSize);
+        const page = pageOf(req.values);
         const templateId = parseTemplateId(req.params.template_id!);
         // An unknown (or malformed) template id is an empty page, not an error.
         const { devices: found, matches } =
@@ -93,7 +86,7 @@ export function deviceRoutes(devices: DeviceService, limits: Limits): Route[] {
       method: 'GET',
       path: '/internal/device',
       listener: 'internal',
-      handler: (req) => listHandler(devices, req, limits, true),
+      handler: (req) => listHandler(devices, req, true),
     },
     {
       method: 'GET',

@@ -1,21 +1,20 @@
-// Pre-shared key endpoints (interface.md §4.3): HTTP in and out.
+// Pre-shared key endpoints (interface.md §4.3): HTTP in and out. Queries are checked against
+// `psk.generate` / `psk.copy` (src/schemas/queries.ts) before a handler runs.
 import type { Route } from '../../http/types.js';
+import { labelListOf } from '../../http/query.js';
 import type { PskService } from './service.js';
-
-/** `attrs=a,b`: the labels; absent or empty: undefined (every psk attribute). */
-function labelsOf(raw: string | null): string[] | undefined {
-  if (raw === null) return undefined;
-  const labels = raw.split(',').map((l) => l.trim()).filter((l) => l !== '');
-  return labels.length > 0 ? labels : undefined;
-}
 
 export function pskRoutes(psk: PskService): Route[] {
   return [
     {
       method: 'POST',
       path: '/device/gen_psk/:id',
+      // decisions.md: key_length present, then the device (404), then key_length's range.
+      queryFailure: 'handler',
       async handler(req) {
-        const keys = await psk.generate(req.tenant, req.params.id!, req.query.get('key_length'), labelsOf(req.query.get('attrs')));
+        if (req.queryFailure?.keyword === 'required') throw req.queryFailure.error;
+        const keyLength = req.queryFailure?.error ?? (req.values.key_length as number);
+        const keys = await psk.generate(req.tenant, req.params.id!, keyLength, labelListOf(req.values.attrs));
         return keys.length > 0 ? { status: 200, body: keys } : { status: 204 };
       },
     },
@@ -23,7 +22,7 @@ export function pskRoutes(psk: PskService): Route[] {
       method: 'PUT',
       path: '/device/:id/attrs/:label/psk',
       async handler(req) {
-        await psk.copy(req.tenant, req.params.id!, req.params.label!, req.query.get('from_dev_id'), req.query.get('from_attr_label'));
+        await psk.copy(req.tenant, req.params.id!, req.params.label!, req.values.from_dev_id as string, req.values.from_attr_label as string);
         return { status: 204 };
       },
     },

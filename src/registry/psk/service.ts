@@ -5,7 +5,7 @@
 import crypto from 'node:crypto';
 import type pg from 'pg';
 import { inTransaction } from '../../db/pool.js';
-import { errors } from '../../errors.js';
+import { ApiError, errors } from '../../errors.js';
 import type { RegistryEvents } from '../events.js';
 import * as repo from './repo.js';
 import type { KeyPlace, KeySealer } from './sealer.js';
@@ -30,15 +30,15 @@ export class PskService {
   }
 
   /**
-   * POST /device/gen_psk/{id}. `labels` undefined: every psk attribute of the device. An empty
-   * result means the device has no psk attribute (204).
+   * POST /device/gen_psk/{id}. `keyLength`: the validated length (1..1023 bytes), or the error of
+   * an invalid one, answered after the device lookup as the contract orders. `labels` undefined:
+   * every psk attribute of the device. An empty result means the device has no psk attribute (204).
    */
-  async generate(tenant: string, deviceId: string, keyLength: string | null, labels: string[] | undefined): Promise<GeneratedKey[]> {
-    if (keyLength === null) throw errors.missingKeyLength();
+  async generate(tenant: string, deviceId: string, keyLength: number | ApiError, labels: string[] | undefined): Promise<GeneratedKey[]> {
     const generated = await inTransaction(this.pool, async (c) => {
       if (deviceId.includes('\0') || !(await repo.deviceExists(c, tenant, deviceId, true))) throw errors.noSuchDevice(deviceId);
-      const n = /^\s*\d+\s*$/.test(keyLength) ? Number(keyLength) : NaN;
-      if (!(n > 0 && n < 1024)) throw errors.badKeyLength();
+      if (keyLength instanceof ApiError) throw keyLength;
+      const n = keyLength;
       const attrs = await repo.deviceAttrs(c, tenant, deviceId);
       let targets = attrs.filter((a) => a.valueType === PSK);
       if (labels !== undefined) {
@@ -61,9 +61,8 @@ export class PskService {
     return generated;
   }
 
-  /** PUT /device/{id}/attrs/{label}/psk: copies the source's key; no link is kept. */
-  async copy(tenant: string, deviceId: string, label: string, fromDevice: string | null, fromLabel: string | null): Promise<void> {
-    if (!fromDevice || !fromLabel) throw errors.copyMissingSource();
+  /** PUT /device/{id}/attrs/{label}/psk: copies the source's key; no link is kept. The query schema (`psk.copy`) has checked that both source parameters are there. */
+  async copy(tenant: string, deviceId: string, label: string, fromDevice: string, fromLabel: string): Promise<void> {
     await inTransaction(this.pool, async (c) => {
       const source = await this.pskAttr(c, tenant, fromDevice, fromLabel, false);
       const target = await this.pskAttr(c, tenant, deviceId, label, true);

@@ -1,10 +1,12 @@
-// Template endpoints (interface.md §4.1): HTTP in and out; rules live in the service.
-import { pagination, parseListFilters, parsePage } from '../../http/query.js';
+// Template endpoints (interface.md §4.1): HTTP in and out; rules live in the service. Queries
+// are checked before a handler runs (src/openapi/operations.ts names each route's schema).
+import { listFiltersOf, pageOf, pagination } from '../../http/query.js';
 import type { Route } from '../../http/types.js';
 import type { TemplateService } from './service.js';
-import { parseAttrFormat, templateView } from './views.js';
+import type { AttrFormat } from './types.js';
+import { templateView } from './views.js';
 
-export function templateRoutes(templates: TemplateService, maxPageSize: number): Route[] {
+export function templateRoutes(templates: TemplateService): Route[] {
   return [
     {
       method: 'POST',
@@ -19,9 +21,9 @@ export function templateRoutes(templates: TemplateService, maxPageSize: number):
       method: 'GET',
       path: '/template',
       async handler(req) {
-        const page = parsePage(req.query, maxPageSize);
-        const filters = parseListFilters(req.query);
-        const format = parseAttrFormat(req.query.get('attr_format'));
+        const page = pageOf(req.values);
+        const filters = listFiltersOf(req.values);
+        const format = req.values.attr_format as AttrFormat;
         const { templates: found, matches } = await templates.list(req.tenant, filters, page);
         return { status: 200, body: { templates: found.map((t) => templateView(t, format)), pagination: pagination(page, matches) } };
       },
@@ -39,7 +41,7 @@ export function templateRoutes(templates: TemplateService, maxPageSize: number):
       path: '/template/:id',
       async handler(req) {
         const t = await templates.get(req.tenant, req.params.id!);
-        return { status: 200, body: templateView(t, parseAttrFormat(req.query.get('attr_format'))) };
+        return { status: 200, body: templateView(t, req.values.attr_format as AttrFormat) };
       },
     },
     {

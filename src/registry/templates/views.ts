@@ -2,10 +2,6 @@
 import { attrView, DATA_TYPES } from '../attrs.js';
 import type { AttrFormat, TemplateRecord } from './types.js';
 
-export function parseAttrFormat(raw: string | null): AttrFormat {
-  return raw === 'single' || raw === 'split' ? raw : 'both';
-}
-
 /** `id` is an integer in create/get/list responses and a string in update/delete responses. */
 export function templateView(t: TemplateRecord, format: AttrFormat = 'both', idAsString = false): Record<string, unknown> {
   const v: Record<string, unknown> = { id: idAsString ? String(t.id) : t.id, label: t.label, created: t.created };
