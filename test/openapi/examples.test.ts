@@ -1,0 +1,140 @@
+// Every example of the served API description, driven against the running service: the answer
+// must have the example's status, fit the schema documented for that status (ajv, strict), and,
+// for errors, equal the documented body. So the description cannot drift from the behaviour.
+//
+// Each example runs in a fresh tenant holding the fixture the examples are written against
+// (src/openapi/operations.ts, docs/api.md); template id 1 in path parameters and in `templates`
+// of request bodies stands for the fixture template's id.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { insertHistory } from '../helpers/registry-fixtures.js';
+import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
+import { operationsOf, schemaValidators, type Doc, type DocOperation } from './helpers.js';
+
+let svc: TestService;
+let adminToken: string;
+let doc: Doc;
+let compile: ReturnType<typeof schemaValidators>;
+let tenants = 0;
+
+const FIXTURE_TEMPLATE_ID = 1;
+
+beforeAll(async () => {
+  svc = await startTestService();
+  adminToken = await login(svc.base);
+  doc = (await http<Doc>('GET', `${svc.base}/openapi.json`)).body;
+  compile = schemaValidators(doc);
+});
+afterAll(() => svc?.stop());
+
+interface Fixture {
+  token: string;
+  templateId: number;
+}
+
+async function ok(res: Promise<{ status: number; text: string; body: any }>, what: string): Promise<any> {
+  const r = await res;
+  if (r.status >= 300) throw new Error(`fixture ${what}: ${r.status} ${r.text}`);
+  return r.body;
+}
+
+/** The fixture of the examples, in a tenant of its own. */
+async function fixture(kind: string | undefined): Promise<Fixture> {
+  const tenant = `examples-${++tenants}`;
+  const token = await tenantToken(svc.base, adminToken, tenant, 'admin');
+  const created = await ok(
+    http('POST', `${svc.base}/template`, {
+      token,
+      body: {
+        label: 'Thermometer',
+        attrs: [
+          { label: 'temperature', type: 'dynamic', value_type: 'float' },
+          { label: 'serial', type: 'static', value_type: 'string', static_value: 'SN-0', metadata: [{ label: 'unit', type: 'static', value_type: 'string', static_value: 'C' }] },
+          { label: 'led', type: 'actuator', value_type: 'bool' },
+          { label: 'key', type: 'static', value_type: 'psk' },
+          { label: 'spare', type: 'static', value_type: 'psk' },
+        ],
+      },
+    }),
+    'template',
+  );
+  const templateId = created.template.id as number;
+  if (kind !== 'no-devices') {
+    await ok(http('POST', `${svc.base}/device`, { token, body: { label: 'sensor', templates: [templateId], id: 'a1b2c3' } }), 'device a1b2c3');
+    await ok(http('POST', `${svc.base}/device`, { token, body: { label: 'bare', templates: [], id: 'd4e5f6' } }), 'device d4e5f6');
+    await ok(http('POST', `${svc.base}/device/gen_psk/a1b2c3?key_length=16&attrs=key`, { token }), 'key');
+    await insertHistory(svc.service.pool, [
+      { tenant, device: 'a1b2c3', attr: 'temperature', ts: '2026-05-01T12:00:00Z', value: '21.5' },
+      { tenant, device: 'a1b2c3', attr: 'temperature', ts: '2026-05-01T12:01:00Z', value: '22' },
+    ]);
+  }
+  return { token, templateId };
+}
+
+const examples = () =>
+  operationsOf(doc).flatMap((o) => o.op['x-examples'].map((ex) => ({ ...o, ex, title: `${o.method} ${o.path} ${ex.name} -> ${ex.status}` })));
+
+/** The request of an example: path and query from the parameters' examples, the body from the request body's. */
+function request(o: DocOperation, name: string, f: Fixture): { url: string; body: unknown } {
+  let path = o.path;
+  const query = new URLSearchParams();
+  for (const p of o.op.parameters) {
+    const given = p.examples?.[name];
+    if (given === undefined) continue;
+    if (p.in === 'path') {
+      // A template id parameter (integer schema) naming the fixture template.
+      const value = p.schema.type === 'integer' && given.value === FIXTURE_TEMPLATE_ID ? f.templateId : given.value;
+      path = path.replace(`{${p.name}}`, encodeURIComponent(String(value)));
+    } else {
+      for (const v of Array.isArray(given.value) ? given.value : [given.value]) query.append(p.name, String(v));
+    }
+  }
+  let body = o.op.requestBody?.content['application/json']?.examples?.[name]?.value;
+  if (body && typeof body === 'object' && Array.isArray((body as { templates?: unknown }).templates)) {
+    const b = body as { templates: unknown[] };
+    body = { ...b, templates: b.templates.map((t) => (t === FIXTURE_TEMPLATE_ID ? f.templateId : t)) };
+  }
+  const qs = query.toString();
+  // A bare flag (`?idsOnly`) is written without `=`.
+  return { url: path + (qs ? '?' + qs.replace(/=(&|$)/g, '$1') : ''), body };
+}
+
+describe('documented examples against the running service', () => {
+  it('there are examples of every operation', () => {
+    expect(examples().length).toBeGreaterThan(60);
+  });
+
+  it('every example', async () => {
+    const failures: string[] = [];
+    for (const { ex, title, ...o } of examples()) {
+      const f = await fixture(ex.fixture);
+      const { url, body } = request(o, ex.name, f);
+      const base = o.op['x-listeners'].includes('public') ? svc.base : svc.internal;
+      const res = await http(o.method, base + url, { token: ex.status === 401 ? undefined : f.token, body });
+      const documented = o.op.responses[String(res.status)];
+      if (res.status !== ex.status) failures.push(`${title}: answered ${res.status} ${res.text.slice(0, 300)}`);
+      if (!documented) {
+        failures.push(`${title}: status ${res.status} is not documented`);
+        continue;
+      }
+      const media = documented.content ? Object.entries(documented.content)[0] : undefined;
+      if (!media) {
+        if (res.text !== '') failures.push(`${title}: a body where none is documented: ${res.text.slice(0, 200)}`);
+        continue;
+      }
+      const [contentType, { schema, examples: answers }] = media;
+      if (!res.headers.get('content-type')?.startsWith(contentType)) failures.push(`${title}: content-type ${res.headers.get('content-type')}, documented ${contentType}`);
+      const validate = compile(schema);
+      if (!validate(res.body)) failures.push(`${title}: the answer does not fit the documented schema: ${JSON.stringify(validate.errors)} in ${res.text.slice(0, 500)}`);
+      // Error bodies are exact: the documented one is the one answered.
+      const documentedAnswer = answers?.[ex.name]?.value;
+      if (res.status >= 400 && res.status === ex.status) {
+        try {
+          expect(res.body).toEqual(documentedAnswer);
+        } catch {
+          failures.push(`${title}: answered ${res.text}, documented ${JSON.stringify(documentedAnswer)}`);
+        }
+      }
+    }
+    expect(failures, failures.join('\n')).toEqual([]);
+  }, 120_000);
+});
