@@ -17,6 +17,8 @@
 //       and polls GET /history until its value is there);
 //   (d) the service's resident memory with BENCH_CACHE_DEVICES (100,000) devices cached, beside
 //       the same number of messages from 1,000 devices.
+// (a) and (b) alternate for BENCH_ROUNDS (2) rounds, each ratio from one pair: the machine is
+// shared, and what others run moves every figure.
 //   npm run build && node dist/bench/ingest.js      (BENCH_PHASES=abcd, BENCH_DEVICES=10000)
 import { fork, spawn, type ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
@@ -40,6 +42,7 @@ const WINDOW = Number(process.env.BENCH_WINDOW ?? 4);
 const CACHE_DEVICES = Number(process.env.BENCH_CACHE_DEVICES ?? 100_000);
 const CONNECTIONS = Number(process.env.BENCH_SUBSCRIBER_CONNECTIONS ?? 8);
 const PHASES = process.env.BENCH_PHASES ?? 'abcd';
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
 const RECEIVE_MAXIMUM = 10_000;
 const KEEP_UP = 0.97;
 const tenant = 'bench';
@@ -245,8 +248,9 @@ async function main(): Promise<void> {
     await service.stop();
     service = undefined;
 
-    let baseline = Number(process.env.BENCH_BASELINE_RATE ?? 0);
-    if (PHASES.includes('a')) {
+    // (a) and (b) alternate for BENCH_ROUNDS rounds: the machine is shared, so each ratio is
+    // taken from a pair measured minutes apart, not from a baseline of another hour.
+    const baselineRun = async () => {
       log(`(a) ${DEVICES} devices into the do-nothing subscriber (${CONNECTIONS} connections, MQTT 5 shared subscription)`);
       const sink = child<{ received: number }>('ingest-sink.js', {
         url: MQTT_URL,
@@ -260,27 +264,25 @@ async function main(): Promise<void> {
       const steps = await sustainable(gen, async () => sink.latest?.received ?? 0, 'subscriber');
       await gen.stop();
       await sink.stop();
-      baseline = best(steps).received;
-      results.a = { sustainableMsgsPerSec: baseline, steps };
-      log(`    => the broker delivers ${baseline} msg/s`);
-    }
-
-    service = await startService(databaseUrl);
-    if (PHASES.includes('b')) {
+      const delivered = best(steps).received;
+      log(`    => the broker delivers ${delivered} msg/s`);
+      return { sustainableMsgsPerSec: delivered, loadAverage: Number(os.loadavg()[0]!.toFixed(1)), steps };
+    };
+    const serviceRun = async (svc: Service, baseline: number) => {
       log('(b) the same, into the service');
       const gen = child<LoadProgress>('ingest-load.js', loadConfig(DEVICES, START_RATE));
       await gen.ready;
       const rss: number[] = [];
-      const rssTimer = setInterval(() => rss.push(service!.rssMb()), 1000);
-      const svc = service;
+      const rssTimer = setInterval(() => rss.push(svc.rssMb()), 1000);
       const steps = await sustainable(gen, async () => (await svc.metrics()).ingest_messages_stored_total ?? 0, 'service');
       clearInterval(rssTimer);
       await gen.stop();
       // Let it catch up before the next phase.
-      for (let i = 0; i < 120 && ((await service.metrics()).ingest_queue_depth ?? 0) > 0; i++) await sleep(500);
-      const m = await service.metrics();
+      for (let i = 0; i < 120 && ((await svc.metrics()).ingest_queue_depth ?? 0) > 0; i++) await sleep(500);
+      const m = await svc.metrics();
       const top = best(steps);
-      results.b = {
+      log(`    => the service commits ${top.received} msg/s (${top.received * 3} values/s); ratio ${baseline ? (top.received / baseline).toFixed(3) : '?'}`);
+      return {
         sustainableMsgsPerSec: top.received,
         sustainableValuesPerSec: top.received * 3,
         ratioToBaseline: baseline ? Number((top.received / baseline).toFixed(3)) : undefined,
@@ -288,11 +290,32 @@ async function main(): Promise<void> {
         meanCopyMs: Number(((1000 * m.ingest_copy_duration_seconds_sum!) / m.ingest_copy_duration_seconds_count!).toFixed(1)),
         rssMbDuringIngest: rss.length ? Math.round(Math.max(...rss)) : undefined,
         dropped: Object.fromEntries(Object.entries(m).filter(([k, v]) => k.startsWith('ingest_dropped_total') && v > 0)),
+        loadAverage: Number(os.loadavg()[0]!.toFixed(1)),
         steps,
       };
-      log(`    => the service commits ${top.received} msg/s (${top.received * 3} values/s); ratio ${baseline ? (top.received / baseline).toFixed(3) : '?'}`);
+    };
+    let baseline = Number(process.env.BENCH_BASELINE_RATE ?? 0);
+    const rounds: Array<Record<string, unknown>> = [];
+    for (let round = 1; round <= ROUNDS && (PHASES.includes('a') || PHASES.includes('b')); round++) {
+      const r: Record<string, unknown> = { round };
+      if (PHASES.includes('a')) {
+        const a = await baselineRun();
+        baseline = a.sustainableMsgsPerSec;
+        r.a = a;
+      }
+      if (PHASES.includes('b')) {
+        const svc = await startService(databaseUrl);
+        try {
+          r.b = await serviceRun(svc, baseline);
+        } finally {
+          await svc.stop();
+        }
+      }
+      rounds.push(r);
     }
+    results.rounds = rounds;
 
+    service = await startService(databaseUrl);
     if (PHASES.includes('c')) {
       const half = Math.round(baseline / 2);
       log(`(c) ${half} msg/s (half of (a)) with probe messages: publish-to-queryable latency`);
