@@ -15,6 +15,8 @@
 //   (b) into the service: messages/s and values/s committed to history;
 //   (c) at half of (a), with probe messages: publish-to-queryable latency (the probe publishes
 //       and polls GET /history until its value is there);
+//   (e) CPU microseconds per message of the generator, the broker, the service and PostgreSQL
+//       at a fixed rate (BENCH_COST_RATE, 8000 msg/s);
 //   (d) the service's resident memory with BENCH_CACHE_DEVICES (100,000) devices cached, beside
 //       the same number of messages from 1,000 devices.
 // (a) and (b) alternate for BENCH_ROUNDS (2) rounds, each ratio from one pair: the machine is
@@ -41,7 +43,7 @@ const LATENCY_SECONDS = Number(process.env.BENCH_LATENCY_SECONDS ?? 20);
 const WINDOW = Number(process.env.BENCH_WINDOW ?? 4);
 const CACHE_DEVICES = Number(process.env.BENCH_CACHE_DEVICES ?? 100_000);
 const CONNECTIONS = Number(process.env.BENCH_SUBSCRIBER_CONNECTIONS ?? 8);
-const PHASES = process.env.BENCH_PHASES ?? 'abcd';
+const PHASES = process.env.BENCH_PHASES ?? 'abcde';
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
 const RECEIVE_MAXIMUM = 10_000;
 const KEEP_UP = 0.97;
@@ -51,6 +53,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const log = (msg: string) => process.stderr.write(`[${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
 
 interface Child<P> {
+  pid: number;
   latest: P | undefined;
   ready: Promise<void>;
   send(m: unknown): void;
@@ -60,6 +63,7 @@ interface Child<P> {
 function child<P>(file: string, cfg: unknown): Child<P> {
   const proc = fork(path.join(projectRoot, 'dist/bench', file), [JSON.stringify(cfg)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   const c: Child<P> = {
+    pid: proc.pid!,
     latest: undefined,
     ready: new Promise((resolve, reject) => {
       proc.on('message', (m: { type: string }) => {
@@ -360,6 +364,48 @@ async function main(): Promise<void> {
     }
     await service.stop();
     service = undefined;
+
+    if (PHASES.includes('e')) {
+      // Where the CPU goes: CPU seconds of each process over a steady window at a fixed rate.
+      const rate = Number(process.env.BENCH_COST_RATE ?? 8000);
+      log(`(e) CPU per message at ${rate} msg/s: generator, broker, service, PostgreSQL`);
+      const svc = await startService(databaseUrl);
+      const gen = child<LoadProgress>('ingest-load.js', loadConfig(DEVICES, rate));
+      try {
+        await gen.ready;
+        await sleep(SETTLE_SECONDS * 2000);
+        const backends = async () =>
+          (await db.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()')).rows.map((r) => r.pid);
+        const mosquitto = Number(fs.readFileSync('/run/mosquitto/mosquitto.pid', 'utf8').trim()) || 0;
+        const ticks = (pid: number) => {
+          try {
+            const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+            return Number(f[11]) + Number(f[12]);
+          } catch {
+            return 0;
+          }
+        };
+        const pgPids = await backends();
+        const snap = () => ({ svc: ticks(svc.proc.pid!), gen: ticks(gen.pid), broker: ticks(mosquitto), pg: pgPids.reduce((a, p) => a + ticks(p), 0) });
+        const m0 = await svc.metrics();
+        const s0 = snap();
+        const t0 = performance.now();
+        await sleep(STEP_SECONDS * 2000);
+        const s1 = snap();
+        const m1 = await svc.metrics();
+        const secs = (performance.now() - t0) / 1000;
+        const msgs = m1.ingest_messages_stored_total! - m0.ingest_messages_stored_total!;
+        const us = (k: keyof typeof s0) => Number((((s1[k] - s0[k]) * 10_000) / msgs).toFixed(1)); // 100 ticks a second
+        results.e = {
+          rateMsgsPerSec: Math.round(msgs / secs),
+          cpuMicrosecondsPerMessage: { generator: us('gen'), broker: us('broker'), service: us('svc'), postgres: us('pg') },
+        };
+        log(`    µs of CPU per message: ${JSON.stringify(results.e)}`);
+      } finally {
+        await gen.stop();
+        await svc.stop();
+      }
+    }
 
     if (PHASES.includes('d')) {
       // The same number of messages from 1,000 devices and from CACHE_DEVICES devices, each into
