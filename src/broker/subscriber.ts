@@ -61,6 +61,8 @@ export class SubscriberConnection extends EventEmitter implements Acker {
   /** Increases with every network connection; acks carry the generation they belong to. */
   private generation = 0;
   private connected = false;
+  /** CONNACK accepted on the current network connection. */
+  private sessionOpen = false;
   private closing = false;
   private paused = false;
   private reconnectDelay = 250;
@@ -116,7 +118,7 @@ export class SubscriberConnection extends EventEmitter implements Acker {
       socket.once('close', () => resolve());
       // Read again (a paused socket never sees the broker's close), say goodbye, hang up.
       socket.resume();
-      if (this.connected) {
+      if (this.sessionOpen) {
         if (this.pubacks.length > 0) this.flushAcks();
         // Reason 0 keeps the session (MQTT 5 would drop it only with a session expiry of 0).
         socket.end(mqttPacket.generate({ cmd: 'disconnect' }, { protocolVersion: this.opts.version }));
@@ -139,6 +141,7 @@ export class SubscriberConnection extends EventEmitter implements Acker {
     let connackSeen = false;
     let tcpConnected = false;
     this.rest = undefined;
+    this.sessionOpen = false;
 
     parser.on('packet', (packet: Packet) => {
       switch (packet.cmd) {
@@ -151,6 +154,9 @@ export class SubscriberConnection extends EventEmitter implements Acker {
             socket.destroy();
             return;
           }
+          // The session is open: a resumed session's unacknowledged messages come at once, even
+          // before the SUBACK, and may be acknowledged from now on.
+          this.sessionOpen = true;
           this.write(
             mqttPacket.generate(
               {
@@ -235,6 +241,7 @@ export class SubscriberConnection extends EventEmitter implements Acker {
     socket.on('error', (err) => (socketError = err));
     socket.on('close', () => {
       clearInterval(this.pingTimer);
+      if (this.socket === socket) this.sessionOpen = false;
       const wasConnected = this.connected;
       this.connected = false;
       if (this.socket === socket) this.socket = undefined;
@@ -354,7 +361,7 @@ export class SubscriberConnection extends EventEmitter implements Acker {
     const rest = (token - id) / 65536;
     const qos = rest % 4;
     const gen = (rest - qos) / 4;
-    if (gen !== this.generation || !this.connected || !this.socket) return;
+    if (gen !== this.generation || !this.sessionOpen || !this.socket) return;
     if (qos === 2) {
       this.write(Buffer.from([0x50, 0x02, id >> 8, id & 0xff]));
       return;
