@@ -52,7 +52,8 @@ BEGIN
       ts        timestamptz      NOT NULL,
       value     text             NOT NULL
     );
-    PERFORM create_hypertable('history', 'ts', chunk_time_interval => chunk);
+    -- No default index on ts alone: every query goes through history_series below.
+    PERFORM create_hypertable('history', 'ts', chunk_time_interval => chunk, create_default_indexes => false);
     IF coalesce(current_setting('timescaledb.license', true), 'timescale') = 'timescale' THEN
       EXECUTE 'ALTER TABLE history SET (timescaledb.compress,'
            || ' timescaledb.compress_segmentby = ''tenant, device_id, attr'','
