@@ -19,6 +19,7 @@ const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 
 function schemaOf(value: unknown): object {
   if (typeof value === 'string') {
+    if (value === MARK) return { type: 'string' };
     return value.includes(MARK) ? { type: 'string', pattern: '^' + value.split(MARK).map(escape).join('.*') + '$' } : { const: value };
   }
   if (Array.isArray(value)) return { type: 'array', minItems: 1, items: schemaOf(value[0]) };

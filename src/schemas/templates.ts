@@ -19,6 +19,12 @@ const attrFields = {
   static_value: staticValueSchema,
 };
 
+/** A `static` attribute needs `static_value`, except a `psk` one (its key is generated later). */
+const staticNeedsValue = {
+  if: { required: ['type'], properties: { type: { const: 'static' }, value_type: { not: { const: 'psk' } } } },
+  then: { required: ['static_value'], properties: { static_value: true } },
+};
+
 export const templateSchemas: NamedSchema[] = [
   {
     $id: 'templates.body',
@@ -38,8 +44,9 @@ export const templateSchemas: NamedSchema[] = [
       ...attrFields,
       metadata: {
         type: 'array',
-        items: { type: 'object', required: ['label', 'type', 'value_type'], properties: attrFields },
+        items: { type: 'object', required: ['label', 'type', 'value_type'], properties: attrFields, ...staticNeedsValue },
       },
     },
+    ...staticNeedsValue,
   },
 ];

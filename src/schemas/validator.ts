@@ -82,6 +82,7 @@ const pathOf = (e: ErrorObject) => e.instancePath.split('/').slice(1).map((p) =>
 export function fieldErrors(errs: ErrorObject[]): FieldErrors {
   const out: FieldErrors = {};
   for (const e of errs) {
+    if (e.keyword === 'if') continue; // its `then` failure is reported on its own
     const path = pathOf(e);
     if (e.keyword === 'required') path.push(e.params.missingProperty as string);
     if (path.length === 0) path.push('_schema');

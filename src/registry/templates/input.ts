@@ -14,9 +14,6 @@ interface RawAttr {
 
 const asText = (v: string | number | boolean | undefined): string | null => (v === undefined ? null : String(v));
 
-/** A `static` attribute needs a value, except a `psk` one (its key is generated later). */
-const needsValue = (a: Partial<RawAttr>) => a.type === 'static' && a.value_type !== 'psk' && a.static_value === undefined;
-
 function repeated(labels: string[]): string | undefined {
   const seen = new Set<string>();
   for (const l of labels) {
@@ -26,15 +23,11 @@ function repeated(labels: string[]): string | undefined {
   return undefined;
 }
 
-/** One attribute of a template body: 400 `failed to parse attr` with its field errors. */
+/** One attribute of a template body: 400 `failed to parse attr` with its field errors (schema `templates.attr`). */
 function parseAttr(raw: unknown): AttrInput {
   const errs = check('templates.attr', raw) ?? {};
   const a = raw as Partial<RawAttr>;
-  if (needsValue(a)) addFieldError(errs, ['static_value'], 'Missing data for required field.');
   const metadata = Array.isArray(a.metadata) ? a.metadata : [];
-  metadata.forEach((m, i) => {
-    if (typeof m === 'object' && m !== null && needsValue(m)) addFieldError(errs, ['metadata', String(i), 'static_value'], 'Missing data for required field.');
-  });
   if (Object.keys(errs).length === 0) {
     const dup = repeated(metadata.map((m) => m.label));
     if (dup !== undefined) addFieldError(errs, ['metadata'], `Repeated metadata label: ${dup}`);
