@@ -2,13 +2,17 @@
 // ahead by the service and on demand by the shard workers, and HISTORY_RETENTION_DAYS applied
 // by dropping whole partitions.
 import crypto from 'node:crypto';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { freshDatabase, startTestService, type TestService } from '../helpers/service.js';
 import { createDevice, createTemplate, deviceClient, eventually, historyCount, insertHistory } from '../helpers/registry-fixtures.js';
 
 const running: TestService[] = [];
 afterAll(async () => {
   for (const s of running) await s.stop().catch(() => undefined);
+});
+// Each test stops what it started (every service holds a dozen database connections).
+afterEach(async () => {
+  for (const s of running.splice(0)) await s.stop().catch(() => undefined);
 });
 
 async function start(env: Record<string, string | undefined>): Promise<TestService> {
