@@ -80,3 +80,26 @@ export async function readSeries(pool: pg.Pool, tenant: string, id: string, labe
   });
   return rows;
 }
+
+/**
+ * One label with the device check in the same statement (one round trip: the common lastN
+ * request). Undefined: no such device in the tenant.
+ */
+export async function readOneSeriesOfDevice(pool: pg.Pool, tenant: string, id: string, label: string, q: HistoryQuery): Promise<HistoryRow[] | undefined> {
+  const dir = q.order === 'asc' ? 'ASC' : 'DESC';
+  const b = bounds(q, 4);
+  const { rows } = await pool.query<HistoryRow & { found: boolean }>({
+    name: `history-one-device-${q.order}-${b.key}`,
+    text: `SELECT d.found, h.attr, ${historyTimeSql('h.ts')} AS ts, h.value
+             FROM (SELECT EXISTS (SELECT 1 FROM devices WHERE tenant = $1 AND id = $2) AS found) d
+             LEFT JOIN LATERAL (
+                   SELECT attr, ts, value FROM history
+                    WHERE tenant = $1 AND device_id = $2 AND attr = $3${b.sql}
+                    ORDER BY ts ${dir}
+                    LIMIT $${4 + b.values.length}) h ON d.found
+            ORDER BY h.ts ${dir}`,
+    values: [tenant, id, label, ...b.values, q.limit],
+  });
+  if (!rows[0]?.found) return undefined;
+  return rows[0].attr === null ? [] : rows;
+}
