@@ -79,7 +79,7 @@ describe.skipIf(!mosquittoInstalled())('the broker, live (this machine’s mosqu
 
   afterAll(async () => {
     for (const c of clients) c.end(true);
-    await broker?.stop();
+    await broker?.dispose();
   });
 
   it('refuses anonymous clients and wrong passwords', async () => {

@@ -97,6 +97,12 @@ export class RepoMosquitto {
     await exited;
   }
 
+  /** Stops the broker and deletes its directory. */
+  async dispose(): Promise<void> {
+    await this.stop();
+    await fs.rm(this.dir, { recursive: true, force: true });
+  }
+
   /** What operators run (docs/operations.md, "Device accounts"). */
   addDevice(username: string, password: string): void {
     execFileSync(

@@ -45,7 +45,7 @@ describe.skipIf(!mosquittoInstalled())('service + the compose broker configurati
   afterAll(async () => {
     for (const c of clients) c.end(true);
     await svc?.stop();
-    await broker?.stop();
+    await broker?.dispose();
   });
 
   const connectAs = async (id: string, password: string, opts: mqtt.IClientOptions = {}) => {
