@@ -1,8 +1,8 @@
 // The uWebSockets.js adapter: two listeners (public and internal), each with its own routes.
 // Per request: read everything needed from `req` synchronously (it dies after the handler
 // returns), start reading the body at once, check the token (before routing, so unknown routes
-// answer 401 too), route, validate, call the handler, and write the reply corked, unless the
-// client went away.
+// answer 401 too), route, validate (the body as JSON, the query against its operation's schema:
+// src/openapi/routes.ts), call the handler, and write the reply corked, unless the client went away.
 import uWS from 'uWebSockets.js';
 import { ApiError, errors } from '../errors.js';
 import type { Logger } from '../log.js';
