@@ -215,7 +215,11 @@ export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void
 // As a child process: config from argv[2], progress to the parent, stop on {type:'stop'}.
 if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()!) && process.argv[2]) {
   const cfg = JSON.parse(process.argv[2]) as LoadConfig;
-  const send = (m: unknown) => (process.send ? process.send(m) : console.log(JSON.stringify(m)));
+  const send = (m: unknown) => {
+    if (!process.send) console.log(JSON.stringify(m));
+    else if (process.connected) process.send(m);
+    else process.exit(0); // the parent is gone
+  };
   const handle = await runLoad(cfg, send);
   send({ type: 'ready' });
   process.on('message', (m: { type: string; rate?: number }) => {

@@ -48,7 +48,11 @@ export async function runSink(cfg: SinkConfig, report: (m: { type: 'progress'; r
 
 if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()!) && process.argv[2]) {
   const cfg = JSON.parse(process.argv[2]) as SinkConfig;
-  const send = (m: unknown) => (process.send ? process.send(m) : console.log(JSON.stringify(m)));
+  const send = (m: unknown) => {
+    if (!process.send) console.log(JSON.stringify(m));
+    else if (process.connected) process.send(m);
+    else process.exit(0); // the parent is gone
+  };
   const handle = await runSink(cfg, send);
   send({ type: 'ready' });
   process.on('message', (m: { type: string }) => {

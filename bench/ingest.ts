@@ -339,14 +339,19 @@ async function main(): Promise<void> {
         const value = ++k + 0.5;
         const sent = performance.now();
         await probeClient.publishAsync(`${tenant}:${probe}/attrs`, JSON.stringify({ temperature: value }), { qos: 1 });
+        let late = false;
         for (;;) {
           const res = await fetch(`${service.base}/history/device/${probe}/history?lastN=1&attr=temperature`, { headers: { authorization: `Bearer ${service.token}` } });
           const body = (await res.json()) as Array<{ value: number }>;
           if (body[0]?.value === value) break;
-          if (performance.now() - sent > 30_000) throw new Error('a probe never became queryable');
+          if (performance.now() - sent > 30_000) {
+            late = true; // the service is not keeping up with this rate: give up on this probe
+            break;
+          }
           await sleep(2);
         }
         latencies.push(performance.now() - sent);
+        if (late) break;
         await sleep(50);
       }
       const secs = (performance.now() - t0) / 1000;
@@ -359,6 +364,7 @@ async function main(): Promise<void> {
         publishedMsgsPerSec: Math.round(((gen.latest?.acked ?? 0) - p0) / secs),
         committedMsgsPerSec: Math.round((m1.ingest_messages_stored_total! - m0.ingest_messages_stored_total!) / secs),
         probes: latencies.length,
+        under1s: latencies.filter((l) => l < 1000).length,
         p50Ms: Number(percentile(latencies, 50).toFixed(1)),
         p99Ms: Number(percentile(latencies, 99).toFixed(1)),
         maxMs: Number(latencies.at(-1)!.toFixed(1)),
