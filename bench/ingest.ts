@@ -113,6 +113,8 @@ async function startService(databaseUrl: string): Promise<Service> {
       PORT: '0',
       INTERNAL_PORT: '0',
       LOG_LEVEL: 'info',
+      // BENCH_SVC_<NAME>=value passes <NAME>=value to the service (tuning experiments).
+      ...Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith('BENCH_SVC_')).map(([k, v]) => [k.slice(10), v])),
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -321,101 +323,126 @@ async function main(): Promise<void> {
       rounds.push(r);
     }
     results.rounds = rounds;
+    const lastService = (rounds.at(-1)?.b as { sustainableMsgsPerSec?: number } | undefined)?.sustainableMsgsPerSec ?? 0;
 
-    service = await startService(databaseUrl);
-    if (PHASES.includes('c')) {
-      const half = Math.round(baseline / 2);
-      log(`(c) ${half} msg/s (half of (a)) with probe messages: publish-to-queryable latency`);
-      const gen = child<LoadProgress>('ingest-load.js', loadConfig(DEVICES, half));
-      await gen.ready;
-      await sleep(SETTLE_SECONDS * 1000);
-      const probeClient = await mqtt.connectAsync(MQTT_URL, { protocolVersion: 4, clientId: `bench-probe-${probe}`, username: `${tenant}:${probe}` });
-      const latencies: number[] = [];
-      const m0 = await service.metrics();
-      const p0 = gen.latest?.acked ?? 0;
-      const t0 = performance.now();
-      let k = 0;
-      while (performance.now() - t0 < LATENCY_SECONDS * 1000) {
-        const value = ++k + 0.5;
-        const sent = performance.now();
-        await probeClient.publishAsync(`${tenant}:${probe}/attrs`, JSON.stringify({ temperature: value }), { qos: 1 });
-        let late = false;
-        for (;;) {
-          const res = await fetch(`${service.base}/history/device/${probe}/history?lastN=1&attr=temperature`, { headers: { authorization: `Bearer ${service.token}` } });
-          const body = (await res.json()) as Array<{ value: number }>;
-          if (body[0]?.value === value) break;
-          if (performance.now() - sent > 30_000) {
-            late = true; // the service is not keeping up with this rate: give up on this probe
-            break;
-          }
-          await sleep(2);
-        }
-        latencies.push(performance.now() - sent);
-        if (late) break;
-        await sleep(50);
-      }
-      const secs = (performance.now() - t0) / 1000;
-      const m1 = await service.metrics();
-      await probeClient.endAsync();
-      await gen.stop();
-      latencies.sort((a, b) => a - b);
-      results.c = {
-        offeredMsgsPerSec: half,
-        publishedMsgsPerSec: Math.round(((gen.latest?.acked ?? 0) - p0) / secs),
-        committedMsgsPerSec: Math.round((m1.ingest_messages_stored_total! - m0.ingest_messages_stored_total!) / secs),
-        probes: latencies.length,
-        under1s: latencies.filter((l) => l < 1000).length,
-        p50Ms: Number(percentile(latencies, 50).toFixed(1)),
-        p99Ms: Number(percentile(latencies, 99).toFixed(1)),
-        maxMs: Number(latencies.at(-1)!.toFixed(1)),
-      };
-      log(`    p50 ${percentile(latencies, 50).toFixed(1)} ms, p99 ${percentile(latencies, 99).toFixed(1)} ms over ${latencies.length} probes`);
-    }
-    await service.stop();
-    service = undefined;
-
-    if (PHASES.includes('e')) {
-      // Where the CPU goes: CPU seconds of each process over a steady window at a fixed rate.
-      const rate = Number(process.env.BENCH_COST_RATE ?? 8000);
-      log(`(e) CPU per message at ${rate} msg/s: generator, broker, service, PostgreSQL`);
-      const storedBefore = Number((await db.query('SELECT count(*) FROM history')).rows[0].count);
+    // (c) at half of (a), as asked, and at half of what the service sustained in (b); each on an
+    // empty table in a fresh service, like (b).
+    const latencyAt = async (rate: number, what: string) => {
+      log(`(c) ${rate} msg/s (${what}) with probe messages: publish-to-queryable latency`);
+      await db.query('TRUNCATE history');
       const svc = await startService(databaseUrl);
       const gen = child<LoadProgress>('ingest-load.js', loadConfig(DEVICES, rate));
       try {
         await gen.ready;
-        await sleep(SETTLE_SECONDS * 2000);
-        const backends = async () =>
-          (await db.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()')).rows.map((r) => r.pid);
-        const mosquitto = Number(fs.readFileSync('/run/mosquitto/mosquitto.pid', 'utf8').trim()) || 0;
-        const ticks = (pid: number) => {
-          try {
-            const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-            return Number(f[11]) + Number(f[12]);
-          } catch {
-            return 0;
-          }
-        };
-        const pgPids = await backends();
-        const snap = () => ({ svc: ticks(svc.proc.pid!), gen: ticks(gen.pid), broker: ticks(mosquitto), pg: pgPids.reduce((a, p) => a + ticks(p), 0) });
+        await sleep(SETTLE_SECONDS * 1000);
+        const probeClient = await mqtt.connectAsync(MQTT_URL, { protocolVersion: 4, clientId: `bench-probe-${probe}`, username: `${tenant}:${probe}` });
+        const latencies: number[] = [];
         const m0 = await svc.metrics();
-        const s0 = snap();
+        const p0 = gen.latest?.acked ?? 0;
         const t0 = performance.now();
-        await sleep(STEP_SECONDS * 2000);
-        const s1 = snap();
-        const m1 = await svc.metrics();
+        let k = 0;
+        while (performance.now() - t0 < LATENCY_SECONDS * 1000) {
+          const value = ++k + 0.5;
+          const sent = performance.now();
+          await probeClient.publishAsync(`${tenant}:${probe}/attrs`, JSON.stringify({ temperature: value }), { qos: 1 });
+          let late = false;
+          for (;;) {
+            const res = await fetch(`${svc.base}/history/device/${probe}/history?lastN=1&attr=temperature`, { headers: { authorization: `Bearer ${svc.token}` } });
+            const body = (await res.json()) as Array<{ value: number }>;
+            if (body[0]?.value === value) break;
+            if (performance.now() - sent > 30_000) {
+              late = true; // the service is not keeping up with this rate: give up on this probe
+              break;
+            }
+            await sleep(2);
+          }
+          latencies.push(performance.now() - sent);
+          if (late) break;
+          await sleep(50);
+        }
         const secs = (performance.now() - t0) / 1000;
-        const msgs = m1.ingest_messages_stored_total! - m0.ingest_messages_stored_total!;
-        const us = (k: keyof typeof s0) => Number((((s1[k] - s0[k]) * 10_000) / msgs).toFixed(1)); // 100 ticks a second
-        results.e = {
-          rowsInHistoryBefore: storedBefore,
-          rateMsgsPerSec: Math.round(msgs / secs),
-          cpuMicrosecondsPerMessage: { generator: us('gen'), broker: us('broker'), service: us('svc'), postgres: us('pg') },
+        const m1 = await svc.metrics();
+        await probeClient.endAsync();
+        latencies.sort((a, b) => a - b);
+        const out = {
+          offeredMsgsPerSec: rate,
+          publishedMsgsPerSec: Math.round(((gen.latest?.acked ?? 0) - p0) / secs),
+          committedMsgsPerSec: Math.round((m1.ingest_messages_stored_total! - m0.ingest_messages_stored_total!) / secs),
+          probes: latencies.length,
+          under1s: latencies.filter((l) => l < 1000).length,
+          p50Ms: Number(percentile(latencies, 50).toFixed(1)),
+          p99Ms: Number(percentile(latencies, 99).toFixed(1)),
+          maxMs: Number(latencies.at(-1)!.toFixed(1)),
+          loadAverage: Number(os.loadavg()[0]!.toFixed(1)),
         };
-        log(`    µs of CPU per message: ${JSON.stringify(results.e)}`);
+        log(`    p50 ${out.p50Ms} ms, p99 ${out.p99Ms} ms over ${out.probes} probes (${out.under1s} under 1 s), committed ${out.committedMsgsPerSec} msg/s`);
+        return out;
       } finally {
         await gen.stop();
         await svc.stop();
       }
+    };
+    if (PHASES.includes('c')) {
+      results.c = { halfOfBaseline: await latencyAt(Math.round(baseline / 2), 'half of (a)') };
+      if (lastService) (results.c as Record<string, unknown>).halfOfService = await latencyAt(Math.round(lastService / 2), 'half of (b)');
+    }
+
+    if (PHASES.includes('e')) {
+      // Where the CPU goes: CPU seconds of each process over a steady window at a fixed rate,
+      // on an empty table and on one whose current partition holds 10 million rows.
+      const rate = Number(process.env.BENCH_COST_RATE ?? 8000);
+      const cost = async (what: string) => {
+        log(`(e) CPU per message at ${rate} msg/s, ${what}: generator, broker, service, PostgreSQL`);
+        const storedBefore = Number((await db.query('SELECT count(*) FROM history')).rows[0].count);
+        const svc = await startService(databaseUrl);
+        const gen = child<LoadProgress>('ingest-load.js', loadConfig(DEVICES, rate));
+        try {
+          await gen.ready;
+          await sleep(SETTLE_SECONDS * 2000);
+          const backends = (await db.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()')).rows.map((r) => r.pid);
+          const mosquitto = Number(fs.readFileSync('/run/mosquitto/mosquitto.pid', 'utf8').trim()) || 0;
+          const ticks = (pid: number) => {
+            try {
+              const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+              return Number(f[11]) + Number(f[12]);
+            } catch {
+              return 0;
+            }
+          };
+          const snap = () => ({ svc: ticks(svc.proc.pid!), gen: ticks(gen.pid), broker: ticks(mosquitto), pg: backends.reduce((a, p) => a + ticks(p), 0) });
+          const m0 = await svc.metrics();
+          const s0 = snap();
+          const t0 = performance.now();
+          await sleep(STEP_SECONDS * 2000);
+          const s1 = snap();
+          const m1 = await svc.metrics();
+          const secs = (performance.now() - t0) / 1000;
+          const msgs = m1.ingest_messages_stored_total! - m0.ingest_messages_stored_total!;
+          const us = (k: keyof typeof s0) => Number((((s1[k] - s0[k]) * 10_000) / msgs).toFixed(1)); // 100 ticks a second
+          const out = {
+            rowsInHistoryBefore: storedBefore,
+            rateMsgsPerSec: Math.round(msgs / secs),
+            cpuMicrosecondsPerMessage: { generator: us('gen'), broker: us('broker'), service: us('svc'), postgres: us('pg') },
+          };
+          log(`    µs of CPU per message: ${JSON.stringify(out.cpuMicrosecondsPerMessage)}`);
+          return out;
+        } finally {
+          await gen.stop();
+          await svc.stop();
+        }
+      };
+      await db.query('TRUNCATE history');
+      const empty = await cost('empty table');
+      // 10 million rows in today's partition, spread over the fleet's series like real traffic.
+      await db.query(
+        `INSERT INTO history (tenant, device_id, attr, ts, value)
+         SELECT $1, lpad(to_hex((random() * ($2 - 1))::int), 6, '0'), (ARRAY['temperature','humidity','pressure'])[1 + (i % 3)],
+                date_trunc('day', now()) + random() * (now() - date_trunc('day', now())), '21.5'
+           FROM generate_series(1, 10000000) i`,
+        [tenant, DEVICES],
+      );
+      const full = await cost('10 million rows in the current partition');
+      results.e = { emptyTable: empty, tenMillionRows: full };
     }
 
     if (PHASES.includes('d')) {
