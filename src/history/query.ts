@@ -1,9 +1,12 @@
-// The operators of GET /history/device/{id}/history (decisions.md "History"), parsed and
-// checked: lastN (newest first), firstN (oldest first; wins over lastN), dateFrom / dateTo
+// The operators of GET /history/device/{id}/history (decisions.md "History") as the query the
+// repository runs: lastN (newest first), firstN (oldest first; wins over lastN), dateFrom / dateTo
 // (inclusive; ISO 8601, or epoch milliseconds), attr (one label, several comma-separated or
 // repeated, or none). lastN/firstN of 0 or absent mean "all", capped at HISTORY_MAX_RESULTS.
-import { errors } from '../errors.js';
-import { microsToText, parseTimestamp } from '../ingest/values.js';
+// The values arrive checked and typed by the `history.query` schema (src/schemas/queries.ts),
+// which also answers a bad operator value (400) before the handler runs.
+import { microsToText } from '../ingest/values.js';
+import { timestampOf } from '../schemas/queries.js';
+import type { QueryValues } from '../schemas/validator.js';
 
 export interface HistoryQuery {
   /** Labels asked for; undefined: all of the device's attributes. */
@@ -17,37 +20,37 @@ export interface HistoryQuery {
   to: string | undefined;
 }
 
-function count(q: URLSearchParams, name: string, max: number): number | undefined {
-  const raw = q.get(name);
-  if (raw === null) return undefined;
-  if (!/^\d+$/.test(raw.trim())) throw errors.badHistoryQuery(`${name} must be a non-negative integer, got "${raw}"`);
-  const n = Number(raw.trim());
-  if (n > max) throw errors.badHistoryQuery(`${name} must be at most ${max}, got ${n}`);
-  return n;
+/** A bound the schema accepted (format `timestamp`); blank: none. */
+function bound(text: unknown): string | undefined {
+  if (typeof text !== 'string') return undefined;
+  const us = timestampOf(text);
+  return us === undefined ? undefined : microsToText(us);
 }
 
-function date(q: URLSearchParams, name: string): string | undefined {
-  const raw = q.get(name);
-  if (raw === null || raw.trim() === '') return undefined;
-  const us = parseTimestamp(raw.trim());
-  if (us === undefined) throw errors.badHistoryQuery(`${name} must be an ISO 8601 date and time (e.g. 2024-05-01T12:00:00Z), got "${raw}"`);
-  return microsToText(us);
+/** `attr` values, each split at commas: trimmed, blanks dropped, each label once, in order. */
+function labelsOf(values: unknown): string[] | undefined {
+  if (values === undefined) return undefined;
+  const labels = new Set<string>();
+  for (const value of values as string[]) {
+    for (const part of value.split(',')) {
+      const label = part.trim();
+      if (label !== '') labels.add(label);
+    }
+  }
+  return labels.size > 0 ? [...labels] : undefined;
 }
 
-export function parseHistoryQuery(q: URLSearchParams, maxResults: number): HistoryQuery {
-  const lastN = count(q, 'lastN', maxResults);
-  const firstN = count(q, 'firstN', maxResults);
-  const from = date(q, 'dateFrom');
-  const to = date(q, 'dateTo');
-  const labels = [...new Set(q.getAll('attr').flatMap((a) => a.split(',')).map((a) => a.trim()).filter((a) => a !== ''))];
-  const order = firstN !== undefined ? 'asc' : 'desc';
-  const n = firstN ?? lastN;
+/** The validated `history.query` values as the repository's query. */
+export function historyQueryOf(q: QueryValues, maxResults: number): HistoryQuery {
+  const firstN = q.firstN as number | undefined;
+  const n = firstN ?? (q.lastN as number | undefined);
+  const attrs = labelsOf(q.attr);
   return {
-    attrs: labels.length > 0 ? labels : undefined,
-    single: labels.length === 1,
-    order,
+    attrs,
+    single: attrs !== undefined && attrs.length === 1,
+    order: firstN !== undefined ? 'asc' : 'desc',
     limit: n === undefined || n === 0 ? maxResults : n,
-    from,
-    to,
+    from: bound(q.dateFrom),
+    to: bound(q.dateTo),
   };
 }

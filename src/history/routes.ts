@@ -3,7 +3,7 @@
 import type pg from 'pg';
 import { errors } from '../errors.js';
 import type { Route } from '../http/types.js';
-import { parseHistoryQuery } from './query.js';
+import { historyQueryOf } from './query.js';
 import { deviceAttributeLabels, deviceExists, readOneSeriesOfDevice, readSeries, type HistoryRow } from './repo.js';
 
 function record(deviceJson: string, r: HistoryRow): string {
@@ -17,7 +17,8 @@ export function historyRoutes({ pool, maxResults }: { pool: pg.Pool; maxResults:
       path: '/history/device/:id/history',
       async handler(req) {
         const id = req.params.id!;
-        const q = parseHistoryQuery(req.query, maxResults);
+        // The operators were checked against `history.query` before the handler (400 before the device's 404).
+        const q = historyQueryOf(req.values, maxResults);
         let labels: string[];
         let rows: HistoryRow[];
         if (q.attrs && q.attrs.length === 1) {

@@ -114,7 +114,7 @@ function operation(key: string, op: Operation, limits: QueryLimits): object {
   return {
     operationId: key.replace(/[^A-Za-z0-9]+/g, '_').replace(/^_|_$/g, ''),
     summary: op.summary,
-    ...(op.description || op.queryCheckedByHandler ? { description: [op.description, op.queryCheckedByHandler].filter(Boolean).join('\n\n') } : {}),
+    ...(op.description ? { description: op.description } : {}),
     tags: [op.tag],
     ...(op.public ? { security: [] } : {}),
     ...(listeners.length === 1 && listeners[0] === 'public' ? {} : { servers: listeners.map((l) => SERVERS[l]) }),

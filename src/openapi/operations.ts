@@ -48,8 +48,6 @@ export interface Operation {
   /** Without a token; default false. */
   public?: boolean;
   query?: QueryId;
-  /** The query is parsed by the handler itself (the schema only documents it). */
-  queryCheckedByHandler?: string;
   /** Path parameter schemas. */
   pathParams?: Record<string, object>;
   /** Example path parameters shared by the examples. */
@@ -573,10 +571,11 @@ export const operations: Record<string, Operation> = {
   // ---- History ----
   'GET /history/device/{id}/history': {
     summary: 'Stored attribute values of a device',
-    description: 'Same 401 bodies as every route. Values come from device messages (MQTT, docs/messaging.md).',
+    description:
+      'Same 401 bodies as every route. Values come from device messages (MQTT, docs/messaging.md). The operators are checked ' +
+      'before the device: a bad value answers 400 naming the operator (lastN, then firstN, dateFrom, dateTo), whether or not the device exists.',
     tag: 'history',
     query: 'history.query',
-    queryCheckedByHandler: 'src/history/query.ts parses these parameters (messages: "<name> must be a non-negative integer, got ..."); the schema documents them.',
     pathParams: { id: DEVICE_ID },
     params: { id: DEV },
     responses: {

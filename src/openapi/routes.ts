@@ -34,7 +34,7 @@ export function undescribedRoutes(routes: Route[]): string[] {
   return problems;
 }
 
-/** The compiled query check of every route whose operation names a query schema it does not parse itself. */
+/** The compiled query check of every route whose operation names a query schema. */
 export function queryChecks(routes: Route[], limits: QueryLimits): Map<Route, QueryCheck> {
   const problems = undescribedRoutes(routes);
   if (problems.length > 0) throw new Error(`routes and API description differ: ${problems.join('; ')}`);
@@ -42,7 +42,7 @@ export function queryChecks(routes: Route[], limits: QueryLimits): Map<Route, Qu
   const out = new Map<Route, QueryCheck>();
   for (const r of routes) {
     const op = operations[operationKey(r)]!;
-    if (op.query && !op.queryCheckedByHandler) out.set(r, compiled.get(op.query)!);
+    if (op.query) out.set(r, compiled.get(op.query)!);
   }
   return out;
 }

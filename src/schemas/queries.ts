@@ -11,9 +11,22 @@
 // counts as absent (the default applies). Defaults are filled in.
 //
 // `x-error` maps a failing parameter to the contract's error (a key of `errors` in
-// src/errors.ts; one key, or one per failing keyword); `x-error-order` lists those errors in the
-// order the contract checks them: a request failing several checks gets the first.
+// src/errors.ts; one key, or one per failing keyword); an error whose factory takes a message gets
+// it as a template (`{"error": "badHistoryQuery", "message": "lastN must be at most {limit}, got
+// {value}"}`: `{value}` the value as checked, `{input}` the parameter's text as sent, `{limit}`
+// the keyword's limit). `x-error-order` lists those errors in the order the contract checks
+// them: a request failing several checks gets the first (the same error: the first parameter).
+//
+// Formats of our own (`queryFormats`): `timestamp`.
+import { parseTimestamp } from '../ingest/values.js';
 import type { NamedSchema } from './index.js';
+
+/** History bounds (decisions.md "History"): ISO 8601 date and time, or epoch milliseconds; blank: no bound. */
+export const timestampOf = (text: string): number | undefined => parseTimestamp(text.trim());
+
+export const queryFormats = {
+  timestamp: (text: string) => text.trim() === '' || timestampOf(text) !== undefined,
+};
 
 export interface QueryLimits {
   maxPageSize: number;
@@ -92,6 +105,27 @@ const attrFormat = {
   'x-lenient': true,
   description: '`both`: attrs, data_attrs and config_attrs; `single`: attrs only; `split`: data_attrs and config_attrs only. Any other value means `both`.',
 };
+
+/** lastN / firstN of GET /history: the contract's 400 names the operator and what was sent. */
+const historyCount = (name: 'lastN' | 'firstN', max: number, description: string) => {
+  const notCount = { error: 'badHistoryQuery', message: `${name} must be a non-negative integer, got "{input}"` };
+  return {
+    type: 'integer',
+    minimum: 0,
+    maximum: max,
+    description,
+    'x-error': { type: notCount, minimum: notCount, maximum: { error: 'badHistoryQuery', message: `${name} must be at most {limit}, got {value}` } },
+  };
+};
+
+const historyBound = (name: 'dateFrom' | 'dateTo', description: string) => ({
+  type: 'string',
+  format: 'timestamp',
+  description: `${description} ISO 8601 date and time (no zone: UTC), or epoch milliseconds; blank: no bound.`,
+  'x-error': {
+    format: { error: 'badHistoryQuery', message: `${name} must be an ISO 8601 date and time (e.g. 2024-05-01T12:00:00Z), got "{input}"` },
+  },
+});
 
 /** Every query schema, by id; the ids are what operations name (src/openapi/operations.ts). */
 export function querySchemas(l: QueryLimits) {
@@ -173,20 +207,10 @@ export function querySchemas(l: QueryLimits) {
     'history.query': {
       type: 'object',
       properties: {
-        lastN: {
-          type: 'integer',
-          minimum: 0,
-          maximum: l.historyMaxResults,
-          description: `The last N values, newest first. 0 or absent: all (at most ${l.historyMaxResults}, HISTORY_MAX_RESULTS).`,
-        },
-        firstN: {
-          type: 'integer',
-          minimum: 0,
-          maximum: l.historyMaxResults,
-          description: 'The first N values, oldest first; wins over lastN.',
-        },
-        dateFrom: { type: 'string', description: 'Inclusive lower bound: ISO 8601 date and time, or epoch milliseconds.' },
-        dateTo: { type: 'string', description: 'Inclusive upper bound: ISO 8601 date and time, or epoch milliseconds.' },
+        lastN: historyCount('lastN', l.historyMaxResults, `The last N values, newest first. 0 or absent: all (at most ${l.historyMaxResults}, HISTORY_MAX_RESULTS).`),
+        firstN: historyCount('firstN', l.historyMaxResults, 'The first N values, oldest first; wins over lastN.'),
+        dateFrom: historyBound('dateFrom', 'Inclusive lower bound:'),
+        dateTo: historyBound('dateTo', 'Inclusive upper bound:'),
         attr: {
           type: 'array',
           items: { type: 'string' },
@@ -195,6 +219,7 @@ export function querySchemas(l: QueryLimits) {
             '`{label: [records]}` (none: every attribute of the device, `[]` where there is no value).',
         },
       },
+      'x-error-order': ['badHistoryQuery'],
     },
   } satisfies Record<string, Omit<NamedSchema, '$id'>>;
 }

@@ -6,11 +6,13 @@
 // A failure becomes the contract's answer: the validation body (field -> ["<text>"], nested like
 // marshmallow: `{"templates": {"1": ["Not a valid integer."]}}`), or, where a schema maps the
 // failing keyword to an error of src/errors.ts with `x-error`, that error (the first in the
-// schema's `x-error-order` when several fail; the validation body comes before them).
+// schema's `x-error-order` when several fail; the validation body comes before them). A mapping
+// may carry the message (`{"error": "badHistoryQuery", "message": "lastN must be at most {limit},
+// got {value}"}`) for errors whose factory takes one.
 import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
 import { ApiError, errors, type FieldErrors } from '../errors.js';
 import { bodySchemas } from './index.js';
-import { querySchemas, type QueryId, type QueryLimits } from './queries.js';
+import { queryFormats, querySchemas, type QueryId, type QueryLimits } from './queries.js';
 
 export type ErrorKey = keyof typeof errors;
 
@@ -28,7 +30,7 @@ const TYPE_TEXT: Record<string, string> = {
 
 // Union types (`["integer", "string"]`) are how the contract's "ints or numeric strings" are written.
 const newAjv = (useDefaults: boolean) =>
-  new Ajv2020({ allErrors: true, verbose: true, strict: true, allowUnionTypes: true, useDefaults, keywords: [...ANNOTATIONS] });
+  new Ajv2020({ allErrors: true, verbose: true, strict: true, allowUnionTypes: true, useDefaults, keywords: [...ANNOTATIONS], formats: queryFormats });
 
 const bodyAjv = newAjv(false);
 const compiled = new Map<string, ValidateFunction>();
@@ -91,32 +93,54 @@ export function fieldErrors(errs: ErrorObject[]): FieldErrors {
   return out;
 }
 
-type ErrorSpec = string | Record<string, string> | undefined;
+/** `x-error`: a registry key, or per failing keyword a key or a key with its message template. */
+type Mapping = string | { error: string; message: string };
+type ErrorSpec = string | Record<string, Mapping> | undefined;
 type SchemaNode = { properties?: Record<string, { 'x-error'?: ErrorSpec }>; 'x-error'?: ErrorSpec };
 
-/** The errors-registry key a failure maps to (`x-error` of the failing schema), if any. */
-function errorKeyOf(e: ErrorObject): ErrorKey | undefined {
+interface Mapped {
+  key: ErrorKey;
+  /** A message template: `{value}` the value as checked (after conversion), `{input}` the parameter's text as sent, `{limit}` the keyword's limit. */
+  message: string | undefined;
+}
+
+function mapped(m: Mapping | undefined): Mapped | undefined {
+  if (m === undefined) return undefined;
+  return typeof m === 'string' ? { key: m as ErrorKey, message: undefined } : { key: m.error as ErrorKey, message: m.message };
+}
+
+/** The errors-registry mapping of a failure (`x-error` of the failing schema), if any. */
+function mappingOf(e: ErrorObject): Mapped | undefined {
   const parent = e.parentSchema as SchemaNode | undefined;
-  const pick = (spec: ErrorSpec) => (spec === undefined || typeof spec === 'string' ? spec : spec[e.keyword]) as ErrorKey | undefined;
+  const pick = (spec: ErrorSpec) => mapped(spec === undefined || typeof spec === 'string' ? spec : spec[e.keyword]);
   // A missing property: the property's own mapping, else the object's.
   if (e.keyword === 'required') return pick(parent?.properties?.[e.params.missingProperty as string]?.['x-error']) ?? pick(parent?.['x-error']);
   return pick(parent?.['x-error']);
 }
 
-/** The registry error for a mapped failure: a limit goes to the factory (`page_size must be at most 1000`), else the value. */
-function contractError(key: ErrorKey, e: ErrorObject): ApiError {
-  const make = errors[key] as (arg?: unknown) => ApiError;
+const asText = (v: unknown) => (typeof v === 'string' ? v : JSON.stringify(v));
+
+/**
+ * The registry error for a mapped failure: its message template filled in, else a limit goes to
+ * the factory (`page_size must be at most 1000`), else the value. `input`: the text as sent.
+ */
+function contractError(m: Mapped, e: ErrorObject, input?: string): ApiError {
+  const make = errors[m.key] as (arg?: unknown) => ApiError;
+  if (m.message !== undefined) {
+    const vars: Record<string, string> = { value: asText(e.data), input: input ?? asText(e.data), limit: String(e.params.limit) };
+    return make(m.message.replace(/\{(value|input|limit)\}/g, (_, name: string) => vars[name]!));
+  }
   return make(e.keyword === 'maximum' || e.keyword === 'minimum' ? e.params.limit : e.data);
 }
 
 /** The first mapped failure in the schema's `x-error-order`. */
-function firstMapped(order: readonly string[], errs: ErrorObject[]): { error: ErrorObject; key: ErrorKey } | undefined {
-  let best: { error: ErrorObject; key: ErrorKey; rank: number } | undefined;
+function firstMapped(order: readonly string[], errs: ErrorObject[]): { error: ErrorObject; mapping: Mapped } | undefined {
+  let best: { error: ErrorObject; mapping: Mapped; rank: number } | undefined;
   for (const e of errs) {
-    const key = errorKeyOf(e);
-    if (key === undefined) continue;
-    const rank = order.indexOf(key);
-    if (!best || rank < best.rank) best = { error: e, key, rank };
+    const mapping = mappingOf(e);
+    if (mapping === undefined) continue;
+    const rank = order.indexOf(mapping.key);
+    if (!best || rank < best.rank) best = { error: e, mapping, rank };
   }
   return best;
 }
@@ -129,10 +153,11 @@ function checkAnnotations(id: string, schema: object): void {
     if (typeof node !== 'object' || node === null) return;
     if (Array.isArray(node)) return node.forEach(walk);
     const spec = (node as { 'x-error'?: ErrorSpec })['x-error'];
-    for (const key of spec === undefined ? [] : typeof spec === 'string' ? [spec] : Object.values(spec)) {
+    for (const m of spec === undefined ? [] : typeof spec === 'string' ? [spec] : Object.values(spec)) {
+      const key = mapped(m)!.key;
       if (!order.includes(key)) throw new Error(`schema ${id}: x-error ${key} is not in its x-error-order`);
     }
-    Object.values(node).forEach(walk);
+    for (const [k, child] of Object.entries(node)) if (k !== 'x-error') walk(child);
   };
   walk(schema);
 }
@@ -154,11 +179,11 @@ export function validate<T>(schemaId: string, data: unknown, message = 'failed t
   const fn = bodyValidator(schemaId);
   if (fn(data)) return data as T;
   const errs = fn.errors ?? [];
-  const plain = errs.filter((e) => errorKeyOf(e) === undefined);
+  const plain = errs.filter((e) => mappingOf(e) === undefined);
   if (plain.length > 0) throw errors.validation(fieldErrors(plain), message);
   const order = (fn.schema as { 'x-error-order'?: string[] })['x-error-order'] ?? [];
   const first = firstMapped(order, errs)!;
-  throw contractError(first.key, first.error);
+  throw contractError(first.mapping, first.error);
 }
 
 // ---- Queries ----
@@ -227,15 +252,18 @@ export class QueryCheck {
     }
     for (const p of this.params) if (p.ignores && values[p.name] === true) for (const name of p.ignores) delete values[name];
     if (this.fn(values)) return { values, failure: undefined };
-    return { values, failure: this.failure(this.fn.errors ?? []) };
+    return { values, failure: this.failure(this.fn.errors ?? [], query) };
   }
 
-  private failure(errs: ErrorObject[]): QueryFailure {
+  private failure(errs: ErrorObject[], query: URLSearchParams): QueryFailure {
     const first = firstMapped(this.order, errs);
     if (first) {
       const e = first.error;
       const param = e.keyword === 'required' ? (e.params.missingProperty as string) : pathOf(e)[0] ?? '';
-      return { error: contractError(first.key, e), param, keyword: e.keyword };
+      // The text as sent: an item of a repeated parameter is its own text already.
+      const single = this.params.find((p) => p.name === param)?.type !== 'array';
+      const input = single ? query.get(param) ?? undefined : undefined;
+      return { error: contractError(first.mapping, e, input), param, keyword: e.keyword };
     }
     // Not expected: every parameter that can fail maps to a contract error.
     const e = errs[0]!;

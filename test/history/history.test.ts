@@ -155,6 +155,21 @@ describe('errors and isolation', () => {
     expect(res.body.message).toMatch(message);
   });
 
+  it('bad operators are checked by the query schema: the exact body, the first bad operator, before the device', async () => {
+    const dateMessage = 'dateFrom must be an ISO 8601 date and time (e.g. 2024-05-01T12:00:00Z), got "yesterday"';
+    expect((await get('?attr=temperature&dateFrom=yesterday')).body).toEqual({ message: dateMessage, status: 400 });
+    expect((await get('?dateTo=nope&dateFrom=yesterday&firstN=2')).body).toEqual({ message: dateMessage, status: 400 });
+    for (const id of ['ffffff', bare]) {
+      const res = await get('?lastN=abc', token, id);
+      expect(res.status).toBe(400);
+      expect(res.body).toEqual({ message: 'lastN must be a non-negative integer, got "abc"', status: 400 });
+    }
+  });
+
+  it('blank dateFrom / dateTo: no bound', async () => {
+    expect(temps((await get('?attr=temperature&dateFrom=&dateTo=%20')).body)).toHaveLength(10);
+  });
+
   it('needs a token like every route', async () => {
     const res = await http('GET', `${svc.base}/history/device/${device}/history?lastN=1`);
     expect(res.status).toBe(401);

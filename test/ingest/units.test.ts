@@ -7,7 +7,8 @@ import { pinnedBalancer } from '../../src/ingest/shard-pool.js';
 import { queueOptionsSymbol } from 'piscina';
 import { converterFor, microsToText, parseTimestamp } from '../../src/ingest/values.js';
 import { buildDeviceModel, copyEscape, parseTranslator, renderMessage, type AttrRow } from '../../src/ingest/device-model.js';
-import { parseHistoryQuery } from '../../src/history/query.js';
+import { historyQueryOf } from '../../src/history/query.js';
+import { compileQueries } from '../../src/schemas/validator.js';
 import { DeviceCache } from '../../src/ingest/device-cache.js';
 import type { DeviceModel } from '../../src/ingest/device-model.js';
 
@@ -161,7 +162,9 @@ describe('device model and rendering', () => {
 });
 
 describe('history query parsing', () => {
-  const q = (s: string) => parseHistoryQuery(new URLSearchParams(s), 100);
+  // As the route gets it: checked and typed by the `history.query` schema, then turned into the query.
+  const check = compileQueries({ maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 100 }).get('history.query')!;
+  const q = (s: string) => historyQueryOf(check.run(new URLSearchParams(s)).values, 100);
   it('modes and limits', () => {
     expect(q('attr=a')).toMatchObject({ attrs: ['a'], single: true, order: 'desc', limit: 100 });
     expect(q('attr=a,b&attr=c&attr=a')).toMatchObject({ attrs: ['a', 'b', 'c'], single: false });

@@ -83,3 +83,51 @@ describe("the contract's errors, in its order", () => {
     expect(run('psk.copy', 'from_dev_id=a&from_attr_label=b').failure).toBeUndefined();
   });
 });
+
+describe('GET /history: the history.query schema', () => {
+  const history = compileQueries({ maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 50 }).get('history.query')!;
+  const values = (qs: string) => history.run(new URLSearchParams(qs)).values;
+  const bad = (qs: string) => history.run(new URLSearchParams(qs)).failure?.error.body;
+
+  it('types the values: counts as integers, bounds as text, every attr value; nothing is defaulted', () => {
+    expect(values('lastN=%205%20&firstN=0&dateFrom=2024-05-01T12:00:00Z&dateTo=1714564800000&attr=a,b&attr=c')).toEqual({
+      lastN: 5,
+      firstN: 0,
+      dateFrom: '2024-05-01T12:00:00Z',
+      dateTo: '1714564800000',
+      attr: ['a,b', 'c'],
+    });
+    expect(values('')).toEqual({});
+  });
+
+  it.each([
+    ['lastN=abc', 'lastN must be a non-negative integer, got "abc"'],
+    ['lastN=', 'lastN must be a non-negative integer, got ""'],
+    ['lastN=-1', 'lastN must be a non-negative integer, got "-1"'],
+    ['lastN=%20-1', 'lastN must be a non-negative integer, got " -1"'],
+    ['firstN=1.5', 'firstN must be a non-negative integer, got "1.5"'],
+    ['lastN=51', 'lastN must be at most 50, got 51'],
+    ['firstN=%20051', 'firstN must be at most 50, got 51'],
+    ['dateFrom=yesterday', 'dateFrom must be an ISO 8601 date and time (e.g. 2024-05-01T12:00:00Z), got "yesterday"'],
+    ['dateTo=2024-13-01', 'dateTo must be an ISO 8601 date and time (e.g. 2024-05-01T12:00:00Z), got "2024-13-01"'],
+    ['dateTo=2024-02-30T00:00:00Z', 'dateTo must be an ISO 8601 date and time (e.g. 2024-05-01T12:00:00Z), got "2024-02-30T00:00:00Z"'],
+  ])('%s: 400 with the message naming the operator and the value as sent', (qs, message) => {
+    expect(bad(qs)).toEqual(plain(message));
+  });
+
+  it('several bad operators: the first of lastN, firstN, dateFrom, dateTo', () => {
+    expect(bad('dateTo=x&dateFrom=y&firstN=z&lastN=w')).toEqual(plain('lastN must be a non-negative integer, got "w"'));
+    expect(bad('dateTo=x&dateFrom=y&firstN=51')).toEqual(plain('firstN must be at most 50, got 51'));
+    expect(bad('dateTo=x&dateFrom=y')?.message).toMatch(/^dateFrom /);
+  });
+
+  it('repeated operators: the first value counts', () => {
+    expect(values('lastN=5&lastN=abc').lastN).toBe(5);
+    expect(bad('lastN=abc&lastN=5')).toEqual(plain('lastN must be a non-negative integer, got "abc"'));
+  });
+
+  it('a blank bound is no bound; an explicit sign is an integer like every integer parameter', () => {
+    expect(history.run(new URLSearchParams('dateFrom=&dateTo=%20')).failure).toBeUndefined();
+    expect(values('lastN=%2B5').lastN).toBe(5);
+  });
+});
