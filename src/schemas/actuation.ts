@@ -1,7 +1,8 @@
 import type { NamedSchema } from './index.js';
 
 // PUT /device/{id}/actuate (decisions.md "Actuation"). The device is looked up first (404);
-// src/registry/actuation checks the body after that, with this rule and this error.
+// src/registry/actuation validates the body against this schema after that (the route reads it
+// `json-deferred`). Every failure is the contract's one 400.
 export const actuationSchemas: NamedSchema[] = [
   {
     $id: 'actuation.body',
@@ -13,7 +14,7 @@ export const actuationSchemas: NamedSchema[] = [
         description: 'Attribute label -> new value. Every label must be an `actuator` attribute of the device (else 403).',
         'x-error': 'actuationBodyNotObject',
       },
-      topic: { type: 'string', description: 'Carried by the reference body; ignored.' },
+      topic: { description: 'Carried by the reference body; ignored, whatever its value.' },
     },
     'x-error': 'actuationBodyNotObject',
     'x-error-order': ['actuationBodyNotObject'],

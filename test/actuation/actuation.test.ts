@@ -89,6 +89,24 @@ describe('through the external broker (MQTT_URL)', () => {
     expect(res.body.message).toMatch(message);
   });
 
+  it.each([
+    ['null', null],
+    ['a JSON string', 'attrs'],
+    ['a number', 5],
+    ['empty', {}],
+    ['attrs null', { attrs: null }],
+    ['attrs a string', { attrs: 'setpoint' }],
+    ['attrs an array, with a topic', { attrs: [], topic: '/x/y/config' }],
+  ])('a body that is %s: 400 with the exact body (the actuation.body schema)', async (_what, body) => {
+    const res = await actuate(device, null, { raw: JSON.stringify(body) });
+    expect(res.status).toBe(400);
+    expect(res.body).toEqual({ message: 'The body must be a JSON object with an "attrs" object (attribute label to new value)', status: 400 });
+  });
+
+  it('other body keys are ignored, whatever their value (topic a number, an unknown key)', async () => {
+    expect((await actuate(device, { attrs: { setpoint: 19 }, topic: 5, extra: [1] })).body).toEqual(SENT);
+  });
+
   it('labels that are not actuators: 403 listing them, nothing sent', async () => {
     const dev = await deviceClient(svc.env.MQTT_URL!, { username: `${tenant}:${device}` });
     const got = await listen(dev, [`${tenant}:${device}/config`]);

@@ -1,19 +1,22 @@
 // PUT /device/{id}/actuate (decisions.md "Actuation"), checked in the contract's order:
-// unknown device (404), body not an object with an object `attrs` (400), labels that are not
-// actuators (403), then the message goes to the device's config topics in both layouts
-// (QoS 1, not retained). 200 only once the broker accepted both; 503 if it is unavailable.
+// unknown device (404), body not an object with an object `attrs` (400: the `actuation.body`
+// schema, src/schemas/actuation.ts), labels that are not actuators (403), then the message goes
+// to the device's config topics in both layouts (QoS 1, not retained). 200 only once the broker
+// accepted both; 503 if it is unavailable.
 import type pg from 'pg';
-import { ApiError, errors } from '../../errors.js';
+import { type ApiError, errors } from '../../errors.js';
 import { BrokerUnavailable } from '../../broker/link.js';
 import { configTopics } from '../../broker/topics.js';
+import { validate } from '../../schemas/validator.js';
 import { actuatorLabels } from './repo.js';
 
 export interface ConfigPublisher {
   publish(topics: string[], payload: string): Promise<void>;
 }
 
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
+/** A body the `actuation.body` schema accepted; other keys (`topic`) are ignored. */
+interface ActuationBody {
+  attrs: Record<string, unknown>;
 }
 
 export const ACTUATION_SENT = { ' status': 'configuration sent to device' } as const;
@@ -28,8 +31,7 @@ export class ActuationService {
     const actuators = await actuatorLabels(this.pool, tenant, id);
     if (!actuators) throw errors.noSuchDevice(id);
     if (bodyError) throw bodyError;
-    if (!isObject(body) || !isObject(body.attrs)) throw errors.actuationBodyNotObject();
-    const attrs = body.attrs;
+    const { attrs } = validate<ActuationBody>('actuation.body', body);
     const refused = Object.keys(attrs).filter((label) => !actuators.has(label));
     if (refused.length > 0) throw errors.notConfigurable(refused);
     try {
