@@ -80,8 +80,8 @@ async function main(): Promise<void> {
     const t0 = performance.now();
     for (let from = 0; from < DEVICES; from += 1000) {
       await db.query(
-        `INSERT INTO history (tenant, device_id, attr, ts, value)
-         SELECT $1, lpad(to_hex(d), 6, '0'), a, now() - i * (interval '7 days' / $4), round((random() * 100)::numeric, 2)::text
+        `INSERT INTO history (tenant, device_id, attr, series, ts, value)
+         SELECT $1, lpad(to_hex(d), 6, '0'), a, history_series($1, lpad(to_hex(d), 6, '0'), a), now() - i * (interval '7 days' / $4), round((random() * 100)::numeric, 2)::text
            FROM generate_series($2::int, $3::int) d, unnest($5::text[]) a, generate_series(0, $4 - 1) i`,
         [tenant, from, Math.min(from + 999, DEVICES - 1), PER_SERIES, ATTRS],
       );

@@ -435,10 +435,10 @@ async function main(): Promise<void> {
       const empty = await cost('empty table');
       // 10 million rows in today's partition, spread over the fleet's series like real traffic.
       await db.query(
-        `INSERT INTO history (tenant, device_id, attr, ts, value)
-         SELECT $1, lpad(to_hex((random() * ($2 - 1))::int), 6, '0'), (ARRAY['temperature','humidity','pressure'])[1 + (i % 3)],
-                date_trunc('day', now()) + random() * (now() - date_trunc('day', now())), '21.5'
-           FROM generate_series(1, 10000000) i`,
+        `INSERT INTO history (tenant, device_id, attr, series, ts, value)
+         SELECT $1, d, a, history_series($1, d, a), date_trunc('day', now()) + random() * (now() - date_trunc('day', now())), '21.5'
+           FROM (SELECT lpad(to_hex((random() * ($2 - 1))::int), 6, '0') AS d, (ARRAY['temperature','humidity','pressure'])[1 + (i % 3)] AS a
+                   FROM generate_series(1, 10000000) i) s`,
         [tenant, DEVICES],
       );
       const full = await cost('10 million rows in the current partition');

@@ -1,10 +1,12 @@
 // History SQL. The statements are assembled from fixed fragments only (which bounds are given,
 // which order), never from input, and prepared by name so PostgreSQL plans each shape once.
-// Every series is read through the index (tenant, device_id, attr, ts DESC): one range scan
-// per chunk/partition, stopping after `limit` rows.
+// Every series is read through the index (series, ts DESC), the series key standing for
+// (tenant, device_id, attr) (src/history/series.ts): one range scan per chunk/partition,
+// stopping after `limit` rows. tenant, device_id and attr are compared too (keys may collide).
 import type pg from 'pg';
 import { historyTimeSql } from '../db/time.js';
 import type { HistoryQuery } from './query.js';
+import { seriesKey } from './series.js';
 
 export interface HistoryRow {
   attr: string;
@@ -53,30 +55,30 @@ function bounds(q: HistoryQuery, firstParam: number): { sql: string; values: str
 export async function readSeries(pool: pg.Pool, tenant: string, id: string, labels: string[], q: HistoryQuery): Promise<HistoryRow[]> {
   const dir = q.order === 'asc' ? 'ASC' : 'DESC';
   if (labels.length === 1) {
-    const b = bounds(q, 4);
+    const b = bounds(q, 5);
     const { rows } = await pool.query<HistoryRow>({
       name: `history-one-${q.order}-${b.key}`,
       text: `SELECT attr, ${historyTimeSql('ts')} AS ts, value
                FROM history
-              WHERE tenant = $1 AND device_id = $2 AND attr = $3${b.sql}
+              WHERE series = $4::bigint AND tenant = $1 AND device_id = $2 AND attr = $3${b.sql}
               ORDER BY ts ${dir}
-              LIMIT $${4 + b.values.length}`,
-      values: [tenant, id, labels[0]!, ...b.values, q.limit],
+              LIMIT $${5 + b.values.length}`,
+      values: [tenant, id, labels[0]!, seriesKey(tenant, id, labels[0]!), ...b.values, q.limit],
     });
     return rows;
   }
-  const b = bounds(q, 4);
+  const b = bounds(q, 5);
   const { rows } = await pool.query<HistoryRow>({
     name: `history-many-${q.order}-${b.key}`,
     text: `SELECT a.label AS attr, ${historyTimeSql('h.ts')} AS ts, h.value
-             FROM unnest($3::text[]) WITH ORDINALITY AS a(label, ord)
+             FROM unnest($3::text[], $4::bigint[]) WITH ORDINALITY AS a(label, series, ord)
             CROSS JOIN LATERAL (
                    SELECT ts, value FROM history
-                    WHERE tenant = $1 AND device_id = $2 AND attr = a.label${b.sql}
+                    WHERE series = a.series AND tenant = $1 AND device_id = $2 AND attr = a.label${b.sql}
                     ORDER BY ts ${dir}
-                    LIMIT $${4 + b.values.length}) h
+                    LIMIT $${5 + b.values.length}) h
             ORDER BY a.ord, h.ts ${dir}`,
-    values: [tenant, id, labels, ...b.values, q.limit],
+    values: [tenant, id, labels, labels.map((l) => seriesKey(tenant, id, l)), ...b.values, q.limit],
   });
   return rows;
 }
@@ -87,18 +89,18 @@ export async function readSeries(pool: pg.Pool, tenant: string, id: string, labe
  */
 export async function readOneSeriesOfDevice(pool: pg.Pool, tenant: string, id: string, label: string, q: HistoryQuery): Promise<HistoryRow[] | undefined> {
   const dir = q.order === 'asc' ? 'ASC' : 'DESC';
-  const b = bounds(q, 4);
+  const b = bounds(q, 5);
   const { rows } = await pool.query<HistoryRow & { found: boolean }>({
     name: `history-one-device-${q.order}-${b.key}`,
     text: `SELECT d.found, h.attr, ${historyTimeSql('h.ts')} AS ts, h.value
              FROM (SELECT EXISTS (SELECT 1 FROM devices WHERE tenant = $1 AND id = $2) AS found) d
              LEFT JOIN LATERAL (
                    SELECT attr, ts, value FROM history
-                    WHERE tenant = $1 AND device_id = $2 AND attr = $3${b.sql}
+                    WHERE series = $4::bigint AND tenant = $1 AND device_id = $2 AND attr = $3${b.sql}
                     ORDER BY ts ${dir}
-                    LIMIT $${4 + b.values.length}) h ON d.found
+                    LIMIT $${5 + b.values.length}) h ON d.found
             ORDER BY h.ts ${dir}`,
-    values: [tenant, id, label, ...b.values, q.limit],
+    values: [tenant, id, label, seriesKey(tenant, id, label), ...b.values, q.limit],
   });
   if (!rows[0]?.found) return undefined;
   return rows[0].attr === null ? [] : rows;

@@ -3,6 +3,7 @@
 // Built from the registry rows of the device (attributes of its templates without a parent,
 // static values overridden per device) and kept in the worker's cache until a registry event.
 import jsonPatch, { type Operation } from 'fast-json-patch';
+import { seriesKey } from '../history/series.js';
 import { converterFor, parseTimestamp, type Converter } from './values.js';
 
 export interface AttrRow {
@@ -18,6 +19,8 @@ export interface StoredAttr {
   convert: Converter;
   /** `<label>\t` escaped for COPY text. */
   column: string;
+  /** Position of the attribute among the schema's stored ones (index into DeviceModel.series). */
+  slot: number;
 }
 
 export interface Translator {
@@ -31,6 +34,8 @@ export interface DeviceModel {
   templateIds: number[];
   /** `<tenant>\t<device_id>\t` escaped for COPY text. */
   prefix: string;
+  /** `<series key>\t` of each stored attribute by slot, computed on first use. */
+  series: Array<string | undefined>;
   stored: Map<string, StoredAttr>;
   translators: Translator[];
   /** The device has an attribute labelled `timestamp`: the key is a value, not the time. */
@@ -101,7 +106,7 @@ function buildSchema(rows: AttrRow[], warn?: (label: string, reason: string) => 
     if (r.label === null || r.type === null) continue;
     if (r.label === 'timestamp') timestampIsAttr = true;
     if (STORED_TYPES.has(r.type)) {
-      stored.set(r.label, { convert: converterFor(r.value_type ?? ''), column: copyEscape(r.label) + '\t' });
+      stored.set(r.label, { convert: converterFor(r.value_type ?? ''), column: copyEscape(r.label) + '\t', slot: stored.size });
     } else if (r.type === TRANSLATOR_TYPE) {
       const t = parseTranslator(r.static_value);
       if (typeof t === 'string') warn?.(r.label, t);
@@ -133,6 +138,7 @@ export function buildDeviceModel(
     tenant,
     id,
     prefix: copyEscape(tenant) + '\t' + copyEscape(id) + '\t',
+    series: [],
     templateIds: schema.templateIds,
     stored: schema.stored,
     translators: schema.translators,
@@ -168,7 +174,7 @@ export interface MessageOutcome {
 
 /**
  * Validates one message of a device and renders its stored values as COPY lines
- * (`tenant \t device_id \t attr \t ts \t value`). `receivedUs` is the receive time (µs).
+ * (`tenant \t device_id \t attr \t series \t ts \t value`). `receivedUs` is the receive time (µs).
  * `tsText` renders microseconds as timestamptz text (cached by the caller).
  */
 export function renderMessage(model: DeviceModel, payload: string, receivedUs: number, tsText: (us: number) => string, out: string[]): MessageOutcome {
@@ -223,7 +229,8 @@ export function renderMessage(model: DeviceModel, payload: string, receivedUs: n
       continue;
     }
     ts ??= tsText(us) + '\t';
-    out.push(model.prefix + attr.column + ts + (json.includes('\\') ? json.replace(/\\/g, '\\\\') : json) + '\n');
+    const series = (model.series[attr.slot] ??= seriesKey(model.tenant, model.id, key) + '\t');
+    out.push(model.prefix + attr.column + series + ts + (json.includes('\\') ? json.replace(/\\/g, '\\\\') : json) + '\n');
   }
   return outcome;
 }

@@ -186,7 +186,7 @@ export class IngestRouter {
     p.offsets.push(p.used);
     const task: ShardTask = {
       keys: p.keys.join('\0'),
-      payload: p.bytes.slice(0, p.used),
+      payload: p.bytes.subarray(0, p.used), // copied when sent (see ShardPool.run)
       offsets: Uint32Array.from(p.offsets),
       received: Float64Array.from(p.received),
     };

@@ -92,8 +92,8 @@ export async function removeDevice(db: Db, events: EventSink, tenant: string, id
 export async function insertHistory(db: Db, rows: Array<{ tenant: string; device: string; attr: string; ts: string; value: string }>): Promise<void> {
   await db.query(`SELECT history_ensure_partition(t) FROM (SELECT DISTINCT unnest($1::timestamptz[]) AS t) s`, [rows.map((r) => r.ts)]);
   await db.query(
-    `INSERT INTO history (tenant, device_id, attr, ts, value)
-     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[])`,
+    `INSERT INTO history (tenant, device_id, attr, series, ts, value)
+     SELECT t, d, a, history_series(t, d, a), ts, v FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[]) AS r(t, d, a, ts, v)`,
     [rows.map((r) => r.tenant), rows.map((r) => r.device), rows.map((r) => r.attr), rows.map((r) => r.ts), rows.map((r) => r.value)],
   );
 }

@@ -4,6 +4,7 @@ import crypto from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
 import { createDevice, createTemplate, insertHistory } from '../helpers/registry-fixtures.js';
+import { seriesKey } from '../../src/history/series.js';
 
 let svc: TestService;
 let token: string;
@@ -174,5 +175,38 @@ describe('errors and isolation', () => {
     const res = await http('GET', `${svc.base}/history/device/${device}/history?lastN=1`);
     expect(res.status).toBe(401);
     expect(res.body).toEqual({ message: 'No authorization token has been supplied', status: 401 });
+  });
+});
+
+describe('the series key', () => {
+  it('the service computes the same key as history_series() in SQL, for any text', async () => {
+    const triples = [
+      ['acme', '4b220f', 'temperature'],
+      ['t', 'd', 'a'],
+      ['tenant-ü', 'dévice', 'température ☃'],
+      ['a\tb', 'c\\d', 'e\nf'],
+      ['x'.repeat(300), 'y', 'z'],
+    ];
+    const { rows } = await svc.service.pool.query<{ key: string }>(
+      'SELECT history_series(t, d, a)::text AS key FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS u(t, d, a, o) ORDER BY o',
+      [triples.map((t) => t[0]), triples.map((t) => t[1]), triples.map((t) => t[2])],
+    );
+    expect(rows.map((r) => r.key)).toEqual(triples.map(([t, d, a]) => seriesKey(t!, d!, a!)));
+  });
+
+  it('a row of another series under the same key (a collision) is never returned', async () => {
+    const pool = svc.service.pool;
+    const t = await createTemplate(pool, tenant, 'collide', [
+      { label: 'a', type: 'dynamic', value_type: 'float' },
+      { label: 'b', type: 'dynamic', value_type: 'float' },
+    ]);
+    const id = await createDevice(pool, tenant, [t]);
+    await insertHistory(pool, [{ tenant, device: id, attr: 'a', ts: ts(1), value: '1' }]);
+    // Attribute b stored under a's key, as if the two keys collided.
+    await pool.query('INSERT INTO history (tenant, device_id, attr, series, ts, value) VALUES ($1, $2, $3, $4, $5, $6)', [
+      tenant, id, 'b', seriesKey(tenant, id, 'a'), ts(2), '2',
+    ]);
+    expect((await get('?lastN=5&attr=a', token, id)).body).toEqual([{ device_id: id, ts: ts(1), value: 1, attr: 'a' }]);
+    expect((await get('?lastN=5&attr=a&attr=b', token, id)).body).toEqual({ a: [{ device_id: id, ts: ts(1), value: 1, attr: 'a' }], b: [] });
   });
 });

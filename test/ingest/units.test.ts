@@ -8,6 +8,7 @@ import { queueOptionsSymbol } from 'piscina';
 import { converterFor, microsToText, parseTimestamp } from '../../src/ingest/values.js';
 import { buildDeviceModel, copyEscape, parseTranslator, renderMessage, type AttrRow } from '../../src/ingest/device-model.js';
 import { historyQueryOf } from '../../src/history/query.js';
+import { seriesKey } from '../../src/history/series.js';
 import { compileQueries } from '../../src/schemas/validator.js';
 import { DeviceCache } from '../../src/ingest/device-cache.js';
 import type { DeviceModel } from '../../src/ingest/device-model.js';
@@ -127,8 +128,8 @@ describe('device model and rendering', () => {
     const out: string[] = [];
     const o = renderMessage(model, JSON.stringify({ a: 'x\\y\nz', b: 2, s: 'no', zz: 1 }), 1_000_000, ts, out);
     expect(out).toEqual([
-      't\\\\1\td1\ta\t1970-01-01T00:00:01.000000Z\t"x\\\\\\\\y\\\\nz"\n',
-      't\\\\1\td1\tb\t1970-01-01T00:00:01.000000Z\t2\n',
+      `t\\\\1\td1\ta\t${seriesKey('t\\1', 'd1', 'a')}\t1970-01-01T00:00:01.000000Z\t"x\\\\\\\\y\\\\nz"\n`,
+      `t\\\\1\td1\tb\t${seriesKey('t\\1', 'd1', 'b')}\t1970-01-01T00:00:01.000000Z\t2\n`,
     ]);
     expect(o).toMatchObject({ values: 4, unknownKeys: 2, wrongTypes: 0 });
     expect(copyEscape('a\tb\r')).toBe('a\\tb\\r');
