@@ -5,8 +5,9 @@
 // Throughput is the highest *sustainable* rate: the load generator (bench/ingest-load.ts,
 // BENCH_DEVICES devices, QoS 1, 3 values a message) offers a fixed rate, raised by 20 % a step
 // until the receiver no longer keeps up (it gets less than 97 % of what was published) or the
-// publishers cannot reach it (less than 90 % of the offered rate); the result is the most the
-// receiver took in a step where it kept up. Flat-out publishing is not a measure of anything with Mosquitto:
+// publishers cannot reach it (less than 90 % of the offered rate), twice in a row; then the gap
+// between the last rate that held and the first that failed is halved BENCH_REFINE_STEPS (2)
+// times. The result is the most the receiver took in a step where it kept up. Flat-out publishing is not a measure of anything with Mosquitto:
 // it acknowledges publishers at full speed while starving its subscribers, and drops what
 // does not fit its queues (measured: 10,000 devices flat out, ~65k msg/s accepted, ~70 msg/s
 // delivered to 8 shared-subscription connections).
@@ -45,6 +46,7 @@ const CACHE_DEVICES = Number(process.env.BENCH_CACHE_DEVICES ?? 100_000);
 const CONNECTIONS = Number(process.env.BENCH_SUBSCRIBER_CONNECTIONS ?? 8);
 const PHASES = process.env.BENCH_PHASES ?? 'abcde';
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
+const REFINE_STEPS = Number(process.env.BENCH_REFINE_STEPS ?? 2);
 const RECEIVE_MAXIMUM = 10_000;
 const KEEP_UP = 0.97;
 const tenant = 'bench';
@@ -187,8 +189,7 @@ interface Step {
  */
 async function sustainable(gen: Child<LoadProgress>, received: () => Promise<number>, label: string): Promise<Step[]> {
   const steps: Step[] = [];
-  let retried = false;
-  for (let rate = START_RATE; rate < 1_000_000; ) {
+  const trial = async (rate: number): Promise<boolean> => {
     gen.send({ type: 'rate', rate });
     await sleep(SETTLE_SECONDS * 1000);
     const r0 = await received();
@@ -200,15 +201,27 @@ async function sustainable(gen: Child<LoadProgress>, received: () => Promise<num
     steps.push(step);
     log(`    ${label}: offered ${step.offered} msg/s, published ${step.published}, received ${step.received}`);
     // The receiver fell behind, or the publishers (or the broker's intake) cannot go faster.
-    const failed = step.received < KEEP_UP * step.published || step.published < 0.9 * rate;
-    if (failed && retried) break;
-    if (failed) {
-      retried = true;
-      await sleep(SETTLE_SECONDS * 1000); // let a backlog drain before trying the same rate again
-      continue;
-    }
-    retried = false;
+    return !(step.received < KEEP_UP * step.published || step.published < 0.9 * rate);
+  };
+  // A rate counts as failed only when it fails twice (a backlog drains before the second try).
+  const holds = async (rate: number): Promise<boolean> => {
+    if (await trial(rate)) return true;
+    await sleep(SETTLE_SECONDS * 1000);
+    return trial(rate);
+  };
+  // Up by 20 % a step until a rate fails; then halve the gap between the last rate that held
+  // and the first that failed, twice (the result is then within 5 % of the true limit).
+  let good = 0;
+  let rate = START_RATE;
+  while (rate < 1_000_000 && (await holds(rate))) {
+    good = rate;
     rate = Math.round(rate * 1.2);
+  }
+  let bad = rate;
+  for (let i = 0; i < REFINE_STEPS && good > 0; i++) {
+    const mid = Math.round((good + bad) / 2);
+    if (await holds(mid)) good = mid;
+    else bad = mid;
   }
   return steps;
 }
