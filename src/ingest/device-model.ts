@@ -19,7 +19,7 @@ export interface StoredAttr {
   convert: Converter;
   /** `<label>\t` escaped for COPY text. */
   column: string;
-  /** Position of the attribute among the schema's stored ones (index into DeviceModel.heads). */
+  /** Position of the attribute among the schema's stored ones (index into DeviceModel.series). */
   slot: number;
 }
 
@@ -34,8 +34,11 @@ export interface DeviceModel {
   templateIds: number[];
   /** `<tenant>\t<device_id>\t` escaped for COPY text. */
   prefix: string;
-  /** `<tenant>\t<device_id>\t<attr>\t<series key>\t` of each stored attribute by slot, built on first use. */
-  heads: Array<string | undefined>;
+  /**
+   * The series key of each stored attribute by slot, computed on first use. Only the key is
+   * kept (not the whole row head): measured, whole heads cost ~0.3 KB more per cached device.
+   */
+  series: Array<string | undefined>;
   stored: Map<string, StoredAttr>;
   translators: Translator[];
   /** The device has an attribute labelled `timestamp`: the key is a value, not the time. */
@@ -138,7 +141,7 @@ export function buildDeviceModel(
     tenant,
     id,
     prefix: copyEscape(tenant) + '\t' + copyEscape(id) + '\t',
-    heads: [],
+    series: new Array<string | undefined>(schema.stored.size),
     templateIds: schema.templateIds,
     stored: schema.stored,
     translators: schema.translators,
@@ -229,8 +232,8 @@ export function renderMessage(model: DeviceModel, payload: string, receivedUs: n
       continue;
     }
     ts ??= tsText(us) + '\t';
-    const head = (model.heads[attr.slot] ??= model.prefix + attr.column + seriesKey(model.tenant, model.id, key) + '\t');
-    out.push(head + ts + (json.includes('\\') ? json.replace(/\\/g, '\\\\') : json) + '\n');
+    const series = (model.series[attr.slot] ??= seriesKey(model.tenant, model.id, key));
+    out.push(model.prefix + attr.column + series + '\t' + ts + (json.includes('\\') ? json.replace(/\\/g, '\\\\') : json) + '\n');
   }
   return outcome;
 }
