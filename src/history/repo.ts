@@ -2,7 +2,7 @@
 // which order), never from input, and prepared by name so PostgreSQL plans each shape once.
 // Every series is read through the index (series, ts DESC), the series key standing for
 // (tenant, device_id, attr) (src/history/series.ts): one range scan per chunk/partition,
-// stopping after `limit` rows. tenant, device_id and attr are compared too (keys may collide).
+// stopping after `limit` rows. Keys may collide, so each row is checked against the texts.
 import type pg from 'pg';
 import { historyTimeSql } from '../db/time.js';
 import type { HistoryQuery } from './query.js';
@@ -51,36 +51,57 @@ function bounds(q: HistoryQuery, firstParam: number): { sql: string; values: str
   return { sql, values, key: `${q.from !== undefined ? 'f' : ''}${q.to !== undefined ? 't' : ''}` };
 }
 
+/**
+ * How a statement picks a series' rows. `fast`: by the series key alone, with whether each row
+ * really is of the series (`mine`) computed but not filtered on. Comparing the texts in WHERE
+ * would make PostgreSQL multiply their selectivities with the key's (it cannot know the key
+ * determines them), estimate ~1 row per partition and read a whole series to sort it, instead
+ * of stopping after `limit` rows of an ordered index scan. `exact`: the texts in WHERE too,
+ * used only when a fast read met a row of another series (a key collision).
+ */
+type Mode = 'fast' | 'exact';
+
+const matchSql = (h: string, label: string) => `${h}tenant = $1 AND ${h}device_id = $2 AND ${h}attr = ${label}`;
+const filterSql = (mode: Mode, h: string, label: string) => (mode === 'exact' ? ` AND ${matchSql(h, label)}` : '');
+
+async function withoutCollisions<T extends { mine: boolean }>(read: (mode: Mode) => Promise<T[]>): Promise<T[]> {
+  const rows = await read('fast');
+  return rows.every((r) => r.mine !== false) ? rows : read('exact');
+}
+
 /** Rows of the given series, grouped by label in the order asked, each ordered by `q.order`. */
 export async function readSeries(pool: pg.Pool, tenant: string, id: string, labels: string[], q: HistoryQuery): Promise<HistoryRow[]> {
   const dir = q.order === 'asc' ? 'ASC' : 'DESC';
+  const b = bounds(q, 5);
   if (labels.length === 1) {
-    const b = bounds(q, 5);
-    const { rows } = await pool.query<HistoryRow>({
-      name: `history-one-${q.order}-${b.key}`,
-      text: `SELECT attr, ${historyTimeSql('ts')} AS ts, value
-               FROM history
-              WHERE series = $4::bigint AND tenant = $1 AND device_id = $2 AND attr = $3${b.sql}
-              ORDER BY ts ${dir}
-              LIMIT $${5 + b.values.length}`,
-      values: [tenant, id, labels[0]!, seriesKey(tenant, id, labels[0]!), ...b.values, q.limit],
+    return withoutCollisions(async (mode) => {
+      const { rows } = await pool.query<HistoryRow & { mine: boolean }>({
+        name: `history-one-${mode}-${q.order}-${b.key}`,
+        text: `SELECT attr, ${historyTimeSql('ts')} AS ts, value, ${matchSql('', '$3')} AS mine
+                 FROM history
+                WHERE series = $4::bigint${filterSql(mode, '', '$3')}${b.sql}
+                ORDER BY ts ${dir}
+                LIMIT $${5 + b.values.length}`,
+        values: [tenant, id, labels[0]!, seriesKey(tenant, id, labels[0]!), ...b.values, q.limit],
+      });
+      return rows;
+    });
+  }
+  return withoutCollisions(async (mode) => {
+    const { rows } = await pool.query<HistoryRow & { mine: boolean }>({
+      name: `history-many-${mode}-${q.order}-${b.key}`,
+      text: `SELECT a.label AS attr, ${historyTimeSql('h.ts')} AS ts, h.value, h.mine
+               FROM unnest($3::text[], $4::bigint[]) WITH ORDINALITY AS a(label, series, ord)
+              CROSS JOIN LATERAL (
+                     SELECT ts, value, ${matchSql('', 'a.label')} AS mine FROM history
+                      WHERE series = a.series${filterSql(mode, '', 'a.label')}${b.sql}
+                      ORDER BY ts ${dir}
+                      LIMIT $${5 + b.values.length}) h
+              ORDER BY a.ord, h.ts ${dir}`,
+      values: [tenant, id, labels, labels.map((l) => seriesKey(tenant, id, l)), ...b.values, q.limit],
     });
     return rows;
-  }
-  const b = bounds(q, 5);
-  const { rows } = await pool.query<HistoryRow>({
-    name: `history-many-${q.order}-${b.key}`,
-    text: `SELECT a.label AS attr, ${historyTimeSql('h.ts')} AS ts, h.value
-             FROM unnest($3::text[], $4::bigint[]) WITH ORDINALITY AS a(label, series, ord)
-            CROSS JOIN LATERAL (
-                   SELECT ts, value FROM history
-                    WHERE series = a.series AND tenant = $1 AND device_id = $2 AND attr = a.label${b.sql}
-                    ORDER BY ts ${dir}
-                    LIMIT $${5 + b.values.length}) h
-            ORDER BY a.ord, h.ts ${dir}`,
-    values: [tenant, id, labels, labels.map((l) => seriesKey(tenant, id, l)), ...b.values, q.limit],
   });
-  return rows;
 }
 
 /**
@@ -90,17 +111,20 @@ export async function readSeries(pool: pg.Pool, tenant: string, id: string, labe
 export async function readOneSeriesOfDevice(pool: pg.Pool, tenant: string, id: string, label: string, q: HistoryQuery): Promise<HistoryRow[] | undefined> {
   const dir = q.order === 'asc' ? 'ASC' : 'DESC';
   const b = bounds(q, 5);
-  const { rows } = await pool.query<HistoryRow & { found: boolean }>({
-    name: `history-one-device-${q.order}-${b.key}`,
-    text: `SELECT d.found, h.attr, ${historyTimeSql('h.ts')} AS ts, h.value
-             FROM (SELECT EXISTS (SELECT 1 FROM devices WHERE tenant = $1 AND id = $2) AS found) d
-             LEFT JOIN LATERAL (
-                   SELECT attr, ts, value FROM history
-                    WHERE series = $4::bigint AND tenant = $1 AND device_id = $2 AND attr = $3${b.sql}
-                    ORDER BY ts ${dir}
-                    LIMIT $${5 + b.values.length}) h ON d.found
-            ORDER BY h.ts ${dir}`,
-    values: [tenant, id, label, seriesKey(tenant, id, label), ...b.values, q.limit],
+  const rows = await withoutCollisions(async (mode) => {
+    const res = await pool.query<HistoryRow & { found: boolean; mine: boolean }>({
+      name: `history-one-device-${mode}-${q.order}-${b.key}`,
+      text: `SELECT d.found, h.attr, ${historyTimeSql('h.ts')} AS ts, h.value, h.mine
+               FROM (SELECT EXISTS (SELECT 1 FROM devices WHERE tenant = $1 AND id = $2) AS found) d
+               LEFT JOIN LATERAL (
+                     SELECT attr, ts, value, ${matchSql('', '$3')} AS mine FROM history
+                      WHERE series = $4::bigint${filterSql(mode, '', '$3')}${b.sql}
+                      ORDER BY ts ${dir}
+                      LIMIT $${5 + b.values.length}) h ON d.found
+              ORDER BY h.ts ${dir}`,
+      values: [tenant, id, label, seriesKey(tenant, id, label), ...b.values, q.limit],
+    });
+    return res.rows;
   });
   if (!rows[0]?.found) return undefined;
   return rows[0].attr === null ? [] : rows;

@@ -206,7 +206,10 @@ describe('the series key', () => {
     await pool.query('INSERT INTO history (tenant, device_id, attr, series, ts, value) VALUES ($1, $2, $3, $4, $5, $6)', [
       tenant, id, 'b', seriesKey(tenant, id, 'a'), ts(2), '2',
     ]);
-    expect((await get('?lastN=5&attr=a', token, id)).body).toEqual([{ device_id: id, ts: ts(1), value: 1, attr: 'a' }]);
-    expect((await get('?lastN=5&attr=a&attr=b', token, id)).body).toEqual({ a: [{ device_id: id, ts: ts(1), value: 1, attr: 'a' }], b: [] });
+    const a = [{ device_id: id, ts: ts(1), value: 1, attr: 'a' }];
+    expect((await get('?lastN=5&attr=a', token, id)).body).toEqual(a);
+    expect((await get('?firstN=5&attr=a&dateFrom=2024-01-01T00:00:00Z', token, id)).body).toEqual(a);
+    expect((await get('?lastN=5&attr=a&attr=b', token, id)).body).toEqual({ a, b: [] });
+    expect((await get('?lastN=5', token, id)).body).toEqual({ a, b: [] });
   });
 });
