@@ -41,9 +41,11 @@ DECLARE
     AND coalesce(current_setting('shared_preload_libraries', true), '') LIKE '%timescaledb%';
 BEGIN
   IF use_timescale THEN
-    -- TimescaleDB: hypertable, compressed per (tenant, device, attr) series once a chunk is
-    -- two intervals old. Compression policies need the community (TSL) license; on the
-    -- Apache-only build the table stays uncompressed.
+    -- TimescaleDB: hypertable, compressed per series once a chunk is two intervals old.
+    -- Segmented by the series key, the column every history query selects by, so a query
+    -- finds its segment in a compressed chunk without decompressing the others. Compression
+    -- policies need the community (TSL) license; on the Apache-only build the table stays
+    -- uncompressed.
     CREATE EXTENSION IF NOT EXISTS timescaledb;
     CREATE TABLE history (
       tenant    text COLLATE "C" NOT NULL,
@@ -57,7 +59,7 @@ BEGIN
     PERFORM create_hypertable('history', 'ts', chunk_time_interval => chunk, create_default_indexes => false);
     IF coalesce(current_setting('timescaledb.license', true), 'timescale') = 'timescale' THEN
       EXECUTE 'ALTER TABLE history SET (timescaledb.compress,'
-           || ' timescaledb.compress_segmentby = ''tenant, device_id, attr'','
+           || ' timescaledb.compress_segmentby = ''series'','
            || ' timescaledb.compress_orderby = ''ts DESC'')';
       PERFORM add_compression_policy('history', compress_after => chunk * 2);
     END IF;
