@@ -61,8 +61,9 @@ function bounds(q: HistoryQuery, firstParam: number): { sql: string; values: str
  */
 type Mode = 'fast' | 'exact';
 
-const matchSql = (h: string, label: string) => `${h}tenant = $1 AND ${h}device_id = $2 AND ${h}attr = ${label}`;
-const filterSql = (mode: Mode, h: string, label: string) => (mode === 'exact' ? ` AND ${matchSql(h, label)}` : '');
+/** Whether a history row is of device $1/$2 and attribute `label` (an SQL expression). */
+const matchSql = (label: string) => `tenant = $1 AND device_id = $2 AND attr = ${label}`;
+const filterSql = (mode: Mode, label: string) => (mode === 'exact' ? ` AND ${matchSql(label)}` : '');
 
 async function withoutCollisions<T extends { mine: boolean }>(read: (mode: Mode) => Promise<T[]>): Promise<T[]> {
   const rows = await read('fast');
@@ -77,9 +78,9 @@ export async function readSeries(pool: pg.Pool, tenant: string, id: string, labe
     return withoutCollisions(async (mode) => {
       const { rows } = await pool.query<HistoryRow & { mine: boolean }>({
         name: `history-one-${mode}-${q.order}-${b.key}`,
-        text: `SELECT attr, ${historyTimeSql('ts')} AS ts, value, ${matchSql('', '$3')} AS mine
+        text: `SELECT attr, ${historyTimeSql('ts')} AS ts, value, ${matchSql('$3')} AS mine
                  FROM history
-                WHERE series = $4::bigint${filterSql(mode, '', '$3')}${b.sql}
+                WHERE series = $4::bigint${filterSql(mode, '$3')}${b.sql}
                 ORDER BY ts ${dir}
                 LIMIT $${5 + b.values.length}`,
         values: [tenant, id, labels[0]!, seriesKey(tenant, id, labels[0]!), ...b.values, q.limit],
@@ -93,8 +94,8 @@ export async function readSeries(pool: pg.Pool, tenant: string, id: string, labe
       text: `SELECT a.label AS attr, ${historyTimeSql('h.ts')} AS ts, h.value, h.mine
                FROM unnest($3::text[], $4::bigint[]) WITH ORDINALITY AS a(label, series, ord)
               CROSS JOIN LATERAL (
-                     SELECT ts, value, ${matchSql('', 'a.label')} AS mine FROM history
-                      WHERE series = a.series${filterSql(mode, '', 'a.label')}${b.sql}
+                     SELECT ts, value, ${matchSql('a.label')} AS mine FROM history
+                      WHERE series = a.series${filterSql(mode, 'a.label')}${b.sql}
                       ORDER BY ts ${dir}
                       LIMIT $${5 + b.values.length}) h
               ORDER BY a.ord, h.ts ${dir}`,
@@ -117,8 +118,8 @@ export async function readOneSeriesOfDevice(pool: pg.Pool, tenant: string, id: s
       text: `SELECT d.found, h.attr, ${historyTimeSql('h.ts')} AS ts, h.value, h.mine
                FROM (SELECT EXISTS (SELECT 1 FROM devices WHERE tenant = $1 AND id = $2) AS found) d
                LEFT JOIN LATERAL (
-                     SELECT attr, ts, value, ${matchSql('', '$3')} AS mine FROM history
-                      WHERE series = $4::bigint${filterSql(mode, '', '$3')}${b.sql}
+                     SELECT attr, ts, value, ${matchSql('$3')} AS mine FROM history
+                      WHERE series = $4::bigint${filterSql(mode, '$3')}${b.sql}
                       ORDER BY ts ${dir}
                       LIMIT $${5 + b.values.length}) h ON d.found
               ORDER BY h.ts ${dir}`,
