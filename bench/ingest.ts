@@ -424,6 +424,7 @@ async function main(): Promise<void> {
           };
           const snap = () => ({ svc: ticks(svc.proc.pid!), gen: ticks(gen.pid), broker: ticks(mosquitto), pg: backends.reduce((a, p) => a + ticks(p), 0) });
           const m0 = await svc.metrics();
+          log(`    measuring for ${STEP_SECONDS * 2} s (service pid ${svc.proc.pid})`);
           const s0 = snap();
           const t0 = performance.now();
           await sleep(STEP_SECONDS * 2000);

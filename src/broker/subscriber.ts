@@ -10,6 +10,13 @@
 // and redelivers unacknowledged ones after a reconnect. An ack from before a reconnect is
 // never sent on the new connection: packet ids are reused, and the broker redelivers that
 // message anyway (at least once).
+//
+// PUBACKs go out in the order the messages arrived on the connection, whatever order the
+// caller acknowledges them in (shards commit independently): a message acknowledged early waits
+// until every earlier one is acknowledged too. Brokers keep a connection's in-flight messages
+// in arrival order and look an acknowledged one up from the oldest (Mosquitto 2 walks a linked
+// list), so out-of-order PUBACKs cost the broker a walk past every older in-flight message,
+// a cost that grows with the load (measured: see docs/messaging.md §9).
 import net from 'node:net';
 import tls from 'node:tls';
 import { EventEmitter } from 'node:events';
@@ -69,8 +76,12 @@ export class SubscriberConnection extends EventEmitter implements Acker {
   private reconnectTimer: NodeJS.Timeout | undefined;
   private pingTimer: NodeJS.Timeout | undefined;
   private lastReceived = 0;
-  /** PUBACK packet ids waiting for the next flush (one write per tick). */
-  private pubacks: number[] = [];
+  /** QoS 1 packet ids of this network connection in arrival order: a ring of `inflight` ids from `head`. */
+  private readonly arrivals = new Uint16Array(65536);
+  private head = 0;
+  private inflight = 0;
+  /** Per packet id: 0 not in flight, 1 waiting for its ack, 2 acknowledged (its PUBACK waits for older ones). */
+  private readonly state = new Uint8Array(65536);
   private flushScheduled = false;
   /** An incomplete packet from the previous chunk. */
   private rest: Buffer | undefined;
@@ -119,7 +130,7 @@ export class SubscriberConnection extends EventEmitter implements Acker {
       // Read again (a paused socket never sees the broker's close), say goodbye, hang up.
       socket.resume();
       if (this.sessionOpen) {
-        if (this.pubacks.length > 0) this.flushAcks();
+        this.flushAcks();
         // Reason 0 keeps the session (MQTT 5 would drop it only with a session expiry of 0).
         socket.end(mqttPacket.generate({ cmd: 'disconnect' }, { protocolVersion: this.opts.version }));
       } else {
@@ -142,6 +153,9 @@ export class SubscriberConnection extends EventEmitter implements Acker {
     let tcpConnected = false;
     this.rest = undefined;
     this.sessionOpen = false;
+    this.head = 0;
+    this.inflight = 0;
+    this.state.fill(0);
 
     parser.on('packet', (packet: Packet) => {
       switch (packet.cmd) {
@@ -330,6 +344,13 @@ export class SubscriberConnection extends EventEmitter implements Acker {
         if (qos > 0) {
           id = buf.readUInt16BE(p);
           p += 2;
+          // A QoS 1 id already in flight would be a broker resending on the same connection,
+          // which MQTT forbids: its one PUBACK answers both.
+          if (qos === 1 && this.state[id] === 0) {
+            this.state[id] = 1;
+            this.arrivals[(this.head + this.inflight) & 0xffff] = id;
+            this.inflight++;
+          }
         }
         if (v5) {
           // Skip the properties (no topic aliases: none were offered to the broker).
@@ -366,26 +387,35 @@ export class SubscriberConnection extends EventEmitter implements Acker {
       this.write(Buffer.from([0x50, 0x02, id >> 8, id & 0xff]));
       return;
     }
-    this.pubacks.push(id);
-    if (!this.flushScheduled) {
+    if (this.state[id] !== 1) return;
+    this.state[id] = 2;
+    if (!this.flushScheduled && this.arrivals[this.head] === id) {
       this.flushScheduled = true;
       process.nextTick(() => this.flushAcks());
     }
   }
 
-  /** All PUBACKs of this tick in one write. PUBACK with reason 0 is the same 4 bytes in 3.1.1 and 5. */
+  /**
+   * One write with the PUBACKs of the acknowledged messages at the head of the arrival order
+   * (those behind an unacknowledged one wait for it). PUBACK with reason 0 is the same 4 bytes
+   * in 3.1.1 and 5.
+   */
   private flushAcks(): void {
     this.flushScheduled = false;
-    const ids = this.pubacks;
-    this.pubacks = [];
-    const out = Buffer.allocUnsafe(ids.length * 4);
-    for (let k = 0; k < ids.length; k++) {
-      const id = ids[k]!;
+    let n = 0;
+    while (n < this.inflight && this.state[this.arrivals[(this.head + n) & 0xffff]!] === 2) n++;
+    if (n === 0) return;
+    const out = Buffer.allocUnsafe(n * 4);
+    for (let k = 0; k < n; k++) {
+      const id = this.arrivals[this.head]!;
+      this.state[id] = 0;
+      this.head = (this.head + 1) & 0xffff;
       out[k * 4] = 0x40;
       out[k * 4 + 1] = 0x02;
       out[k * 4 + 2] = id >> 8;
       out[k * 4 + 3] = id & 0xff;
     }
+    this.inflight -= n;
     this.write(out);
   }
 

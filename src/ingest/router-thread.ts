@@ -28,6 +28,7 @@ let link: BrokerLink | undefined;
 const router = new IngestRouter(shards, {
   maxMessageBytes: settings.maxMessageBytes,
   maxPending: settings.maxPending,
+  holdMs: settings.batchMs,
   log,
   onPressure: (paused) => {
     if (paused) {

@@ -57,13 +57,18 @@ interface Batch {
 
 const FLUSH_AT_MESSAGES = 2000;
 const FLUSH_AT_BYTES = 1 << 20;
-/** A shard's batch waits at most this long for more messages. */
-const FLUSH_AFTER_MS = 10;
 const RETRY_MS = 250;
 
 export interface RouterOptions {
   maxMessageBytes: number;
   maxPending: number;
+  /**
+   * How long a shard's batch waits in the router for more messages (the service passes
+   * INGEST_BATCH_MS). Every batch handed to a worker has a fixed cost on both threads, so
+   * fewer, fuller batches save CPU: measured at 20,000 msg/s, holding 50 ms instead of 10 ms
+   * took the service from ~11.8 to ~8.8 µs of CPU a message (docs/messaging.md §9).
+   */
+  holdMs: number;
   log: Logger;
   /** true: stop reading from the broker; false: resume. */
   onPressure(paused: boolean): void;
@@ -137,7 +142,7 @@ export class IngestRouter {
       this.flushTimer = setTimeout(() => {
         this.flushTimer = undefined;
         for (let s = 0; s < this.pending.length; s++) this.flushShard(s);
-      }, FLUSH_AFTER_MS);
+      }, this.opts.holdMs);
     }
   }
 

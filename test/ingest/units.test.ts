@@ -236,7 +236,7 @@ describe('the router', () => {
       run: (shard: number, task: { keys: string }) =>
         new Promise<any>((resolve, reject) => calls.push({ shard, keys: task.keys.split('\0'), resolve: () => resolve(ShardActorMetrics()), reject })),
     };
-    const router = new IngestRouter(runner as never, { maxMessageBytes: 100, maxPending: 1000, log: quiet, onPressure() {} });
+    const router = new IngestRouter(runner as never, { maxMessageBytes: 100, maxPending: 1000, holdMs: 10, log: quiet, onPressure() {} });
     const a = acker();
     router.accept('t', 'dev1', Buffer.from('{}'), a, 1);
     router.accept('t', 'dev1', Buffer.from('{}'), a, 2);
@@ -259,7 +259,7 @@ describe('the router', () => {
     const pending: Array<() => void> = [];
     const runner = { shards: 1, run: () => new Promise<any>((resolve) => pending.push(() => resolve(ShardActorMetrics()))) };
     const pressure: boolean[] = [];
-    const router = new IngestRouter(runner as never, { maxMessageBytes: 100, maxPending: 4, log: quiet, onPressure: (p) => pressure.push(p) });
+    const router = new IngestRouter(runner as never, { maxMessageBytes: 100, maxPending: 4, holdMs: 10, log: quiet, onPressure: (p) => pressure.push(p) });
     const a = acker();
     for (let i = 0; i < 4; i++) router.accept('t', 'd', Buffer.from('{}'), a, i);
     expect(pressure).toEqual([true]);
