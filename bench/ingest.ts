@@ -7,7 +7,9 @@
 // until the receiver no longer keeps up (it gets less than 97 % of what was published) or the
 // publishers cannot reach it (less than 90 % of the offered rate), twice in a row; then the gap
 // between the last rate that held and the first that failed is halved BENCH_REFINE_STEPS (2)
-// times. The result is the most the receiver took in a step where it kept up. Flat-out publishing is not a measure of anything with Mosquitto:
+// times. After a failed step the publishers pause until the receiver has taken the broker's
+// backlog, so each step starts level. The result is the most the receiver took in a step where
+// it kept up. Flat-out publishing is not a measure of anything with Mosquitto:
 // it acknowledges publishers at full speed while starving its subscribers, and drops what
 // does not fit its queues (measured: 10,000 devices flat out, ~65k msg/s accepted, ~70 msg/s
 // delivered to 8 shared-subscription connections).
@@ -16,8 +18,9 @@
 //   (b) into the service: messages/s and values/s committed to history;
 //   (c) at half of (a), with probe messages: publish-to-queryable latency (the probe publishes
 //       and polls GET /history until its value is there);
-//   (e) CPU microseconds per message of the generator, the broker, the service and PostgreSQL
-//       at a fixed rate (BENCH_COST_RATE, 8000 msg/s);
+//   (e) CPU microseconds per message at a fixed rate (BENCH_COST_RATE, 8000 msg/s): of the
+//       generator, the broker and the do-nothing subscriber (what (a) spends), then of the
+//       generator, the broker, the service and PostgreSQL (what (b) spends);
 //   (d) the service's resident memory with BENCH_CACHE_DEVICES (100,000) devices cached, beside
 //       the same number of messages from 1,000 devices.
 // (a) and (b) alternate for BENCH_ROUNDS (2) rounds, each ratio from one pair: the machine is
@@ -87,6 +90,37 @@ function child<P>(file: string, cfg: unknown): Child<P> {
   return c;
 }
 
+/**
+ * Ends the broker sessions of stopped subscribers. Their sessions are persistent (as the
+ * service's must be), so Mosquitto would go on routing every message to their share group and
+ * queueing or dropping it for them until the expiry: work that would be charged to the next
+ * phase. A clean start discards a session; expiry 0 keeps the new one from outliving it.
+ */
+async function forgetSessions(clientIds: string[]): Promise<void> {
+  for (const clientId of clientIds) {
+    const c = await mqtt.connectAsync(MQTT_URL, { clientId, clean: true, protocolVersion: 5, properties: { sessionExpiryInterval: 0 }, reconnectPeriod: 0 });
+    await c.endAsync();
+  }
+}
+
+/** The do-nothing subscriber (bench/ingest-sink.ts) in its own process; stop() also ends its sessions. */
+function startSink(): Child<{ received: number }> {
+  const clientId = `bench-sink-${crypto.randomBytes(3).toString('hex')}`;
+  const sink = child<{ received: number }>('ingest-sink.js', {
+    url: MQTT_URL,
+    clientId,
+    connections: CONNECTIONS,
+    receiveMaximum: RECEIVE_MAXIMUM,
+  } satisfies SinkConfig);
+  const stop = sink.stop;
+  sink.stop = async () => {
+    const last = await stop();
+    await forgetSessions(Array.from({ length: CONNECTIONS }, (_, i) => `${clientId}-${i}`));
+    return last;
+  };
+  return sink;
+}
+
 interface Service {
   proc: ChildProcess;
   base: string;
@@ -98,6 +132,7 @@ interface Service {
 
 async function startService(databaseUrl: string): Promise<Service> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'dr-bench-ingest-'));
+  const clientId = `bench-svc-${crypto.randomBytes(3).toString('hex')}`;
   const nodeArgs = process.env.BENCH_SERVICE_NODE_ARGS ? process.env.BENCH_SERVICE_NODE_ARGS.split(' ') : [];
   const proc = spawn(process.execPath, [...nodeArgs, path.join(projectRoot, 'dist/src/main.js')], {
     env: {
@@ -105,7 +140,7 @@ async function startService(databaseUrl: string): Promise<Service> {
       HOME: process.env.HOME,
       DATABASE_URL: databaseUrl,
       MQTT_URL,
-      MQTT_CLIENT_ID: `bench-svc-${crypto.randomBytes(3).toString('hex')}`,
+      MQTT_CLIENT_ID: clientId,
       MQTT_SESSION_EXPIRY_SECONDS: '60',
       MQTT_SUBSCRIBER_CONNECTIONS: String(CONNECTIONS),
       PSK_ENCRYPTION_KEY: crypto.randomBytes(32).toString('hex'),
@@ -162,14 +197,16 @@ async function startService(databaseUrl: string): Promise<Service> {
       const status = fs.readFileSync(`/proc/${proc.pid}/status`, 'utf8');
       return Number(/VmRSS:\s+(\d+)/.exec(status)![1]) / 1024;
     },
-    stop: () =>
-      new Promise<void>((resolve) => {
+    stop: async () => {
+      await new Promise<void>((resolve) => {
         proc.once('exit', () => {
           fs.rmSync(dataDir, { recursive: true, force: true });
           resolve();
         });
         proc.kill('SIGTERM');
-      }),
+      });
+      await forgetSessions([...Array.from({ length: CONNECTIONS }, (_, i) => `${clientId}-${i}`), `${clientId}-actuation`]);
+    },
   };
 }
 
@@ -201,14 +238,25 @@ async function sustainable(gen: Child<LoadProgress>, received: () => Promise<num
     steps.push(step);
     log(`    ${label}: offered ${step.offered} msg/s, published ${step.published}, received ${step.received}`);
     // The receiver fell behind, or the publishers (or the broker's intake) cannot go faster.
-    return !(step.received < KEEP_UP * step.published || step.published < 0.9 * rate);
+    const held = !(step.received < KEEP_UP * step.published || step.published < 0.9 * rate);
+    if (!held) await drain();
+    return held;
   };
-  // A rate counts as failed only when it fails twice (a backlog drains before the second try).
-  const holds = async (rate: number): Promise<boolean> => {
-    if (await trial(rate)) return true;
-    await sleep(SETTLE_SECONDS * 1000);
-    return trial(rate);
+  // After a failed step the broker holds a backlog for the receiver, which would fail the next
+  // step whatever its rate: the publishers (nearly) stop until the receiver stops receiving,
+  // so every step starts level. Same for (a) and (b).
+  const drain = async () => {
+    gen.send({ type: 'rate', rate: 1 });
+    let last = await received();
+    for (let i = 0; i < 120; i++) {
+      await sleep(500);
+      const now = await received();
+      if (now - last <= 5) break;
+      last = now;
+    }
   };
+  // A rate counts as failed only when it fails twice.
+  const holds = async (rate: number): Promise<boolean> => (await trial(rate)) || trial(rate);
   // Up by 20 % a step until a rate fails; then halve the gap between the last rate that held
   // and the first that failed, twice (the result is then within 5 % of the true limit).
   let good = 0;
@@ -271,12 +319,7 @@ async function main(): Promise<void> {
     // taken from a pair measured minutes apart, not from a baseline of another hour.
     const baselineRun = async () => {
       log(`(a) ${DEVICES} devices into the do-nothing subscriber (${CONNECTIONS} connections, MQTT 5 shared subscription)`);
-      const sink = child<{ received: number }>('ingest-sink.js', {
-        url: MQTT_URL,
-        clientId: `bench-sink-${crypto.randomBytes(3).toString('hex')}`,
-        connections: CONNECTIONS,
-        receiveMaximum: RECEIVE_MAXIMUM,
-      } satisfies SinkConfig);
+      const sink = startSink();
       await sink.ready;
       const gen = child<LoadProgress>('ingest-load.js', loadConfig(DEVICES, START_RATE));
       await gen.ready;
@@ -404,6 +447,48 @@ async function main(): Promise<void> {
       // Where the CPU goes: CPU seconds of each process over a steady window at a fixed rate,
       // on an empty table and on one whose current partition holds 10 million rows.
       const rate = Number(process.env.BENCH_COST_RATE ?? 8000);
+      const ticks = (pid: number) => {
+        try {
+          const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+          return Number(f[11]) + Number(f[12]);
+        } catch {
+          return 0;
+        }
+      };
+      const mosquitto = () => Number(fs.readFileSync('/run/mosquitto/mosquitto.pid', 'utf8').trim()) || 0;
+      // CPU seconds of the generator, the broker and the receiving processes (groups of pids)
+      // over a steady window, per message received.
+      const window = async (gen: Child<LoadProgress>, receivers: () => Promise<Record<string, number[]>>, received: () => Promise<number>, label: string) => {
+        await sleep(SETTLE_SECONDS * 2000);
+        const groups = { generator: [gen.pid], broker: [mosquitto()], ...(await receivers()) };
+        const snap = () => Object.fromEntries(Object.entries(groups).map(([k, pids]) => [k, pids.reduce((a, p) => a + ticks(p), 0)]));
+        const r0 = await received();
+        log(`    measuring ${label} for ${STEP_SECONDS * 2} s`);
+        const s0 = snap();
+        const t0 = performance.now();
+        await sleep(STEP_SECONDS * 2000);
+        const s1 = snap();
+        const msgs = (await received()) - r0;
+        const secs = (performance.now() - t0) / 1000;
+        // 100 ticks a second
+        const perMessage = Object.fromEntries(Object.keys(groups).map((k) => [k, Number((((s1[k]! - s0[k]!) * 10_000) / msgs).toFixed(1))]));
+        log(`    µs of CPU per message: ${JSON.stringify(perMessage)}`);
+        return { rateMsgsPerSec: Math.round(msgs / secs), cpuMicrosecondsPerMessage: perMessage };
+      };
+      // The same path into the do-nothing subscriber: what the baseline (a) spends per message.
+      const baselineCost = async () => {
+        log(`(e) CPU per message at ${rate} msg/s into the do-nothing subscriber: generator, broker, subscriber`);
+        const sink = startSink();
+        await sink.ready;
+        const gen = child<LoadProgress>('ingest-load.js', loadConfig(DEVICES, rate));
+        try {
+          await gen.ready;
+          return await window(gen, async () => ({ subscriber: [sink.pid] }), async () => sink.latest?.received ?? 0, 'the subscriber');
+        } finally {
+          await gen.stop();
+          await sink.stop();
+        }
+      };
       const cost = async (what: string) => {
         log(`(e) CPU per message at ${rate} msg/s, ${what}: generator, broker, service, PostgreSQL`);
         const storedBefore = Number((await db.query('SELECT count(*) FROM history')).rows[0].count);
@@ -411,40 +496,17 @@ async function main(): Promise<void> {
         const gen = child<LoadProgress>('ingest-load.js', loadConfig(DEVICES, rate));
         try {
           await gen.ready;
-          await sleep(SETTLE_SECONDS * 2000);
-          const backends = (await db.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()')).rows.map((r) => r.pid);
-          const mosquitto = Number(fs.readFileSync('/run/mosquitto/mosquitto.pid', 'utf8').trim()) || 0;
-          const ticks = (pid: number) => {
-            try {
-              const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-              return Number(f[11]) + Number(f[12]);
-            } catch {
-              return 0;
-            }
-          };
-          const snap = () => ({ svc: ticks(svc.proc.pid!), gen: ticks(gen.pid), broker: ticks(mosquitto), pg: backends.reduce((a, p) => a + ticks(p), 0) });
-          const m0 = await svc.metrics();
-          log(`    measuring for ${STEP_SECONDS * 2} s (service pid ${svc.proc.pid})`);
-          const s0 = snap();
-          const t0 = performance.now();
-          await sleep(STEP_SECONDS * 2000);
-          const s1 = snap();
-          const m1 = await svc.metrics();
-          const secs = (performance.now() - t0) / 1000;
-          const msgs = m1.ingest_messages_stored_total! - m0.ingest_messages_stored_total!;
-          const us = (k: keyof typeof s0) => Number((((s1[k] - s0[k]) * 10_000) / msgs).toFixed(1)); // 100 ticks a second
-          const out = {
-            rowsInHistoryBefore: storedBefore,
-            rateMsgsPerSec: Math.round(msgs / secs),
-            cpuMicrosecondsPerMessage: { generator: us('gen'), broker: us('broker'), service: us('svc'), postgres: us('pg') },
-          };
-          log(`    µs of CPU per message: ${JSON.stringify(out.cpuMicrosecondsPerMessage)}`);
-          return out;
+          const backends = async () =>
+            (await db.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()')).rows.map((r) => r.pid);
+          const stored = async () => (await svc.metrics()).ingest_messages_stored_total!;
+          const w = await window(gen, async () => ({ service: [svc.proc.pid!], postgres: await backends() }), stored, `the service (pid ${svc.proc.pid})`);
+          return { rowsInHistoryBefore: storedBefore, ...w };
         } finally {
           await gen.stop();
           await svc.stop();
         }
       };
+      const baseline = await baselineCost();
       await db.query('TRUNCATE history');
       const empty = await cost('empty table');
       // 10 million rows in today's partition, spread over the fleet's series like real traffic.
@@ -456,7 +518,7 @@ async function main(): Promise<void> {
         [tenant, DEVICES],
       );
       const full = await cost('10 million rows in the current partition');
-      results.e = { emptyTable: empty, tenMillionRows: full };
+      results.e = { baseline, emptyTable: empty, tenMillionRows: full };
     }
 
     if (PHASES.includes('d')) {
