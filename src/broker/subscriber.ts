@@ -16,7 +16,10 @@
 // until every earlier one is acknowledged too. Brokers keep a connection's in-flight messages
 // in arrival order and look an acknowledged one up from the oldest (Mosquitto 2 walks a linked
 // list), so out-of-order PUBACKs cost the broker a walk past every older in-flight message,
-// a cost that grows with the load (measured: see docs/messaging.md §9).
+// a cost that grows with what is in flight. The price: a message whose shard is stalled holds
+// back the PUBACKs of later messages on its connection (already committed; a crash then means
+// redelivery, i.e. duplicates, never loss). Stalls are database-wide in practice (an outage),
+// when every shard waits anyway.
 import net from 'node:net';
 import tls from 'node:tls';
 import { EventEmitter } from 'node:events';
