@@ -6,6 +6,7 @@
 //   node dist/bench/ingest-sink.js '{"url":"mqtt://127.0.0.1:1883","connections":8,...}'
 import { ATTRS_FILTERS } from '../src/broker/topics.js';
 import { SubscriberConnection } from '../src/broker/subscriber.js';
+import { subscriberClientId } from '../src/broker/external.js';
 import { createLogger } from '../src/log.js';
 
 export interface SinkConfig {
@@ -23,7 +24,7 @@ export async function runSink(cfg: SinkConfig, report: (m: { type: 'progress'; r
     (_, i) =>
       new SubscriberConnection({
         url: cfg.url,
-        clientId: `${cfg.clientId}-${i}`,
+        clientId: subscriberClientId(cfg.clientId, i),
         version: 5,
         filters: ATTRS_FILTERS.map((f) => `$share/${cfg.clientId}/${f}`),
         sessionExpirySeconds: 60,

@@ -34,6 +34,7 @@ import path from 'node:path';
 import mqtt from 'mqtt';
 import pg from 'pg';
 import { projectRoot } from '../src/paths.js';
+import { subscriberClientId } from '../src/broker/external.js';
 import type { LoadConfig, LoadProgress } from './ingest-load.js';
 import type { SinkConfig } from './ingest-sink.js';
 
@@ -91,13 +92,14 @@ function child<P>(file: string, cfg: unknown): Child<P> {
 }
 
 /**
- * Ends the broker sessions of stopped subscribers. Their sessions are persistent (as the
+ * Ends the broker sessions of a stopped receiver's subscriber connections. Their sessions are persistent (as the
  * service's must be), so Mosquitto would go on routing every message to their share group and
  * queueing or dropping it for them until the expiry: work that would be charged to the next
  * phase. A clean start discards a session; expiry 0 keeps the new one from outliving it.
  */
-async function forgetSessions(clientIds: string[]): Promise<void> {
-  for (const clientId of clientIds) {
+async function forgetSessions(base: string): Promise<void> {
+  for (let n = 0; n < CONNECTIONS; n++) {
+    const clientId = subscriberClientId(base, n);
     const c = await mqtt.connectAsync(MQTT_URL, { clientId, clean: true, protocolVersion: 5, properties: { sessionExpiryInterval: 0 }, reconnectPeriod: 0 });
     await c.endAsync();
   }
@@ -115,7 +117,7 @@ function startSink(): Child<{ received: number }> {
   const stop = sink.stop;
   sink.stop = async () => {
     const last = await stop();
-    await forgetSessions(Array.from({ length: CONNECTIONS }, (_, i) => `${clientId}-${i}`));
+    await forgetSessions(clientId);
     return last;
   };
   return sink;
@@ -205,7 +207,7 @@ async function startService(databaseUrl: string): Promise<Service> {
         });
         proc.kill('SIGTERM');
       });
-      await forgetSessions([...Array.from({ length: CONNECTIONS }, (_, i) => `${clientId}-${i}`), `${clientId}-actuation`]);
+      await forgetSessions(clientId); // (its actuation connection starts clean and keeps no session)
     },
   };
 }

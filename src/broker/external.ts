@@ -17,6 +17,11 @@ import { BrokerUnavailable } from './link.js';
 
 const TOPIC_CACHE = 200_000;
 
+/** Client id of ingest subscriber connection `n` (0-based) of a service whose MQTT_CLIENT_ID is `base`. */
+export function subscriberClientId(base: string, n: number): string {
+  return `${base}-${n}`;
+}
+
 export interface ExternalLinkOptions {
   url: string;
   clientId: string;
@@ -59,7 +64,7 @@ export class ExternalLink implements BrokerLink {
     const make = (n: number, version: MqttVersion) =>
       new SubscriberConnection({
         url: opts.url,
-        clientId: `${opts.clientId}-${n}`,
+        clientId: subscriberClientId(opts.clientId, n),
         version,
         filters: version === 5 ? ATTRS_FILTERS.map((f) => `$share/${opts.shareGroup}/${f}`) : [...ATTRS_FILTERS],
         sessionExpirySeconds: opts.sessionExpirySeconds,
