@@ -180,7 +180,9 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
       res.writeStatus(STATUS_TEXT[reply.status] ?? String(reply.status));
       if (reply.headers) for (const [k, v] of Object.entries(reply.headers)) res.writeHeader(k, v);
       if (payload === undefined) {
-        res.endWithoutBody(undefined, close);
+        // No arguments: an explicit `undefined` length is sent as Content-Length 2^63, which
+        // breaks the client's keep-alive connection; with none, a 204 carries no length at all.
+        res.endWithoutBody();
       } else {
         res.writeHeader('Content-Type', reply.contentType ?? 'application/json');
         res.end(payload, close);

@@ -1,3 +1,4 @@
+import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { http, login, startTestService, type TestService } from '../helpers/service.js';
 import { createDevices, createTemplate, getDevice, TS } from '../devices/fixtures.js';
@@ -69,6 +70,38 @@ describe('POST /device/gen_psk/{id}', () => {
     expect(res.status).toBe(204);
     expect(res.text).toBe('');
     expect(await getDevice(svc.base, token, id)).not.toHaveProperty('updated');
+  });
+
+  it('the 204 carries no Content-Length and the connection stays usable for the next request', async () => {
+    const t = await createTemplate(svc.base, token, { label: 'plain', attrs: [{ label: 'x', type: 'dynamic', value_type: 'float' }] });
+    const [{ id }] = await createDevices(svc.base, token, { label: 'p', templates: [t.id] });
+    const url = new URL(svc.base);
+    // Two requests on one keep-alive connection, read raw: a client library would hide the header.
+    const raw = await new Promise<string>((resolve, reject) => {
+      let text = '';
+      const sock = net.connect(Number(url.port), url.hostname, () => {
+        sock.write(`POST /device/gen_psk/${id}?key_length=16 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\n\r\n`);
+      });
+      sock.setEncoding('latin1');
+      sock.on('data', (chunk: string) => {
+        const first = text === '' || !text.includes('HTTP/1.1 200');
+        text += chunk;
+        if (first && text.includes('\r\n\r\n') && !text.includes('/health')) {
+          text += '/health sent\n';
+          sock.write('GET /health HTTP/1.1\r\nHost: x\r\n\r\n');
+        }
+        if (text.includes('{"status":"ok"}')) {
+          sock.end();
+          resolve(text);
+        }
+      });
+      sock.on('error', reject);
+      sock.on('close', () => resolve(text));
+    });
+    const [first, second] = raw.split('/health sent\n');
+    expect(first).toMatch(/^HTTP\/1.1 204 No Content\r\n/);
+    expect(first!.toLowerCase()).not.toContain('content-length');
+    expect(second).toMatch(/^HTTP\/1.1 200 OK\r\n[\s\S]*\{"status":"ok"\}$/);
   });
 
   describe('errors, in the order of decisions.md', () => {
