@@ -356,6 +356,7 @@ export const operations: Record<string, Operation> = {
           'missingOverrideLabel',
           'repeatedAttributes',
           'unknownTemplateInAttrList',
+          'pskOverride',
         ],
       },
       404: {
@@ -434,7 +435,7 @@ export const operations: Record<string, Operation> = {
     body: body('devices.update'),
     responses: {
       200: { description: 'The device, with `updated`.', schema: 'DeviceUpdated' },
-      400: { description: 'Bad body or override list.', errors: [...BODY_ERRORS, 'missingOverrideLabel', 'repeatedAttributes', 'unknownTemplateInAttrList'] },
+      400: { description: 'Bad body or override list.', errors: [...BODY_ERRORS, 'missingOverrideLabel', 'repeatedAttributes', 'unknownTemplateInAttrList', 'pskOverride'] },
       404: {
         description: 'No such device or template, or an unknown attribute of the override list (HTTP 404 with body status 400).',
         errors: ['noSuchDevice', 'noSuchTemplate', 'unknownOverrideAttr', 'unknownOverrideMetadata'],

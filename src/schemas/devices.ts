@@ -2,7 +2,7 @@ import type { NamedSchema } from './index.js';
 import { noNul, staticValueSchema } from './templates.js';
 
 // Template ids: integers or numeric strings (decisions.md "Devices").
-const idRef = { type: ['integer', 'string'], pattern: '^[0-9]+$', 'x-message': 'Not a valid integer.' };
+const idRef = { type: ['integer', 'string'], pattern: '^-?[0-9]+$', 'x-message': 'Not a valid integer.' };
 
 /** One entry of the override list (`attrs` of POST/PUT /device); other keys are ignored. */
 const override = {

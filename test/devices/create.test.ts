@@ -125,6 +125,14 @@ describe('POST /device: bad input changes nothing', () => {
     ['label too long', { label: 'l'.repeat(129), templates: [] }, '', 400, { message: 'failed to parse input', errors: { label: ['Longer than maximum length 128.'] } }],
     ['unknown template', { label: 'x', templates: [thermo.id, 4865] }, '', 404, { message: 'No such template: 4865', status: 404 }],
     ['unknown template as a string', { label: 'x', templates: ['99999'] }, '', 404, { message: 'No such template: 99999', status: 404 }],
+    ['a negative template id, as a number or a string', { label: 'x', templates: [thermo.id, '-1', -1] }, '', 404, { message: 'No such template: -1', status: 404 }],
+    [
+      'the same attribute id twice in the override list',
+      { label: 'x', templates: [thermo.id], attrs: [{ id: thermo.attrs[1].id, label: 'a', static_value: 'A' }, { id: thermo.attrs[1].id, label: 'b', static_value: 'B' }] },
+      '',
+      400,
+      { message: ['a device can not have repeated attributes'], status: 400 },
+    ],
     [
       'a template id that is a word',
       { label: 'x', templates: [thermo.id, 'DUP'] },
@@ -184,7 +192,8 @@ describe('POST /device: bad input changes nothing', () => {
   // The table refers to templates created in beforeAll: build it when the test runs.
   const names = ['count not an integer', 'count empty', 'count 0', 'count negative', 'count 1.5', 'count above the maximum',
     'verbose with count > 1', 'label missing', 'templates missing', 'a template id that is not an integer', 'label not a string',
-    'label too long', 'unknown template', 'unknown template as a string', 'a template id that is a word', 'bad device id',
+    'label too long', 'unknown template', 'unknown template as a string', 'a negative template id, as a number or a string',
+    'the same attribute id twice in the override list', 'a template id that is a word', 'bad device id',
     'device id too long', 'device id too short', 'device id not a string', 'device id with count', 'override without label',
     'the same label twice in the override list', 'override of a template the device does not have',
     'override of an unknown attribute: HTTP 404, body status 400', 'override of an unknown metadata entry: HTTP 404, body status 400',

@@ -89,9 +89,26 @@ describe('PUT /device/{id}', () => {
         404,
         { message: 'Unknown metadata attribute 2 in override list', status: 400 },
       ],
+      [
+        'the same attribute twice in the override list',
+        { label: 'x', templates: [thermo.id], attrs: [{ id: thermo.attrs[1].id, label: 'a', static_value: 'A' }, { id: thermo.attrs[1].id, label: 'b', static_value: 'B' }] },
+        400,
+        { message: ['a device can not have repeated attributes'], status: 400 },
+      ],
+      [
+        'the same metadata attribute twice in one entry',
+        {
+          label: 'x',
+          templates: [thermo.id],
+          attrs: [{ id: thermo.attrs[1].id, label: 'serial', metadata: [{ id: thermo.attrs[1].metadata[0].id, static_value: 'A' }, { id: thermo.attrs[1].metadata[0].id, static_value: 'B' }] }],
+        },
+        400,
+        { message: ['a device can not have repeated attributes'], status: 400 },
+      ],
     ];
     const names = ['unknown template', 'templates with repeated attributes', 'override without label', 'an override naming a template the device will not have',
-      'an unknown attribute: HTTP 404, body status 400', 'an unknown metadata entry: HTTP 404, body status 400'];
+      'an unknown attribute: HTTP 404, body status 400', 'an unknown metadata entry: HTTP 404, body status 400',
+      'the same attribute twice in the override list', 'the same metadata attribute twice in one entry'];
     it.each(names)('%s', async (name) => {
       const [, body, status, expected] = cases().find((c) => c[0] === name)!;
       const [{ id }] = await createDevices(svc.base, token, { label: 'keep', templates: [thermo.id], attrs: [{ label: 'serial', static_value: 'S' }] });

@@ -37,6 +37,19 @@ describe('keys and device/template changes', () => {
     expect(await internalKey(id!, 'key')).toBe(key);
   });
 
+  it('the override list cannot set a key (create or update): 400, the stored key unchanged', async () => {
+    const { template, ids: [id] } = await keyedDevices(svc.base, token);
+    const key = (await genPsk(svc.base, token, id!, '?key_length=16&attrs=key')).body[0].psk;
+    const body = { label: 'k', templates: [template.id], attrs: [{ label: 'key', static_value: 'deadbeef' }] };
+    const expected = { message: 'The key of psk attribute key is set by gen_psk or a key copy, not by the override list', status: 400 };
+    const put = await http('PUT', `${svc.base}/device/${id}`, { token, body });
+    expect([put.status, put.body]).toEqual([400, expected]);
+    expect(await internalKey(id!, 'key')).toBe(key);
+    const post = await http('POST', `${svc.base}/device`, { token, body: { ...body, id: 'abcd' } });
+    expect([post.status, post.body]).toEqual([400, expected]);
+    expect((await http('GET', `${svc.base}/device/abcd`, { token })).status).toBe(404);
+  });
+
   it('a device update dropping the template deletes its keys', async () => {
     const { ids: [id] } = await keyedDevices(svc.base, token);
     await genPsk(svc.base, token, id!, '?key_length=16');

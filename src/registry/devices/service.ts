@@ -161,6 +161,7 @@ export class DeviceService {
     const override = (a: AttrRecord, value: string | undefined) => {
       if (value !== undefined && value !== a.staticValue) overrides.push({ attrId: a.id, value });
     };
+    const seen = new Set<number>();
     for (const o of input.overrides) {
       let scope = all;
       if (o.templateId !== undefined) {
@@ -171,10 +172,17 @@ export class DeviceService {
       }
       const attr = o.id !== undefined ? scope.find((a) => a.id === Number(o.id)) : scope.find((a) => a.label === o.label);
       if (!attr) throw errors.unknownOverrideAttr(o.id ?? o.label);
+      // One entry per attribute and per metadata attribute: a second would be a repeated attribute.
+      if (seen.has(attr.id)) throw errors.repeatedAttributes();
+      seen.add(attr.id);
+      // A key is only ever set by gen_psk or a key copy, where it is encrypted and kept out of the public views.
+      if (attr.valueType === 'psk' && o.staticValue !== undefined) throw errors.pskOverride(attr.label);
       override(attr, o.staticValue);
       for (const m of o.metadata) {
         const meta = attr.metadata.find((x) => x.id === Number(m.id));
         if (!meta) throw errors.unknownOverrideMetadata(m.id);
+        if (seen.has(meta.id)) throw errors.repeatedAttributes();
+        seen.add(meta.id);
         override(meta, m.staticValue);
       }
     }
