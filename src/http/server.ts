@@ -116,8 +116,9 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
     let claims: Claims | undefined;
     if (route?.auth !== false) {
       if (!authorization) throw errors.noToken();
-      const [scheme, token] = authorization.split(' ', 2);
-      if (scheme !== 'Bearer' || !token) throw errors.invalidToken();
+      // Exactly `Bearer <token>`: anything after the token makes the header malformed.
+      const token = /^Bearer (\S+)$/.exec(authorization.trim())?.[1];
+      if (!token) throw errors.invalidToken();
       claims = await opts.tokens.verify(token);
       if (!claims) throw errors.invalidToken();
     }

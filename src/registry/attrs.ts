@@ -109,8 +109,11 @@ export function attrView(a: AttrRecord, mode: AttrViewMode, nested = false): Att
   if (mode === 'template') {
     if (a.staticValue !== null) v.static_value = a.staticValue;
   } else {
-    const own = mode === 'internal' && a.key !== undefined ? a.key : a.override;
-    const value = own ?? a.staticValue;
+    // A psk attribute's value in a device is its key: shown only by the internal views, and only
+    // a generated (or copied) one, never a template's static_value standing in for it.
+    const psk = a.valueType === 'psk';
+    const own = psk ? (mode === 'internal' ? a.key : undefined) : a.override;
+    const value = psk ? own : (own ?? a.staticValue);
     if (value !== null && value !== undefined) {
       v.static_value = value;
       v.is_static_overridden = own !== null && own !== undefined;

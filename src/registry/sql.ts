@@ -32,7 +32,7 @@ export function labelMatchSql(column: string, s: string, p: Params): string {
 
 /** A path id that names a template (a positive integer), or undefined (then: 404). */
 export function parseTemplateId(raw: string | number): number | undefined {
-  const s = String(raw).trim();
+  const s = String(raw);
   if (!/^\d{1,15}$/.test(s)) return undefined;
   const n = Number(s);
   return n > 0 ? n : undefined;

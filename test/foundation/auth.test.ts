@@ -106,6 +106,12 @@ describe('token verification', () => {
     expect(res.body).toEqual(invalid);
   });
 
+  it.each([' junk', ' x y', ',x'])('a valid token followed by "%s": 401 invalid token', async (tail) => {
+    const res = await probe({ authorization: `Bearer ${admin}${tail}` });
+    expect(res.status).toBe(401);
+    expect(res.body).toEqual(invalid);
+  });
+
   it('expired token: 401', async () => {
     const now = Math.floor(Date.now() / 1000);
     const jwt = await new SignJWT(validClaims).setProtectedHeader({ alg: 'HS256' }).setIssuer('device-registry').setJti('x')

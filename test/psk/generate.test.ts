@@ -43,6 +43,16 @@ describe('POST /device/gen_psk/{id}', () => {
     expect(publicList.text).not.toContain(res.body[0].psk);
   });
 
+  it('a static_value given to a psk attribute in its template is never shown as the device\'s key', async () => {
+    const t = await createTemplate(svc.base, token, { label: 'placeholder', attrs: [{ label: 'key', type: 'static', value_type: 'psk', static_value: 'deadbeef' }] });
+    const [{ id }] = await createDevices(svc.base, token, { label: 'p', templates: [t.id] });
+    expect(attrOf(await getDevice(svc.base, token, id), 'key')).not.toHaveProperty('static_value');
+    expect(attrOf(await internalView(id), 'key')).not.toHaveProperty('static_value');
+    const key = (await genPsk(svc.base, token, id, '?key_length=4')).body[0].psk;
+    expect(attrOf(await getDevice(svc.base, token, id), 'key')).not.toHaveProperty('static_value');
+    expect(attrOf(await internalView(id), 'key')).toMatchObject({ static_value: key, is_static_overridden: true });
+  });
+
   it('generating again replaces the old key; the device gets an updated time', async () => {
     const { ids: [id] } = await keyedDevices(svc.base, token);
     expect(await getDevice(svc.base, token, id!)).not.toHaveProperty('updated');

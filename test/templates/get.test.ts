@@ -46,4 +46,11 @@ describe('GET /template/{id}', () => {
     expect(res.status).toBe(404);
     expect(res.body).toEqual({ message: `No such template: ${decodeURIComponent(id)}`, status: 404 });
   });
+
+  it.each(['%20{id}', '{id}%20', '+{id}', '0{id}x'])('an existing id with anything around it (%s): 404', async (pattern) => {
+    const id = pattern.replace('{id}', String(t.id));
+    const res = await get(`/template/${id}`);
+    expect(res.status).toBe(404);
+    expect(res.body).toEqual({ message: `No such template: ${decodeURIComponent(id)}`, status: 404 });
+  });
 });
