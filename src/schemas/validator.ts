@@ -246,8 +246,11 @@ export class QueryCheck {
       }
       const raw = query.get(p.name);
       if (raw === null) continue;
-      if (p.type === 'integer') values[p.name] = INTEGER.test(raw) ? Number(raw) : raw;
-      else if (p.type === 'boolean') values[p.name] = isTrue(raw);
+      if (p.type === 'integer') {
+        // Beyond 2^53 a number is no longer exact (a page would be echoed as another): not an integer here.
+        const n = INTEGER.test(raw) ? Number(raw) : NaN;
+        values[p.name] = Number.isSafeInteger(n) ? n : raw;
+      } else if (p.type === 'boolean') values[p.name] = isTrue(raw);
       else if (!p.lenient || p.lenient.has(raw)) values[p.name] = raw;
     }
     for (const p of this.params) if (p.ignores && values[p.name] === true) for (const name of p.ignores) delete values[name];
