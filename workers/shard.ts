@@ -24,7 +24,7 @@ const writer = new HistoryWriter(pool, log);
 // Devices of the same templates share one schema object (memory: see device-model.ts).
 const schemas = new SchemaPool();
 const cache = new DeviceCache((devices) => loadDeviceModels(pool, devices, log, schemas), settings.cacheDevices);
-const actor = new ShardActor(cache, writer, { batchRows: settings.batchRows, batchMs: settings.batchMs });
+const actor = new ShardActor(cache, writer, { batchRows: settings.batchRows, batchMs: settings.batchMs, log });
 
 const channel = new BroadcastChannel(REGISTRY_CHANNEL);
 channel.onmessage = (event) => cache.invalidate((event as { data: RegistryEvent }).data);

@@ -156,6 +156,7 @@ export type DropReason =
   | 'not_json'
   | 'not_object'
   | 'translation_failed'
+  | 'unprocessable'
   | 'bad_timestamp'
   | 'unknown_key'
   | 'wrong_type'

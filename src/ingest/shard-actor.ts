@@ -7,8 +7,9 @@
 // router acknowledges its messages to the broker only then.
 import { setImmediate } from 'node:timers/promises';
 import type { DeviceCache } from './device-cache.js';
-import { renderMessage, type DropReason } from './device-model.js';
+import { renderMessage, type DropReason, type MessageOutcome } from './device-model.js';
 import type { HistoryWriter } from './history-writer.js';
+import type { Logger } from '../log.js';
 import { microsToText } from './values.js';
 import type { ShardTask, WorkerMetricsDelta } from './protocol.js';
 
@@ -31,6 +32,7 @@ function emptyBuffer(): RowBuffer {
 export interface ShardActorOptions {
   batchRows: number;
   batchMs: number;
+  log?: Logger;
 }
 
 export class ShardActor {
@@ -120,7 +122,17 @@ export class ShardActor {
       }
       const payload = this.decoder.decode(task.payload.subarray(task.offsets[i]!, task.offsets[i + 1]!));
       const before = buf.lines.length;
-      const outcome = renderMessage(m, payload, task.received[i]!, this.tsText, buf.lines);
+      let outcome: MessageOutcome;
+      try {
+        outcome = renderMessage(m, payload, task.received[i]!, this.tsText, buf.lines);
+      } catch (err) {
+        // A message no rule foresaw must not fail the batch: the router would send it again
+        // forever, never acknowledging it. Drop it alone (with any rows it had added).
+        buf.lines.length = before;
+        this.drop('unprocessable');
+        this.opts.log?.error('a message could not be processed; dropped', { device: keys[i], error: (err as Error).message });
+        continue;
+      }
       if (outcome.dropped) {
         this.drop(outcome.dropped);
         continue;

@@ -40,7 +40,13 @@ const geopoint: Converter = (v) => {
   return JSON.stringify(v);
 };
 
-const anyJson: Converter = (v) => JSON.stringify(v);
+const anyJson: Converter = (v) => {
+  try {
+    return JSON.stringify(v);
+  } catch {
+    return undefined; // nested deeper than the stack allows (JSON.parse took it, stringify cannot)
+  }
+};
 
 const CONVERTERS: Record<string, Converter> = { float, integer, bool, string, geopoint };
 

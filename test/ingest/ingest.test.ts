@@ -188,6 +188,16 @@ describe('values', () => {
       ) || undefined;
     }, 'wrong_type and unknown_key counts');
   });
+
+  it('a value nested too deep to store is dropped as wrong_type, acknowledged, and the rest of the message is stored', async () => {
+    const before = metric(await metrics(), 'ingest_dropped_total{reason="wrong_type"}');
+    const d = await newDevice();
+    // 40 KB, under MAX_MESSAGE_BYTES: JSON.parse takes it, JSON.stringify overflows the stack.
+    await send(d, undefined, { raw: '{"extra":' + '['.repeat(20000) + ']'.repeat(20000) + ',"temperature":777}' });
+    expect((await stored(d, 1)).temperature.map((r: any) => r.value)).toEqual([777]);
+    expect((await history(d, '?attr=extra')).length).toBe(0);
+    await eventually(async () => metric(await metrics(), 'ingest_dropped_total{reason="wrong_type"}') >= before + 1 || undefined, 'wrong_type');
+  });
 });
 
 describe('bad messages', () => {
