@@ -31,11 +31,6 @@ export async function deviceAttributeLabels(pool: pg.Pool, tenant: string, id: s
   return [...new Set(rows.map((r) => r.label).filter((l): l is string => l !== null))];
 }
 
-export async function deviceExists(pool: pg.Pool, tenant: string, id: string): Promise<boolean> {
-  const { rowCount } = await pool.query({ name: 'history-device-exists', text: 'SELECT 1 FROM devices WHERE tenant = $1 AND id = $2', values: [tenant, id] });
-  return (rowCount ?? 0) > 0;
-}
-
 function bounds(q: HistoryQuery, firstParam: number): { sql: string; values: string[]; key: string } {
   let sql = '';
   const values: string[] = [];
@@ -107,7 +102,8 @@ export async function readSeries(pool: pg.Pool, tenant: string, id: string, labe
 
 /**
  * One label with the device check in the same statement (one round trip: the common lastN
- * request). Undefined: no such device in the tenant.
+ * request). Undefined: no such device in the tenant. A label the device does not have (any
+ * more) reads nothing, whatever rows it left.
  */
 export async function readOneSeriesOfDevice(pool: pg.Pool, tenant: string, id: string, label: string, q: HistoryQuery): Promise<HistoryRow[] | undefined> {
   const dir = q.order === 'asc' ? 'ASC' : 'DESC';
@@ -116,12 +112,15 @@ export async function readOneSeriesOfDevice(pool: pg.Pool, tenant: string, id: s
     const res = await pool.query<HistoryRow & { found: boolean; mine: boolean }>({
       name: `history-one-device-${mode}-${q.order}-${b.key}`,
       text: `SELECT d.found, h.attr, ${historyTimeSql('h.ts')} AS ts, h.value, h.mine
-               FROM (SELECT EXISTS (SELECT 1 FROM devices WHERE tenant = $1 AND id = $2) AS found) d
+               FROM (SELECT EXISTS (SELECT 1 FROM devices WHERE tenant = $1 AND id = $2) AS found,
+                            EXISTS (SELECT 1 FROM device_templates dt
+                                      JOIN template_attrs a ON a.tenant = dt.tenant AND a.template_id = dt.template_id
+                                     WHERE dt.tenant = $1 AND dt.device_id = $2 AND a.label = $3 AND a.parent_id IS NULL) AS has_attr) d
                LEFT JOIN LATERAL (
                      SELECT attr, ts, value, ${matchSql('$3')} AS mine FROM history
                       WHERE series = $4::bigint${filterSql(mode, '$3')}${b.sql}
                       ORDER BY ts ${dir}
-                      LIMIT $${5 + b.values.length}) h ON d.found
+                      LIMIT $${5 + b.values.length}) h ON d.has_attr
               ORDER BY h.ts ${dir}`,
       values: [tenant, id, label, seriesKey(tenant, id, label), ...b.values, q.limit],
     });

@@ -4,7 +4,7 @@ import type pg from 'pg';
 import { errors } from '../errors.js';
 import type { Route } from '../http/types.js';
 import { historyQueryOf } from './query.js';
-import { deviceAttributeLabels, deviceExists, readOneSeriesOfDevice, readSeries, type HistoryRow } from './repo.js';
+import { deviceAttributeLabels, readOneSeriesOfDevice, readSeries, type HistoryRow } from './repo.js';
 
 function record(deviceJson: string, r: HistoryRow): string {
   return `{"device_id":${deviceJson},"ts":"${r.ts}","value":${r.value},"attr":${JSON.stringify(r.attr)}}`;
@@ -27,11 +27,13 @@ export function historyRoutes({ pool, maxResults }: { pool: pg.Pool; maxResults:
           labels = q.attrs;
           rows = series;
         } else if (q.attrs) {
-          // Both at once: a device of another tenant has no rows here anyway.
-          const [exists, series] = await Promise.all([deviceExists(pool, req.tenant, id), readSeries(pool, req.tenant, id, q.attrs, q)]);
-          if (!exists) throw errors.noSuchDevice(id);
+          // Both at once: a device of another tenant has no rows here anyway. Labels the device
+          // does not have (any more) answer [], whatever rows they left.
+          const [has, series] = await Promise.all([deviceAttributeLabels(pool, req.tenant, id), readSeries(pool, req.tenant, id, q.attrs, q)]);
+          if (!has) throw errors.noSuchDevice(id);
+          const current = new Set(has);
           labels = q.attrs;
-          rows = series;
+          rows = series.filter((r) => current.has(r.attr));
         } else {
           const all = await deviceAttributeLabels(pool, req.tenant, id);
           if (!all) throw errors.noSuchDevice(id);

@@ -97,6 +97,18 @@ describe('one attribute: an array of records', () => {
   });
 });
 
+describe('values of a label the device no longer has', () => {
+  it('are not answered: [] for one attr, [] under that label for several', async () => {
+    // Rows left by an attribute since removed from the device's template (or a template the
+    // device left): the label is no longer the device's.
+    await insertHistory(svc.service.pool, [{ tenant, device, attr: 'retired', ts: ts(4), value: '1' }]);
+    expect((await get('?attr=retired')).body).toEqual([]);
+    expect((await get('?attr=retired&lastN=1&dateFrom=2024-01-01T00:00:00Z')).body).toEqual([]);
+    const res = await get('?attr=retired,temperature&lastN=1');
+    expect(res.body).toEqual({ retired: [], temperature: [{ device_id: device, ts: ts(9), value: 29, attr: 'temperature' }] });
+  });
+});
+
 describe('several attributes, or none: an object by label', () => {
   it('comma-separated', async () => {
     const res = await get('?attr=temperature,mode&lastN=2');
