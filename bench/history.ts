@@ -159,8 +159,10 @@ async function main(): Promise<void> {
     results.sqlOnly = { planningMs: p['Planning Time'], executionMs: p['Execution Time'] };
     await db.end();
   } finally {
-    proc.kill('SIGTERM');
-    await new Promise((r) => proc.once('exit', r));
+    if (proc.exitCode === null && proc.signalCode === null) {
+      proc.kill('SIGTERM');
+      await new Promise((r) => proc.once('exit', r));
+    }
     fs.rmSync(dataDir, { recursive: true, force: true });
     if (keep) log(`kept the database ${dbName}`);
     else await admin.query(`DROP DATABASE IF EXISTS "${dbName}" WITH (FORCE)`).catch(() => undefined);
