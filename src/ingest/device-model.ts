@@ -169,6 +169,8 @@ export interface MessageOutcome {
   dropped?: DropReason;
   /** Value-level drops. */
   unknownKeys: number;
+  /** The `timestamp` key was neither epoch ms nor ISO 8601 (ignored: the receive time applies). */
+  badTimestamp?: boolean;
   wrongTypes: number;
   /** Keys of the message after translation (values received). */
   values: number;
@@ -210,13 +212,15 @@ export function renderMessage(model: DeviceModel, payload: string, receivedUs: n
   const obj = doc as Record<string, unknown>;
   let us = receivedUs;
   if (!model.timestampIsAttr && Object.prototype.hasOwnProperty.call(obj, 'timestamp')) {
+    // A timestamp that is neither epoch ms nor ISO 8601 is no timestamp: the values keep the
+    // receive time (decisions.md: "otherwise ts is the receive time"); the key is counted.
     const parsed = parseTimestamp(obj.timestamp);
     if (parsed === undefined) {
-      outcome.dropped = 'bad_timestamp';
-      return outcome;
+      outcome.badTimestamp = true;
+    } else {
+      us = parsed;
+      outcome.us = us;
     }
-    us = parsed;
-    outcome.us = us;
   }
   let ts: string | undefined;
   for (const key of Object.keys(obj)) {

@@ -31,7 +31,7 @@ export class IngestMetrics {
     this.valuesStored = new client.Counter({ name: 'ingest_values_stored_total', help: 'Values committed to history', registers });
     this.dropped = new client.Counter({
       name: 'ingest_dropped_total',
-      help: 'Dropped messages (oversized, bad_topic, unknown_device, not_json, not_object, translation_failed, bad_timestamp, unprocessable) and values (unknown_key, wrong_type, db_rejected), by reason',
+      help: 'Dropped messages (oversized, bad_topic, unknown_device, not_json, not_object, translation_failed, unprocessable) and values (unknown_key, wrong_type, db_rejected, bad_timestamp: an unreadable timestamp key, the values keep the receive time), by reason',
       labelNames: ['reason'] as const,
       registers,
     });

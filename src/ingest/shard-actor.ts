@@ -140,6 +140,7 @@ export class ShardActor {
       this.metrics.valuesReceived += outcome.values;
       if (outcome.unknownKeys) this.drop('unknown_key', outcome.unknownKeys);
       if (outcome.wrongTypes) this.drop('wrong_type', outcome.wrongTypes);
+      if (outcome.badTimestamp) this.drop('bad_timestamp');
       if (buf.lines.length > before) {
         buf.messagesWithRows++;
         buf.chunks.add(this.writer.chunkOf(outcome.us, layout));

@@ -156,11 +156,15 @@ describe('device model and rendering', () => {
     expect(({} as Record<string, unknown>).x).toBeUndefined();
   });
 
-  it('message-level drops', () => {
+  it('message-level drops; an unreadable timestamp is not one (receive time)', () => {
     const model = buildDeviceModel('t', 'd', [row('a', 'dynamic')]);
     expect(renderMessage(model, '{', 0, ts, []).dropped).toBe('not_json');
     expect(renderMessage(model, '[1]', 0, ts, []).dropped).toBe('not_object');
-    expect(renderMessage(model, '{"a":1,"timestamp":"soon"}', 0, ts, []).dropped).toBe('bad_timestamp');
+    const rows: string[] = [];
+    const o = renderMessage(model, '{"a":1,"timestamp":"soon"}', 7_000_000, ts, rows);
+    expect([o.dropped, o.badTimestamp, o.us]).toEqual([undefined, true, 7_000_000]);
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toContain('\t1970-01-01T00:00:07.000000Z\t');
   });
 });
 
