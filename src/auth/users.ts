@@ -17,6 +17,7 @@ export interface StoredUser extends User {
 const COLUMNS = 'id, tenant, username, profile, created, password_hash AS "passwordHash"';
 
 export async function findUser(pool: pg.Pool, username: string): Promise<StoredUser | undefined> {
+  if (username.includes('\0')) return undefined; // no stored name holds NUL (PostgreSQL text cannot)
   const { rows } = await pool.query<StoredUser>(`SELECT ${COLUMNS} FROM users WHERE username = $1`, [username]);
   return rows[0];
 }

@@ -19,7 +19,8 @@ export interface DeviceTopic extends DeviceRef {
 export const ATTRS_FILTERS = ['+/attrs', '/+/+/attrs'] as const;
 
 function validPart(s: string): boolean {
-  return s.length > 0 && !s.includes('+') && !s.includes('#');
+  // NUL: MQTT strings may not hold it, and PostgreSQL text cannot.
+  return s.length > 0 && !s.includes('+') && !s.includes('#') && !s.includes('\0');
 }
 
 /** `<tenant>:<id>` (a default-mode username, a legacy client id, a default topic's first level). */

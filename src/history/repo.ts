@@ -8,6 +8,9 @@ import { historyTimeSql } from '../db/time.js';
 import type { HistoryQuery } from './query.js';
 import { seriesKey } from './series.js';
 
+/** PostgreSQL text cannot hold NUL: no id or label with one exists, and it must not reach SQL. */
+const hasNul = (s: string) => s.includes('\0');
+
 export interface HistoryRow {
   attr: string;
   ts: string;
@@ -17,6 +20,7 @@ export interface HistoryRow {
 
 /** The labels of the device's attributes (by attribute id), or undefined if there is no such device. */
 export async function deviceAttributeLabels(pool: pg.Pool, tenant: string, id: string): Promise<string[] | undefined> {
+  if (hasNul(id)) return undefined;
   const { rows } = await pool.query<{ label: string | null }>({
     name: 'history-device-labels',
     text: `SELECT a.label
@@ -66,7 +70,9 @@ async function withoutCollisions<T extends { mine: boolean }>(read: (mode: Mode)
 }
 
 /** Rows of the given series, grouped by label in the order asked, each ordered by `q.order`. */
-export async function readSeries(pool: pg.Pool, tenant: string, id: string, labels: string[], q: HistoryQuery): Promise<HistoryRow[]> {
+export async function readSeries(pool: pg.Pool, tenant: string, id: string, asked: string[], q: HistoryQuery): Promise<HistoryRow[]> {
+  const labels = asked.filter((l) => !hasNul(l));
+  if (labels.length === 0 || hasNul(id)) return [];
   const dir = q.order === 'asc' ? 'ASC' : 'DESC';
   const b = bounds(q, 5);
   if (labels.length === 1) {
@@ -106,6 +112,8 @@ export async function readSeries(pool: pg.Pool, tenant: string, id: string, labe
  * more) reads nothing, whatever rows it left.
  */
 export async function readOneSeriesOfDevice(pool: pg.Pool, tenant: string, id: string, label: string, q: HistoryQuery): Promise<HistoryRow[] | undefined> {
+  if (hasNul(label)) return (await deviceAttributeLabels(pool, tenant, id)) ? [] : undefined;
+  if (hasNul(id)) return undefined;
   const dir = q.order === 'asc' ? 'ASC' : 'DESC';
   const b = bounds(q, 5);
   const rows = await withoutCollisions(async (mode) => {

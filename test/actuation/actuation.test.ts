@@ -74,6 +74,8 @@ describe('through the external broker (MQTT_URL)', () => {
       expect(res.status).toBe(404);
       expect(res.body).toEqual({ message: 'No such device: ffffff', status: 404 });
     }
+    const nul = await actuate('%00', { attrs: { setpoint: 1 } });
+    expect([nul.status, nul.body]).toEqual([404, { message: 'No such device: \0', status: 404 }]);
   });
 
   it.each([

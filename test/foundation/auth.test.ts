@@ -45,6 +45,8 @@ describe('POST /auth', () => {
     const res = await http('POST', `${svc.base}/auth`, { body: { username: 'nobody', passwd: 'x' } });
     expect(res.status).toBe(401);
     expect(res.body).toEqual({ message: 'AuthenticationError', status: 401 });
+    const nul = await http('POST', `${svc.base}/auth`, { body: { username: 'admin\u0000', passwd: 'x' } });
+    expect([nul.status, nul.body]).toEqual([401, { message: 'AuthenticationError', status: 401 }]);
   });
 
   it('wrong password: 403 AuthorizationError', async () => {

@@ -145,6 +145,15 @@ describe('errors and isolation', () => {
     expect(res.body).toEqual({ message: 'No such device: ffffff', status: 404 });
   });
 
+  it('a NUL character in the device id or a label is no id or label (PostgreSQL text cannot hold it): 404 or [], never 500', async () => {
+    const nul = await get('?attr=temperature', token, '%00');
+    expect([nul.status, nul.body]).toEqual([404, { message: 'No such device: \0', status: 404 }]);
+    expect((await get('?attr=tem%00perature&lastN=1')).body).toEqual([]);
+    expect((await get('?attr=temperature,%00&lastN=1')).body).toEqual({ temperature: [{ device_id: device, ts: ts(9), value: 29, attr: 'temperature' }], '\0': [] });
+    expect((await get('?attr=%00&attr=a%00b')).body).toEqual({ '\0': [], 'a\0b': [] });
+    expect((await get('?attr=%00', token, 'ffffff')).status).toBe(404);
+  });
+
   it('a device of another tenant is not visible; the same id in another tenant has its own data', async () => {
     const mine = await get('?attr=temperature&firstN=1', token);
     const theirs = await get('?attr=temperature', otherToken);

@@ -4,6 +4,7 @@ import type pg from 'pg';
 
 /** Labels of the device's `actuator` attributes, or undefined if there is no such device. */
 export async function actuatorLabels(pool: pg.Pool, tenant: string, id: string): Promise<Set<string> | undefined> {
+  if (id.includes('\0')) return undefined; // no id holds NUL (PostgreSQL text cannot)
   const { rows } = await pool.query<{ label: string | null; type: string | null }>({
     name: 'actuation-device-attrs',
     text: `SELECT a.label, a.type
