@@ -101,7 +101,16 @@ const templateBoth = (id: number | string = T, label = 'Thermometer') => ({
   data_attrs: templateAttrs,
   config_attrs: [],
 });
-const device = (id = DEV, label = 'sensor_0', key?: string) => ({ id, label, created: TIME, templates: [String(T)], attrs: { [String(T)]: deviceAttrs(key) } });
+// a1b2c3 has had a key generated: it shows `updated`.
+const device = (id = DEV, label = 'sensor_0', key?: string) => ({
+  id,
+  label,
+  created: TIME,
+  ...(id === DEV ? { updated: TIME } : {}),
+  templates: [String(T)],
+  attrs: { [String(T)]: deviceAttrs(key) },
+});
+const bareDevice = { id: 'd4e5f6', label: 'bare_0', created: TIME, templates: [], attrs: {} };
 const KEY = '3f9a0c47e1b25d68a4c3f1e09b7d2a55';
 const thermometerBody = {
   label: 'Thermometer',
@@ -398,7 +407,7 @@ export const operations: Record<string, Operation> = {
       400: { description: 'Bad paging or filter parameters, checked in this order.', errors: LIST_ERRORS },
     },
     examples: [
-      { name: 'page', summary: 'The first page of 2', query: { page_size: 2, sortBy: 'label' }, status: 200, response: { devices: [device()], pagination: page1 } },
+      { name: 'page', summary: 'The first page of 2, by label', query: { page_size: 2, sortBy: 'label' }, status: 200, response: { devices: [bareDevice, device()], pagination: page1 } },
       { name: 'ids', summary: 'Every id (bare flag)', query: { idsOnly: '' }, status: 200, response: [DEV, 'd4e5f6'] },
       { name: 'filtered', summary: 'Devices with serial SN-0 and an actuator', query: { attr: ['serial=SN-0'], attr_type: ['actuator'] }, status: 200, response: { devices: [device()], pagination: page1 } },
       { name: 'pageTooLarge', summary: 'page_size above MAX_PAGE_SIZE', query: { page_size: 5000 }, status: 400, response: err('pageSizeTooLarge', 1000) },
@@ -409,7 +418,7 @@ export const operations: Record<string, Operation> = {
     description: 'The MQTT sessions of the removed devices are closed.',
     tag: 'devices',
     responses: { 200: { description: 'The removed devices.', schema: 'DevicesRemoved' } },
-    examples: [{ name: 'removed', summary: 'Every device', status: 200, response: { removed_devices: [device(), { id: 'd4e5f6', label: 'bare_0', created: TIME, templates: [], attrs: {} }], result: 'ok' } }],
+    examples: [{ name: 'removed', summary: 'Every device', status: 200, response: { removed_devices: [device(), bareDevice], result: 'ok' } }],
   },
   'GET /device/{id}': {
     summary: 'Get a device',
