@@ -133,7 +133,7 @@ export const responseSchemas: Record<string, object> = {
   DeviceList: object(['devices', 'pagination'], { devices: { type: 'array', items: ref('Device') }, pagination: ref('Pagination') }),
   InternalDeviceList: object(['devices', 'pagination'], { devices: { type: 'array', items: ref('InternalDevice') }, pagination: ref('Pagination') }),
   DeviceIds: { type: 'array', items: { type: 'string' }, description: 'idsOnly: every matching device id.' },
-  DeviceUpdated: object(['message', 'device'], { message: { const: 'device updated' }, device: ref('Device') }),
+  DeviceUpdated: object(['message', 'device'], { message: { const: 'device updated' }, device: { allOf: [ref('Device'), { type: 'object', properties: { updated: { type: 'string' } }, required: ['updated'] }], description: 'The device, with `updated` (a PUT always sets it).' } }),
   DeviceRemoved: object(['removed_device', 'result'], { removed_device: ref('Device'), result: ok }),
   DevicesRemoved: object(['removed_devices', 'result'], { removed_devices: { type: 'array', items: ref('Device') }, result: ok }),
   KeyRecords: { type: 'array', items: ref('KeyRecord'), minItems: 1 },
