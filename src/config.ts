@@ -141,8 +141,12 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     throw new ConfigError('PSK_ENCRYPTION_KEY', 'must be set when DATABASE_URL is set (32 bytes, as 64 hex characters or base64)');
   }
   const chunk = value(env, 'HISTORY_CHUNK_INTERVAL') ?? '1 day';
-  if (!/^\d+\s*(minute|hour|day|week)s?$/.test(chunk)) {
-    throw new ConfigError('HISTORY_CHUNK_INTERVAL', `must be an interval such as "1 day" or "6 hours", got "${chunk}"`);
+  const chunkParts = /^(\d+)\s*(minute|hour|day|week)s?$/.exec(chunk);
+  const CHUNK_MINUTES: Record<string, number> = { minute: 1, hour: 60, day: 1440, week: 10080 };
+  const chunkMinutes = chunkParts ? Number(chunkParts[1]) * CHUNK_MINUTES[chunkParts[2]!]! : NaN;
+  // Stored in the database at the first start: a zero or absurd interval must never get there.
+  if (!(chunkMinutes >= 1 && chunkMinutes <= 366 * 1440)) {
+    throw new ConfigError('HISTORY_CHUNK_INTERVAL', `must be an interval from "1 minute" to "366 days", such as "1 day" or "6 hours", got "${chunk}"`);
   }
   const cores = Math.max(1, os.availableParallelism());
   const mqttClientId = value(env, 'MQTT_CLIENT_ID') ?? 'device-registry-ingest';

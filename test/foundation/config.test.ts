@@ -30,6 +30,8 @@ describe('configuration', () => {
     ['PSK_ENCRYPTION_KEY', 'short', /PSK_ENCRYPTION_KEY must be 32 bytes/],
     ['JWT_SECRET', 'short', /JWT_SECRET must be at least 32 characters/],
     ['HISTORY_CHUNK_INTERVAL', 'often', /HISTORY_CHUNK_INTERVAL must be an interval/],
+    ['HISTORY_CHUNK_INTERVAL', '0 days', /HISTORY_CHUNK_INTERVAL must be an interval from "1 minute" to "366 days"/],
+    ['HISTORY_CHUNK_INTERVAL', '99999999999999 days', /HISTORY_CHUNK_INTERVAL must be an interval from/],
   ])('rejects %s=%s naming the variable', (name, value, message) => {
     const run = () => readConfig({ [name]: value });
     expect(run).toThrow(ConfigError);
