@@ -2,7 +2,7 @@
 // gracefully on SIGINT/SIGTERM.
 import { ConfigError, readConfig, type Config } from './config.js';
 import { createLogger } from './log.js';
-import { startService } from './service.js';
+import { startService, StartAborted, type Service } from './service.js';
 
 function fail(message: string): never {
   process.stderr.write(message + '\n');
@@ -19,13 +19,10 @@ const log = createLogger(config.logLevel, { service: 'device-registry' });
 
 process.on('unhandledRejection', (reason) => log.error('unhandled promise rejection', { error: reason instanceof Error ? reason : String(reason) }));
 
-const started = Date.now();
-const service = await startService(config, log).catch((err: unknown) => {
-  if (err instanceof ConfigError) fail(`configuration error: ${err.message}`);
-  fail(`start failed: ${err instanceof Error ? err.message : String(err)}`);
-});
-log.info('ready', { startupMs: Date.now() - started });
-
+// Signals are handled from the first moment: before ready they cancel the start, which stops
+// whatever had started (a running initdb is let finish, so DATA_DIR stays usable).
+const aborter = new AbortController();
+let service: Service | undefined;
 let stopping = false;
 const shutdown = (signal: string) => {
   if (stopping) return;
@@ -36,6 +33,10 @@ const shutdown = (signal: string) => {
     log.error('shutdown timed out; exiting');
     process.exit(1);
   }, config.shutdownTimeoutMs + 1500).unref();
+  if (!service) {
+    aborter.abort();
+    return;
+  }
   service.stop().then(
     () => {
       log.info('stopped');
@@ -49,3 +50,14 @@ const shutdown = (signal: string) => {
 };
 process.on('SIGINT', () => shutdown('SIGINT'));
 process.on('SIGTERM', () => shutdown('SIGTERM'));
+
+const started = Date.now();
+service = await startService(config, log, aborter.signal).catch((err: unknown) => {
+  if (err instanceof StartAborted) {
+    log.info('stopped before ready');
+    process.exit(0);
+  }
+  if (err instanceof ConfigError) fail(`configuration error: ${err.message}`);
+  fail(`start failed: ${err instanceof Error ? err.message : String(err)}`);
+});
+log.info('ready', { startupMs: Date.now() - started });

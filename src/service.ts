@@ -45,8 +45,22 @@ export interface Service {
   stop(): Promise<void>;
 }
 
-export async function startService(config: Config, log: Logger): Promise<Service> {
+/** The start was cancelled (SIGINT/SIGTERM before ready); what had started is stopped. */
+export class StartAborted extends Error {
+  constructor() {
+    super('start cancelled');
+  }
+}
+
+/**
+ * Starts every part in order. `abort` cancels the start between steps (a step under way, such
+ * as initdb, is let finish), and everything started so far is stopped before the rejection.
+ */
+export async function startService(config: Config, log: Logger, abort?: AbortSignal): Promise<Service> {
   const cleanup: Array<() => Promise<void>> = [];
+  const checkpoint = () => {
+    if (abort?.aborted) throw new StartAborted();
+  };
   const stopAll = async () => {
     for (const step of cleanup.reverse()) {
       await step().catch((err: Error) => log.warn('shutdown step failed', { error: err.message }));
@@ -58,11 +72,13 @@ export async function startService(config: Config, log: Logger): Promise<Service
     if (!config.databaseUrl) {
       embeddedDb = await startEmbeddedDatabase({ dataDir: config.dataDir, port: config.embeddedPgPort, log });
       cleanup.push(() => embeddedDb!.stop());
+      checkpoint();
     }
     const databaseUrl = config.databaseUrl ?? embeddedDb!.url;
     const pool = createPool(databaseUrl, config.pgPoolSize, log);
     cleanup.push(() => pool.end());
     await migrate(pool, log, { history_chunk_interval: config.historyChunkInterval });
+    checkpoint();
     await ensureAdmin(pool, config, log);
 
     const tokenKey = config.jwtSecret ?? (await loadOrCreateKey(config.dataDir, 'jwt-secret'));
@@ -71,6 +87,7 @@ export async function startService(config: Config, log: Logger): Promise<Service
     const events = new RegistryEvents(pool, databaseUrl, log);
     await events.start();
     cleanup.push(() => events.close());
+    checkpoint();
 
     // Device messaging: history partitions/retention, then the broker link (embedded broker
     // unless MQTT_URL) with the ingest router and shard workers. Stopped after HTTP: flush,
@@ -84,6 +101,7 @@ export async function startService(config: Config, log: Logger): Promise<Service
     cleanup.push(async () => historyMaintenance.stop());
     const ingest = await startIngest({ config, databaseUrl, metrics, log });
     cleanup.push(() => ingest.stop());
+    checkpoint();
 
     const templates = new TemplateService(pool, events);
     // DATABASE_URL without PSK_ENCRYPTION_KEY is refused by config; the embedded database keeps a generated key.
@@ -115,6 +133,7 @@ export async function startService(config: Config, log: Logger): Promise<Service
       log,
     });
     cleanup.push(() => http.close(Math.floor(config.shutdownTimeoutMs / 2)));
+    checkpoint();
 
     return {
       config,

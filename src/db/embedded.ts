@@ -37,17 +37,53 @@ process.on('exit', () => {
   for (const instance of running) instance.process?.kill('SIGINT');
 });
 
+const isAlive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/**
+ * Claims `<dataDir>/pg-owner.pid` for this process. A live owner (another instance using the
+ * same DATA_DIR) stops the start: its database must not be taken over. An owner that is gone
+ * (killed) leaves a stale file, and its postmaster is an orphan that stopOrphan() may stop.
+ */
+async function claimDataDir(dataDir: string): Promise<() => Promise<void>> {
+  const file = path.join(dataDir, 'pg-owner.pid');
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await fs.writeFile(file, `${process.pid}\n`, { flag: 'wx' });
+      return () => fs.rm(file, { force: true });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw err;
+    }
+    const owner = Number((await fs.readFile(file, 'utf8').catch(() => '')).trim());
+    if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && isAlive(owner) && isNode(owner)) {
+      throw new Error(`DATA_DIR ${dataDir} is in use by another running instance (pid ${owner}); give each instance its own DATA_DIR`);
+    }
+    await fs.rm(file, { force: true });
+  }
+}
+
+/** Whether a pid is a Node.js process (a recycled pid of something else is no owner). */
+function isNode(pid: number): boolean {
+  try {
+    return /node/i.test(readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0] ?? '');
+  } catch {
+    return true; // no /proc: trust the pid
+  }
+}
+
 /** A postmaster left running by a process that was killed (kill -9) holds the data directory. */
 async function stopOrphan(clusterDir: string, log: Logger): Promise<void> {
   const pidFile = path.join(clusterDir, 'postmaster.pid');
   if (!existsSync(pidFile)) return;
   const pid = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
   if (!Number.isInteger(pid) || pid <= 0) return;
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return; // stale pid file; postgres handles it
-  }
+  if (!isAlive(pid)) return; // stale pid file; postgres handles it
   log.warn('stopping a PostgreSQL left running by an earlier process', { pid });
   process.kill(pid, 'SIGINT');
   const deadline = Date.now() + 15_000;
@@ -64,17 +100,35 @@ async function stopOrphan(clusterDir: string, log: Logger): Promise<void> {
 
 export async function startEmbeddedDatabase({ dataDir, port, log }: Options): Promise<EmbeddedDatabase> {
   const EmbeddedPostgres = await loadEmbeddedPostgres();
+  await fs.mkdir(dataDir, { recursive: true });
+  const release = await claimDataDir(dataDir);
+  try {
+    return await startCluster(EmbeddedPostgres, dataDir, port, log, release);
+  } catch (err) {
+    await release();
+    throw err;
+  }
+}
+
+async function startCluster(
+  EmbeddedPostgres: Awaited<ReturnType<typeof loadEmbeddedPostgres>>,
+  dataDir: string,
+  port: number | undefined,
+  log: Logger,
+  release: () => Promise<void>,
+): Promise<EmbeddedDatabase> {
   const clusterDir = path.join(dataDir, 'pg');
   const passwordFile = path.join(dataDir, 'pg-password');
-  await fs.mkdir(dataDir, { recursive: true });
-  const initialised = existsSync(path.join(clusterDir, 'PG_VERSION'));
-  let password: string;
-  if (initialised && existsSync(passwordFile)) {
-    password = (await fs.readFile(passwordFile, 'utf8')).trim();
-  } else {
-    if (initialised) throw new Error(`${clusterDir} exists but ${passwordFile} is missing; remove the directory or restore the file`);
-    password = crypto.randomBytes(24).toString('hex');
+  // The password is written before initdb as pg-password.new and renamed once initdb is done:
+  // a cluster without pg-password but with pg-password.new is an initialisation that was cut
+  // short (the process killed), done again; without either, the password was lost.
+  const pendingFile = passwordFile + '.new';
+  const hasCluster = existsSync(path.join(clusterDir, 'PG_VERSION'));
+  const initialised = hasCluster && existsSync(passwordFile);
+  if (hasCluster && !initialised && !existsSync(pendingFile)) {
+    throw new Error(`${clusterDir} exists but ${passwordFile} is missing; remove the directory or restore the file`);
   }
+  const password = initialised ? (await fs.readFile(passwordFile, 'utf8')).trim() : crypto.randomBytes(24).toString('hex');
   const pgPort = port ?? (await freePort('127.0.0.1'));
   const isRoot = process.getuid?.() === 0;
   const pg = new EmbeddedPostgres({
@@ -95,8 +149,9 @@ export async function startEmbeddedDatabase({ dataDir, port, log }: Options): Pr
   if (!initialised) {
     log.info('initialising embedded PostgreSQL', { dir: clusterDir });
     await fs.rm(clusterDir, { recursive: true, force: true });
+    await fs.writeFile(pendingFile, password + '\n', { mode: 0o600 });
     await pg.initialise();
-    await fs.writeFile(passwordFile, password + '\n', { mode: 0o600 });
+    await fs.rename(pendingFile, passwordFile);
   } else {
     await stopOrphan(clusterDir, log);
   }
@@ -115,6 +170,7 @@ export async function startEmbeddedDatabase({ dataDir, port, log }: Options): Pr
     stop: async () => {
       await pg.stop();
       running.delete(handle);
+      await release();
     },
   };
 }

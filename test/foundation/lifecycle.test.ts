@@ -65,6 +65,34 @@ describe('zero-setup start', () => {
     expect(await second.svc.exited).toBe(0);
   });
 
+  it('SIGTERM during the first start (initdb) stops cleanly, and the next start uses the data directory', async () => {
+    const dataDir = await tempDir();
+    const svc = spawnService({ PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', HOST: '127.0.0.1', DATA_DIR: dataDir });
+    started.push(svc);
+    await svc.waitFor(/initialising embedded PostgreSQL/);
+    svc.child.kill('SIGTERM');
+    expect(await svc.exited).toBe(0);
+    expect(svc.output.some((l) => l.includes('stopped before ready'))).toBe(true);
+    expect(postgresRunningFor(dataDir)).toBe(false);
+    const next = await start({ DATA_DIR: dataDir });
+    expect((await http('POST', `${next.base}/auth`, { body: { username: 'admin', passwd: 'admin' } })).status).toBe(200);
+    next.svc.child.kill('SIGTERM');
+    expect(await next.svc.exited).toBe(0);
+  });
+
+  it('a second instance on the same DATA_DIR is refused and leaves the running one alone', async () => {
+    const dataDir = await tempDir();
+    const first = await start({ DATA_DIR: dataDir });
+    const second = spawnService({ PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', HOST: '127.0.0.1', DATA_DIR: dataDir });
+    started.push(second);
+    expect(await second.exited).toBe(2);
+    expect(second.output.filter((l) => l.trim()).at(-1)).toMatch(/^start failed: DATA_DIR .* is in use by another running instance \(pid \d+\)/);
+    expect((await http('GET', `${first.base}/health`)).status).toBe(200);
+    expect((await http('POST', `${first.base}/auth`, { body: { username: 'admin', passwd: 'admin' } })).status).toBe(200);
+    first.svc.child.kill('SIGTERM');
+    expect(await first.svc.exited).toBe(0);
+  });
+
   it('a taken MQTT port stops the start with one line naming MQTT_PORT and MQTT_URL', async () => {
     const port = await freePort();
     const blocker = net.createServer();
