@@ -12,6 +12,9 @@ import type { QueryCheck, QueryFailure, QueryValues } from '../schemas/validator
 import { Router } from './router.js';
 import type { Claims, Listener, Method, Reply, Request, Route } from './types.js';
 
+/** uWS's LIBUS_LISTEN_EXCLUSIVE_PORT (exported at runtime, missing from its types). */
+const LISTEN_EXCLUSIVE_PORT = (uWS as unknown as { LIBUS_LISTEN_EXCLUSIVE_PORT: number }).LIBUS_LISTEN_EXCLUSIVE_PORT;
+
 const STATUS_TEXT: Record<number, string> = {
   200: '200 OK', 201: '201 Created', 204: '204 No Content', 400: '400 Bad Request', 401: '401 Unauthorized',
   403: '403 Forbidden', 404: '404 Not Found', 405: '405 Method Not Allowed', 409: '409 Conflict',
@@ -92,7 +95,10 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
     });
 
     return new Promise<{ socket: uWS.us_listen_socket; port: number }>((resolve, reject) => {
-      app.listen(host, port, (socket) => {
+      // Exclusive: uWS otherwise binds with SO_REUSEPORT, and a second instance given the same
+      // port would share it silently, splitting the requests between the two.
+      const listenExclusive = app.listen as unknown as (h: string, p: number, o: number, cb: (s: uWS.us_listen_socket | false) => void) => void;
+      listenExclusive.call(app, host, port, LISTEN_EXCLUSIVE_PORT, (socket) => {
         if (!socket) {
           reject(new Error(`cannot listen on ${host}:${port} (${listener === 'public' ? 'PORT/HOST' : 'INTERNAL_PORT/INTERNAL_HOST'}); is the port taken?`));
           return;

@@ -93,6 +93,19 @@ describe('zero-setup start', () => {
     expect(await first.svc.exited).toBe(0);
   });
 
+  it('an HTTP port held by another instance (uWS, SO_REUSEPORT) stops the start with one line naming PORT', async () => {
+    const first = await start({ DATA_DIR: await tempDir() });
+    const port = new URL(first.base).port;
+    const second = spawnService({ PORT: port, INTERNAL_PORT: '0', MQTT_PORT: '0', HOST: '127.0.0.1', DATA_DIR: await tempDir() });
+    started.push(second);
+    expect(await second.exited).toBe(2);
+    expect(second.output.filter((l) => l.trim()).at(-1)).toBe(`start failed: cannot listen on 127.0.0.1:${port} (PORT/HOST); is the port taken?`);
+    // All of the first instance's requests still reach it.
+    for (let i = 0; i < 5; i++) expect((await http('GET', `${first.base}/health`)).status).toBe(200);
+    first.svc.child.kill('SIGTERM');
+    expect(await first.svc.exited).toBe(0);
+  });
+
   it('a taken MQTT port stops the start with one line naming MQTT_PORT and MQTT_URL', async () => {
     const port = await freePort();
     const blocker = net.createServer();
