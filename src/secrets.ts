@@ -4,6 +4,16 @@ import crypto from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 
+/** Creates DATA_DIR if needed; a path that cannot be a writable directory stops the start naming DATA_DIR. */
+export async function prepareDataDir(dataDir: string): Promise<void> {
+  try {
+    await fs.mkdir(dataDir, { recursive: true });
+    await fs.access(dataDir, fs.constants.W_OK | fs.constants.X_OK);
+  } catch (err) {
+    throw new Error(`DATA_DIR ${dataDir} cannot be used as a writable directory: ${(err as Error).message}`);
+  }
+}
+
 export async function loadOrCreateKey(dataDir: string, fileName: string, bytes = 32): Promise<Buffer> {
   const file = path.join(dataDir, fileName);
   try {

@@ -9,7 +9,7 @@ import { migrate } from './db/migrate.js';
 import { ensureAdmin } from './auth/bootstrap.js';
 import { Tokens } from './auth/tokens.js';
 import { authRoutes } from './auth/routes.js';
-import { loadOrCreateKey } from './secrets.js';
+import { loadOrCreateKey, prepareDataDir } from './secrets.js';
 import { createMetrics, type Metrics } from './metrics.js';
 import { startIngest } from './ingest/index.js';
 import { startHistoryMaintenance } from './history/maintenance.js';
@@ -45,6 +45,16 @@ export interface Service {
   stop(): Promise<void>;
 }
 
+/** A DATABASE_URL that cannot be used stops the start with one line naming it (never its password). */
+async function checkDatabase(pool: pg.Pool, url: string): Promise<void> {
+  try {
+    await pool.query('SELECT 1');
+  } catch (err) {
+    const u = new URL(url);
+    throw new Error(`cannot use the database ${u.hostname}:${u.port || 5432}${u.pathname} (DATABASE_URL): ${(err as Error).message}`);
+  }
+}
+
 /** The start was cancelled (SIGINT/SIGTERM before ready); what had started is stopped. */
 export class StartAborted extends Error {
   constructor() {
@@ -68,6 +78,8 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     cleanup.length = 0;
   };
   try {
+    // Needed for the embedded database and for any key the configuration does not give.
+    if (!config.databaseUrl || !config.jwtSecret || !config.pskEncryptionKey) await prepareDataDir(config.dataDir);
     let embeddedDb: EmbeddedDatabase | undefined;
     if (!config.databaseUrl) {
       embeddedDb = await startEmbeddedDatabase({ dataDir: config.dataDir, port: config.embeddedPgPort, log });
@@ -77,6 +89,7 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     const databaseUrl = config.databaseUrl ?? embeddedDb!.url;
     const pool = createPool(databaseUrl, config.pgPoolSize, log);
     cleanup.push(() => pool.end());
+    if (config.databaseUrl) await checkDatabase(pool, config.databaseUrl);
     await migrate(pool, log, { history_chunk_interval: config.historyChunkInterval });
     checkpoint();
     await ensureAdmin(pool, config, log);

@@ -27,6 +27,9 @@ import mqttPacket from 'mqtt-packet';
 import type { Packet } from 'mqtt-packet';
 import type { Logger } from '../log.js';
 
+/** How long the first connection waits for the broker's CONNACK before the start fails. */
+const FIRST_CONNACK_MS = 10_000;
+
 export type MqttVersion = 4 | 5;
 
 export interface SubscriberOptions {
@@ -242,6 +245,14 @@ export class SubscriberConnection extends EventEmitter implements Acker {
         ),
       );
       this.lastReceived = Date.now();
+      if (this.firstConnect) {
+        // Something that accepts TCP but never answers MQTT: say so rather than wait for keepalive.
+        setTimeout(() => {
+          if (connackSeen || !this.firstConnect) return;
+          this.failConnect(new Error(`no MQTT answer from ${this.url.host} within ${FIRST_CONNACK_MS / 1000} s (MQTT_URL)`));
+          socket.destroy();
+        }, FIRST_CONNACK_MS).unref();
+      }
       clearInterval(this.pingTimer);
       this.pingTimer = setInterval(() => this.keepAlive(socket), (this.keepalive * 1000) / 2);
       this.pingTimer.unref();
@@ -267,7 +278,7 @@ export class SubscriberConnection extends EventEmitter implements Acker {
         // Connected but no CONNACK at all: a broker that cannot parse this protocol version hangs up.
         this.failConnect(
           !tcpConnected
-            ? new Error(`cannot reach the broker at ${this.url.host}: ${socketError?.message ?? 'connection closed'}`)
+            ? new Error(`cannot reach the broker at ${this.url.host} (MQTT_URL): ${socketError?.message ?? 'connection closed'}`)
             : connackSeen
               ? new Error('the connection closed before the subscription was confirmed')
               : new ProtocolRefused(this.opts.version),

@@ -147,6 +147,28 @@ describe('zero-setup start', () => {
     }
   });
 
+  it('a DATABASE_URL that cannot be used stops the start with one line naming it, without its password', async () => {
+    const port = await freePort();
+    const svc = spawnService({
+      DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', DATABASE_URL: `postgres://u:s3cret-pw@127.0.0.1:${port}/registry`,
+      PSK_ENCRYPTION_KEY: 'b'.repeat(64), ADMIN_PASSWORD: 'x',
+    });
+    started.push(svc);
+    expect(await svc.exited).toBe(2);
+    const lines = svc.output.filter((l) => l.trim());
+    expect(lines.at(-1)).toMatch(new RegExp(`^start failed: cannot use the database 127.0.0.1:${port}/registry \\(DATABASE_URL\\): connect ECONNREFUSED`));
+    expect(lines.join('\n')).not.toContain('s3cret-pw');
+  });
+
+  it('a DATA_DIR that is a file stops the start with one line naming DATA_DIR', async () => {
+    const file = path.join(await tempDir(), 'a-file');
+    await fs.writeFile(file, 'x');
+    const svc = spawnService({ DATA_DIR: file, PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0' });
+    started.push(svc);
+    expect(await svc.exited).toBe(2);
+    expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(new RegExp(`^start failed: DATA_DIR ${file} cannot be used as a writable directory: EEXIST`));
+  });
+
   it('with DATABASE_URL and no users, a missing ADMIN_PASSWORD stops the start with a clear message', async () => {
     const { freshDatabase } = await import('../helpers/service.js');
     const svc = spawnService({
