@@ -21,12 +21,25 @@ function postgresRunningFor(dir: string): boolean {
   }
 }
 
-async function start(env: Record<string, string>) {
+/** Spawns the service on free ports (any of them overridable); killed after the suite. */
+function spawnOnFreePorts(env: Record<string, string>): SpawnedService {
   const svc = spawnService({ PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', HOST: '127.0.0.1', ...env });
   started.push(svc);
+  return svc;
+}
+
+async function start(env: Record<string, string>) {
+  const svc = spawnOnFreePorts(env);
   await svc.waitFor(/"msg":"ready"/, 60_000);
   const base = loggedAddress(await svc.waitFor(/public HTTP API listening/));
   return { svc, base };
+}
+
+const logInStatus = async (base: string, username = 'admin', passwd = 'admin') => (await http('POST', `${base}/auth`, { body: { username, passwd } })).status;
+
+async function stopCleanly(svc: SpawnedService, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  svc.child.kill(signal);
+  expect(await svc.exited).toBe(0);
 }
 
 describe('zero-setup start', () => {
@@ -43,16 +56,14 @@ describe('zero-setup start', () => {
     await http('POST', `${first.base}/auth/user`, { token: auth.body.jwt, body: { username: 'kept', passwd: 'pw', service: 't1', profile: 'user' } });
 
     const t0 = Date.now();
-    first.svc.child.kill('SIGTERM');
-    expect(await first.svc.exited).toBe(0);
+    await stopCleanly(first.svc);
     expect(Date.now() - t0).toBeLessThan(10_000);
     expect(postgresRunningFor(dataDir)).toBe(false);
 
     const second = await start({ DATA_DIR: dataDir });
     expect(second.svc.output.some((l) => l.includes('initialising'))).toBe(false);
-    expect((await http('POST', `${second.base}/auth`, { body: { username: 'kept', passwd: 'pw' } })).status).toBe(200);
-    second.svc.child.kill('SIGINT');
-    expect(await second.svc.exited).toBe(0);
+    expect(await logInStatus(second.base, 'kept', 'pw')).toBe(200);
+    await stopCleanly(second.svc, 'SIGINT');
     expect(postgresRunningFor(dataDir)).toBe(false);
   });
 
@@ -62,50 +73,42 @@ describe('zero-setup start', () => {
     first.svc.child.kill('SIGKILL');
     await first.svc.exited;
     const second = await start({ DATA_DIR: dataDir });
-    expect((await http('POST', `${second.base}/auth`, { body: { username: 'admin', passwd: 'admin' } })).status).toBe(200);
-    second.svc.child.kill('SIGTERM');
-    expect(await second.svc.exited).toBe(0);
+    expect(await logInStatus(second.base)).toBe(200);
+    await stopCleanly(second.svc);
   });
 
   it('SIGTERM during the first start (initdb) stops cleanly, and the next start uses the data directory', async () => {
     const dataDir = await tempDir();
-    const svc = spawnService({ PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', HOST: '127.0.0.1', DATA_DIR: dataDir });
-    started.push(svc);
+    const svc = spawnOnFreePorts({ DATA_DIR: dataDir });
     await svc.waitFor(/initialising embedded PostgreSQL/);
-    svc.child.kill('SIGTERM');
-    expect(await svc.exited).toBe(0);
+    await stopCleanly(svc);
     expect(svc.output.some((l) => l.includes('stopped before ready'))).toBe(true);
     expect(postgresRunningFor(dataDir)).toBe(false);
     const next = await start({ DATA_DIR: dataDir });
-    expect((await http('POST', `${next.base}/auth`, { body: { username: 'admin', passwd: 'admin' } })).status).toBe(200);
-    next.svc.child.kill('SIGTERM');
-    expect(await next.svc.exited).toBe(0);
+    expect(await logInStatus(next.base)).toBe(200);
+    await stopCleanly(next.svc);
   });
 
   it('a second instance on the same DATA_DIR is refused and leaves the running one alone', async () => {
     const dataDir = await tempDir();
     const first = await start({ DATA_DIR: dataDir });
-    const second = spawnService({ PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', HOST: '127.0.0.1', DATA_DIR: dataDir });
-    started.push(second);
+    const second = spawnOnFreePorts({ DATA_DIR: dataDir });
     expect(await second.exited).toBe(2);
     expect(second.output.filter((l) => l.trim()).at(-1)).toMatch(/^start failed: DATA_DIR .* is in use by another running instance \(pid \d+\)/);
     expect((await http('GET', `${first.base}/health`)).status).toBe(200);
-    expect((await http('POST', `${first.base}/auth`, { body: { username: 'admin', passwd: 'admin' } })).status).toBe(200);
-    first.svc.child.kill('SIGTERM');
-    expect(await first.svc.exited).toBe(0);
+    expect(await logInStatus(first.base)).toBe(200);
+    await stopCleanly(first.svc);
   });
 
   it('an HTTP port held by another instance (uWS, SO_REUSEPORT) stops the start with one line naming PORT', async () => {
     const first = await start({ DATA_DIR: await tempDir() });
     const port = new URL(first.base).port;
-    const second = spawnService({ PORT: port, INTERNAL_PORT: '0', MQTT_PORT: '0', HOST: '127.0.0.1', DATA_DIR: await tempDir() });
-    started.push(second);
+    const second = spawnOnFreePorts({ PORT: port, DATA_DIR: await tempDir() });
     expect(await second.exited).toBe(2);
     expect(second.output.filter((l) => l.trim()).at(-1)).toBe(`start failed: cannot listen on 127.0.0.1:${port} (PORT/HOST); is the port taken?`);
     // All of the first instance's requests still reach it.
     for (let i = 0; i < 5; i++) expect((await http('GET', `${first.base}/health`)).status).toBe(200);
-    first.svc.child.kill('SIGTERM');
-    expect(await first.svc.exited).toBe(0);
+    await stopCleanly(first.svc);
   });
 
   it.runIf(process.getuid?.() === 0)('as root with DATA_DIR inside a private directory (a checkout under /root): the cluster is kept where postgres can reach it, linked from DATA_DIR', async () => {
@@ -119,14 +122,12 @@ describe('zero-setup start', () => {
       const auth = await http('POST', `${first.base}/auth`, { body: { username: 'admin', passwd: 'admin' } });
       expect(auth.status).toBe(200);
       await http('POST', `${first.base}/auth/user`, { token: auth.body.jwt, body: { username: 'kept', passwd: 'pw', service: 't1', profile: 'user' } });
-      first.svc.child.kill('SIGTERM');
-      expect(await first.svc.exited).toBe(0);
+      await stopCleanly(first.svc);
       expect(postgresRunningFor(cluster)).toBe(false);
       const second = await start({ DATA_DIR: dataDir });
       expect(second.svc.output.some((l) => l.includes('initialising'))).toBe(false);
-      expect((await http('POST', `${second.base}/auth`, { body: { username: 'kept', passwd: 'pw' } })).status).toBe(200);
-      second.svc.child.kill('SIGTERM');
-      expect(await second.svc.exited).toBe(0);
+      expect(await logInStatus(second.base, 'kept', 'pw')).toBe(200);
+      await stopCleanly(second.svc);
     } finally {
       await fs.rm(path.dirname(cluster), { recursive: true, force: true });
     }
