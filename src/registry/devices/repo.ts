@@ -156,6 +156,17 @@ export async function listDevices(db: Db, tenant: string, q: DeviceQuery, page: 
   return selectDevices(db, p, where, q.filters.sortByLabel, limit, withKeys);
 }
 
+/** The ids of one page, in page order (the public lists take each view from the view cache). */
+export async function listDevicePageIds(db: Db, tenant: string, q: DeviceQuery, page: Page, plan: AttrPlan): Promise<string[]> {
+  const p = new Params();
+  const where = listWhere(tenant, q, p, plan);
+  const { rows } = await db.query<{ id: string }>(
+    `SELECT d.id FROM devices d WHERE ${where} ORDER BY ${orderBy(q.filters.sortByLabel, 'd')} LIMIT ${p.add(page.size)} OFFSET ${p.add(page.offset)}`,
+    p.values,
+  );
+  return rows.map((r) => r.id);
+}
+
 export async function countDevices(db: Db, tenant: string, q: DeviceQuery): Promise<number> {
   const p = new Params();
   const { rows } = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM devices d WHERE ${listWhere(tenant, q, p, 'set')}`, p.values);

@@ -1,8 +1,9 @@
 // Device endpoints (interface.md §4.2 without actuation, §4.4 internal): HTTP in and out.
-import { listFiltersOf, pageOf, pagination } from '../../http/query.js';
+import { listFiltersOf, pageOf, pagination, type Page } from '../../http/query.js';
 import type { Request, Route } from '../../http/types.js';
 import { parseTemplateId } from '../sql.js';
 import { createOptions } from './input.js';
+import type { DeviceQuery } from './repo.js';
 import type { DeviceService } from './service.js';
 import { deviceView } from './views.js';
 
@@ -11,11 +12,15 @@ async function listHandler(devices: DeviceService, req: Request, internal: boole
   const page = req.values.idsOnly ? undefined : pageOf(req.values);
   const filters = listFiltersOf(req.values); // the internal listing's schema has no attr_type
   if (!page) return { status: 200, body: await devices.listIds(req.tenant, { filters }) };
-  const { devices: found, matches } = await devices.list(req.tenant, { filters }, page, internal);
-  return {
-    status: 200,
-    body: { devices: found.map((d) => deviceView(d, internal ? 'internal' : 'device')), pagination: pagination(page, matches) },
-  };
+  if (!internal) return publicPage(devices, req.tenant, { filters }, page);
+  const { devices: found, matches } = await devices.listInternal(req.tenant, { filters }, page);
+  return { status: 200, body: { devices: found.map((d) => deviceView(d, 'internal')), pagination: pagination(page, matches) } };
+}
+
+/** A public page, written from the cached JSON of each device's view. */
+async function publicPage(devices: DeviceService, tenant: string, q: DeviceQuery, page: Page) {
+  const { views, matches } = await devices.listJson(tenant, q, page);
+  return { status: 200, raw: `{"devices":[${views.join(',')}],"pagination":${JSON.stringify(pagination(page, matches))}}` };
 }
 
 export function deviceRoutes(devices: DeviceService): Route[] {
@@ -77,9 +82,8 @@ export function deviceRoutes(devices: DeviceService): Route[] {
         const page = pageOf(req.values);
         const templateId = parseTemplateId(req.params.template_id!);
         // An unknown (or malformed) template id is an empty page, not an error.
-        const { devices: found, matches } =
-          templateId === undefined ? { devices: [], matches: 0 } : await devices.list(req.tenant, { filters: noFilters(), templateId }, page);
-        return { status: 200, body: { devices: found.map((d) => deviceView(d)), pagination: pagination(page, matches) } };
+        if (templateId === undefined) return { status: 200, body: { devices: [], pagination: pagination(page, 0) } };
+        return publicPage(devices, req.tenant, { filters: noFilters(), templateId }, page);
       },
     },
     {

@@ -78,27 +78,64 @@ export class DeviceService {
     return json;
   }
 
+  /**
+   * The public views of `ids` as JSON texts, in that order: from the cache, the misses read in
+   * one query. A device removed since its id was read is left out.
+   */
+  private async viewsJson(tenant: string, ids: string[]): Promise<string[]> {
+    const found = new Map<string, string>();
+    const missing: string[] = [];
+    for (const id of ids) {
+      const hit = this.views.get(tenant, id);
+      if (hit === undefined) missing.push(id);
+      else found.set(id, hit.json);
+    }
+    if (missing.length > 0) {
+      const stamp = this.views.stamp(tenant);
+      for (const d of await repo.getDevices(this.pool, tenant, missing)) {
+        const json = JSON.stringify(deviceView(d));
+        this.views.set(tenant, d.id, { json, templates: d.templates.map((t) => t.id) }, stamp);
+        found.set(d.id, json);
+      }
+    }
+    return ids.flatMap((id) => found.get(id) ?? []);
+  }
+
   /** One device with its keys opened (internal view). */
   async getInternal(tenant: string, id: string): Promise<DeviceRecord> {
     return this.openKeys(tenant, await this.find(tenant, id, true));
   }
 
-  /** One page and the number of matches (counted only when neither the cache nor the page tells it). */
-  async list(tenant: string, q: repo.DeviceQuery, page: Page, internal = false): Promise<{ devices: DeviceRecord[]; matches: number }> {
+  /**
+   * A public page: the ids from the database, the views as JSON texts (`viewsJson`), and the
+   * number of matches.
+   */
+  async listJson(tenant: string, q: repo.DeviceQuery, page: Page): Promise<{ views: string[]; matches: number }> {
+    if (!filtersCanMatch(q.filters)) return { views: [], matches: 0 };
+    const { items, matches } = await this.findPage(tenant, q, page, (plan) => repo.listDevicePageIds(this.pool, tenant, q, page, plan));
+    return { views: await this.viewsJson(tenant, items), matches };
+  }
+
+  /** An internal page (keys opened) and the number of matches. */
+  async listInternal(tenant: string, q: repo.DeviceQuery, page: Page): Promise<{ devices: DeviceRecord[]; matches: number }> {
     if (!filtersCanMatch(q.filters)) return { devices: [], matches: 0 };
+    const { items, matches } = await this.findPage(tenant, q, page, (plan) => repo.listDevices(this.pool, tenant, q, page, plan, true));
+    return { devices: items.map((d) => this.openKeys(tenant, d)), matches };
+  }
+
+  /** One page and the number of matches (counted only when neither the cache nor the page tells it). */
+  private findPage<T>(tenant: string, q: repo.DeviceQuery, page: Page, fetch: (plan: repo.AttrPlan) => Promise<T[]>): Promise<{ items: T[]; matches: number }> {
     // With attr= filters the count comes first: few matches are found best as a set, many by
     // walking the devices in page order.
-    const attrFilter = q.filters.attrs.length > 0;
-    const { items, matches } = await countedPage(
+    return countedPage(
       this.counts,
       tenant,
       countKey(q.filters, String(q.templateId ?? '')),
       page,
-      (known) => repo.listDevices(this.pool, tenant, q, page, known !== undefined && known <= SET_PLAN_MAX ? 'set' : 'walk', internal),
+      (known) => fetch(known !== undefined && known <= SET_PLAN_MAX ? 'set' : 'walk'),
       () => repo.countDevices(this.pool, tenant, q),
-      attrFilter,
+      q.filters.attrs.length > 0,
     );
-    return { devices: internal ? items.map((d) => this.openKeys(tenant, d)) : items, matches };
   }
 
   async listIds(tenant: string, q: repo.DeviceQuery): Promise<string[]> {

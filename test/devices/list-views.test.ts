@@ -1,0 +1,78 @@
+// The public device lists write each device from the same cached view as GET /device/{id}: every
+// change shows in the next page at once, whatever was read (and cached) before it.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { http, login, startTestService, type TestService } from '../helpers/service.js';
+import { createDevices, createTemplate, getDevice, thermometer } from './fixtures.js';
+
+let svc: TestService;
+let token: string;
+
+beforeAll(async () => {
+  svc = await startTestService();
+  token = await login(svc.base);
+});
+afterAll(() => svc?.stop());
+
+const page = async (path: string) => {
+  const res = await http('GET', `${svc.base}${path}`, { token });
+  expect(res.status, res.text).toBe(200);
+  return res.body;
+};
+
+describe('device pages after changes', () => {
+  it('show each change at once: update, key generation, template update, deletion', async () => {
+    const psk = { label: 'Keyed', attrs: [...thermometer.attrs, { label: 'key', type: 'static', value_type: 'psk' }] };
+    const t = await createTemplate(svc.base, token, psk);
+    const made = await createDevices(svc.base, token, { label: 'v', templates: [t.id] }, '?count=3');
+    const ids = made.map((d) => d.id).sort();
+    const lists = [`/device?label=v_`, `/device/template/${t.id}`];
+    for (const path of lists) await page(path); // every view cached now
+    for (const id of ids) await getDevice(svc.base, token, id);
+
+    // PUT /device: the new label and `updated`.
+    const put = await http('PUT', `${svc.base}/device/${ids[0]}`, { token, body: { label: 'v_renamed', templates: [t.id] } });
+    expect(put.status, put.text).toBe(200);
+    // gen_psk: `updated`, and no key in the public view.
+    expect((await http('POST', `${svc.base}/device/gen_psk/${ids[1]}?key_length=8`, { token })).status).toBe(200);
+    for (const path of lists) {
+      const body = await page(path);
+      const byId = new Map(body.devices.map((d: any) => [d.id, d]));
+      expect(byId.get(ids[0])).toMatchObject({ label: 'v_renamed', updated: expect.any(String) });
+      expect(byId.get(ids[1])).toHaveProperty('updated');
+      expect(JSON.stringify(body)).not.toMatch(/"key"[^}]*static_value/);
+      for (const id of ids) expect(byId.get(id)).toEqual(await getDevice(svc.base, token, id));
+    }
+
+    // A template update reaches every listed device.
+    const changed = structuredClone(psk);
+    changed.attrs.push({ label: 'humidity', type: 'dynamic', value_type: 'float' } as any);
+    expect((await http('PUT', `${svc.base}/template/${t.id}`, { token, body: changed })).status).toBe(200);
+    for (const path of lists) {
+      for (const d of (await page(path)).devices) expect(d.attrs[String(t.id)].map((a: any) => a.label)).toContain('humidity');
+    }
+
+    // A deleted device leaves every page, and the page count follows.
+    expect((await http('DELETE', `${svc.base}/device/${ids[2]}`, { token })).status).toBe(200);
+    for (const path of lists) {
+      const body = await page(`${path}${path.includes('?') ? '&' : '?'}page_size=1`);
+      expect(body.pagination).toEqual({ page: 1, total: 2, has_next: true, next_page: 2 });
+      expect((await page(path)).devices.map((d: any) => d.id)).toEqual(ids.slice(0, 2));
+    }
+  });
+
+  it('a page is the same JSON with the view cache off', async () => {
+    const t = await createTemplate(svc.base, token, thermometer);
+    await createDevices(svc.base, token, { label: 'nocache', templates: [t.id], attrs: [{ label: 'serial', static_value: 'SN-1' }] }, '?count=2');
+    const cached = await page(`/device/template/${t.id}`);
+    const plain = await startTestService({ DATABASE_URL: svc.env.DATABASE_URL, PSK_ENCRYPTION_KEY: svc.env.PSK_ENCRYPTION_KEY, DEVICE_CACHE_SIZE: '0' });
+    try {
+      const other = await login(plain.base);
+      const res = await http('GET', `${plain.base}/device/template/${t.id}`, { token: other });
+      expect(res.status).toBe(200);
+      expect(res.body).toEqual(cached);
+      expect(res.body.devices[0].attrs[String(t.id)][1]).toMatchObject({ static_value: 'SN-1', is_static_overridden: true });
+    } finally {
+      await plain.stop();
+    }
+  });
+});
