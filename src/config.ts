@@ -43,6 +43,8 @@ export interface Config {
   maxDeviceCount: number;
   /** Serialised public device views kept in memory for GET /device/{id}; 0 disables the cache. */
   deviceCacheSize: number;
+  /** Serialised template views kept in memory for GET /template and /template/{id}; 0 disables the cache. */
+  templateCacheSize: number;
   ingestWorkers: number;
   ingestBatchRows: number;
   ingestBatchMs: number;
@@ -184,6 +186,7 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     maxPageSize: integer(env, 'MAX_PAGE_SIZE', 1000, 1, 1_000_000),
     maxDeviceCount: integer(env, 'MAX_DEVICE_COUNT', 10000, 1, 1_000_000),
     deviceCacheSize: integer(env, 'DEVICE_CACHE_SIZE', 100_000, 0, 10_000_000),
+    templateCacheSize: integer(env, 'TEMPLATE_CACHE_SIZE', 100_000, 0, 10_000_000),
     ingestWorkers: integer(env, 'INGEST_WORKERS', cores, 1, 256),
     ingestBatchRows: integer(env, 'INGEST_BATCH_ROWS', 5000, 1, 1_000_000),
     ingestBatchMs: integer(env, 'INGEST_BATCH_MS', 50, 1, 60_000),

@@ -116,7 +116,7 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     cleanup.push(() => ingest.stop());
     checkpoint();
 
-    const templates = new TemplateService(pool, events);
+    const templates = new TemplateService(pool, events, config.templateCacheSize);
     // DATABASE_URL without PSK_ENCRYPTION_KEY is refused by config; the embedded database keeps a generated key.
     const pskKey = config.pskEncryptionKey ?? (await loadOrCreateKey(config.dataDir, 'psk-key'));
     const psk = new PskService(pool, events, new KeySealer(pskKey));

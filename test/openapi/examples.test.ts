@@ -111,6 +111,8 @@ function comparable(v: unknown, key = ''): unknown {
   if (v !== null && typeof v === 'object') {
     return Object.fromEntries(Object.entries(v).map(([k, x]) => [/^\d+$/.test(k) ? '<template id>' : k, comparable(x, k)]));
   }
+  // (Before the numeric rule: a generated device id can be all digits.)
+  if (key === 'id' && typeof v === 'string' && /^[0-9a-f]{6}$/.test(v) && !FIXTURE_DEVICES.includes(v)) return '<generated id>';
   if (['id', 'template_id'].includes(key) && /^\d+$/.test(String(v))) return '<numeric id>';
   if (['created', 'updated', 'ts'].includes(key)) return '<time>';
   if (key === 'jwt') return '<token>';

@@ -4,7 +4,7 @@ import { listFiltersOf, pageOf, pagination } from '../../http/query.js';
 import type { Route } from '../../http/types.js';
 import type { TemplateService } from './service.js';
 import type { AttrFormat } from './types.js';
-import { templateView } from './views.js';
+import { templateText, templateView } from './views.js';
 
 export function templateRoutes(templates: TemplateService): Route[] {
   return [
@@ -25,7 +25,8 @@ export function templateRoutes(templates: TemplateService): Route[] {
         const filters = listFiltersOf(req.values);
         const format = req.values.attr_format as AttrFormat;
         const { templates: found, matches } = await templates.list(req.tenant, filters, page);
-        return { status: 200, body: { templates: found.map((t) => templateView(t, format)), pagination: pagination(page, matches) } };
+        const views = found.map((t) => templateText(t, format)).join(',');
+        return { status: 200, raw: `{"templates":[${views}],"pagination":${JSON.stringify(pagination(page, matches))}}` };
       },
     },
     {
@@ -41,7 +42,7 @@ export function templateRoutes(templates: TemplateService): Route[] {
       path: '/template/:id',
       async handler(req) {
         const t = await templates.get(req.tenant, req.params.id!);
-        return { status: 200, body: templateView(t, req.values.attr_format as AttrFormat) };
+        return { status: 200, raw: templateText(t, req.values.attr_format as AttrFormat) };
       },
     },
     {

@@ -11,6 +11,7 @@ import { countedPage, countKey, TenantCache } from '../tenant-cache.js';
 import { parseTemplateInput } from './input.js';
 import * as repo from './repo.js';
 import type { AttrChange, AttrInput, NewAttrRow, TemplateRecord } from './types.js';
+import { templateJson, type TemplateJson } from './views.js';
 
 // Above this many ids a change event names the tenant instead (caches drop the tenant).
 const MAX_EVENT_IDS = 1000;
@@ -39,12 +40,18 @@ async function newRows(db: pg.PoolClient, attrs: AttrInput[], metaOfKept: Array<
 export class TemplateService {
   /** Match counts of list requests: counting 100k templates costs ~10 ms, a page ~1 ms. */
   private readonly counts = new TenantCache<number>(10_000);
+  /** Serialised views by template id, for GET /template/{id} and the list pages. */
+  private readonly views: TenantCache<TemplateJson>;
 
   constructor(
     private readonly pool: pg.Pool,
     private readonly events: RegistryEvents,
+    cacheSize: number,
   ) {
+    this.views = new TenantCache(cacheSize);
     events.on((e) => {
+      if (e.type === 'templates.changed') this.views.delete(e.tenant, e.templateIds.map(String));
+      if (e.type === 'tenant.changed') this.views.dropTenant(e.tenant);
       if (e.type === 'templates.changed' || e.type === 'tenant.changed') this.counts.dropTenant(e.tenant);
     });
   }
@@ -60,25 +67,48 @@ export class TemplateService {
     return created;
   }
 
-  /** One page and the number of matches (counted only when the page does not tell it). */
-  async list(tenant: string, filters: ListFilters, page: Page): Promise<{ templates: TemplateRecord[]; matches: number }> {
+  /** One page (views from the cache, page ids from the database) and the number of matches. */
+  async list(tenant: string, filters: ListFilters, page: Page): Promise<{ templates: TemplateJson[]; matches: number }> {
     if (!filtersCanMatch(filters)) return { templates: [], matches: 0 };
     const { items, matches } = await countedPage(
       this.counts,
       tenant,
       countKey(filters),
       page,
-      () => repo.listTemplates(this.pool, tenant, filters, page),
+      () => repo.listTemplatePageIds(this.pool, tenant, filters, page),
       () => repo.countTemplates(this.pool, tenant, filters),
     );
-    return { templates: items, matches };
+    return { templates: await this.viewsOf(tenant, items), matches };
   }
 
-  async get(tenant: string, rawId: string): Promise<TemplateRecord> {
+  async get(tenant: string, rawId: string): Promise<TemplateJson> {
     const id = parseTemplateId(rawId);
-    const found = id === undefined ? undefined : (await repo.getTemplates(this.pool, tenant, [id]))[0];
+    const found = id === undefined ? undefined : (await this.viewsOf(tenant, [id]))[0];
     if (!found) throw errors.noSuchTemplate(rawId);
     return found;
+  }
+
+  /**
+   * The views of `ids`, in that order: from the cache, the misses read in one query. A template
+   * removed since its id was read is left out.
+   */
+  private async viewsOf(tenant: string, ids: number[]): Promise<TemplateJson[]> {
+    const found = new Map<number, TemplateJson>();
+    const missing: number[] = [];
+    for (const id of ids) {
+      const hit = this.views.get(tenant, String(id));
+      if (hit === undefined) missing.push(id);
+      else found.set(id, hit);
+    }
+    if (missing.length > 0) {
+      const stamp = this.views.stamp(tenant);
+      for (const t of await repo.getTemplates(this.pool, tenant, missing)) {
+        const view = templateJson(t);
+        this.views.set(tenant, String(t.id), view, stamp);
+        found.set(t.id, view);
+      }
+    }
+    return ids.flatMap((id) => found.get(id) ?? []);
   }
 
   /**

@@ -14,3 +14,25 @@ export function templateView(t: TemplateRecord, format: AttrFormat = 'both', idA
   }
   return v;
 }
+
+/** A template's list/get view as JSON pieces, put together per `attr_format` without serialising again. */
+export interface TemplateJson {
+  /** `{"id":..,"label":..,"created":..[,"updated":..]` without the closing brace. */
+  head: string;
+  attrs: string;
+  dataAttrs: string;
+  configAttrs: string;
+}
+
+export function templateJson(t: TemplateRecord): TemplateJson {
+  const { attrs, data_attrs: dataAttrs, config_attrs: configAttrs, ...head } = templateView(t, 'both');
+  return { head: JSON.stringify(head).slice(0, -1), attrs: JSON.stringify(attrs), dataAttrs: JSON.stringify(dataAttrs), configAttrs: JSON.stringify(configAttrs) };
+}
+
+/** The same text as `JSON.stringify(templateView(t, format))`. */
+export function templateText(j: TemplateJson, format: AttrFormat = 'both'): string {
+  let s = j.head;
+  if (format !== 'split') s += `,"attrs":${j.attrs}`;
+  if (format !== 'single') s += `,"data_attrs":${j.dataAttrs},"config_attrs":${j.configAttrs}`;
+  return `${s}}`;
+}

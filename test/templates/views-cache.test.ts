@@ -1,0 +1,76 @@
+// GET /template and GET /template/{id} write each template from a cached view: every change
+// shows in the next answer at once, whatever was read (and cached) before it.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { http, login, startTestService, type TestService } from '../helpers/service.js';
+
+let svc: TestService;
+let token: string;
+
+beforeAll(async () => {
+  svc = await startTestService();
+  token = await login(svc.base);
+});
+afterAll(() => svc?.stop());
+
+const ok = async (method: string, path: string, body?: unknown, base = svc.base, auth = token) => {
+  const res = await http(method, `${base}${path}`, { token: auth, body });
+  expect(res.status, res.text).toBe(200);
+  return res.body;
+};
+
+const sensor = (label: string, serial: string) => ({
+  label,
+  attrs: [
+    { label: 'temperature', type: 'dynamic', value_type: 'float' },
+    { label: 'serial', type: 'static', value_type: 'string', static_value: serial },
+    { label: 'proto', type: 'meta', value_type: 'string', static_value: 'mqtt' },
+  ],
+});
+
+describe('template views after changes', () => {
+  it('show each change at once: update, deletion, in every attr_format', async () => {
+    const a = (await ok('POST', '/template', sensor('cache-a', 'one'))).template;
+    const b = (await ok('POST', '/template', sensor('cache-b', 'one'))).template;
+    const formats = ['', '&attr_format=single', '&attr_format=split'];
+    for (const f of formats) {
+      await ok('GET', `/template?label=cache-${f}`);
+      await ok('GET', `/template/${a.id}?x=1${f}`);
+    }
+
+    await ok('PUT', `/template/${a.id}`, sensor('cache-a2', 'two'));
+    const got = await ok('GET', `/template/${a.id}`);
+    expect(got).toMatchObject({ id: a.id, label: 'cache-a2', updated: expect.any(String) });
+    expect(got.attrs.find((x: any) => x.label === 'serial').static_value).toBe('two');
+    for (const f of formats) {
+      const listed = await ok('GET', `/template?label=cache-${f}`);
+      expect(listed.templates.map((t: any) => t.label)).toEqual(['cache-a2', 'cache-b']);
+      expect(listed.templates[0]).toEqual(await ok('GET', `/template/${a.id}?x=1${f}`));
+    }
+    expect((await ok('GET', '/template?attr=serial=two')).templates.map((t: any) => t.id)).toEqual([a.id]);
+
+    await ok('DELETE', `/template/${b.id}`);
+    expect((await http('GET', `${svc.base}/template/${b.id}`, { token })).status).toBe(404);
+    const left = await ok('GET', '/template?label=cache-&page_size=1');
+    expect(left.templates.map((t: any) => t.id)).toEqual([a.id]);
+    expect(left.pagination).toEqual({ page: 1, total: 1, has_next: false, next_page: null });
+  });
+
+  it('the same JSON with the cache off; another tenant sees none of it', async () => {
+    const t = (await ok('POST', '/template', sensor('nocache', 'x'))).template;
+    const cached = await http('GET', `${svc.base}/template/${t.id}?attr_format=split`, { token });
+    const cachedList = await http('GET', `${svc.base}/template?label=nocache`, { token });
+    const plain = await startTestService({ DATABASE_URL: svc.env.DATABASE_URL, PSK_ENCRYPTION_KEY: svc.env.PSK_ENCRYPTION_KEY, TEMPLATE_CACHE_SIZE: '0' });
+    try {
+      const other = await login(plain.base);
+      expect((await http('GET', `${plain.base}/template/${t.id}?attr_format=split`, { token: other })).text).toBe(cached.text);
+      expect((await http('GET', `${plain.base}/template?label=nocache`, { token: other })).text).toBe(cachedList.text);
+    } finally {
+      await plain.stop();
+    }
+    const res = await http('POST', `${svc.base}/auth/user`, { token, body: { username: 'cache-other', passwd: 'pw', service: 'cache-other', profile: 'user' } });
+    expect(res.status).toBe(201);
+    const other = await login(svc.base, 'cache-other', 'pw');
+    expect((await http('GET', `${svc.base}/template/${t.id}`, { token: other })).status).toBe(404);
+    expect((await http('GET', `${svc.base}/template`, { token: other })).body.templates).toEqual([]);
+  });
+});
