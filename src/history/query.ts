@@ -11,7 +11,7 @@ import type { QueryValues } from '../schemas/validator.js';
 export interface HistoryQuery {
   /** Labels asked for; undefined: all of the device's attributes. */
   attrs: string[] | undefined;
-  /** One label asked for: the answer is an array, not an object. */
+  /** Exactly one label written: the answer is an array, not an object (`attr=t,t` is two). */
   single: boolean;
   order: 'asc' | 'desc';
   limit: number;
@@ -27,17 +27,23 @@ function bound(text: unknown): string | undefined {
   return us === undefined ? undefined : microsToText(us);
 }
 
-/** `attr` values, each split at commas: trimmed, blanks dropped, each label once, in order. */
-function labelsOf(values: unknown): string[] | undefined {
+/**
+ * `attr` values, each split at commas: trimmed, blanks dropped, each label once, in order;
+ * `given` counts every label as written, so `attr=t,t` (or `attr=t&attr=t`) is "several".
+ */
+function labelsOf(values: unknown): { labels: string[]; given: number } | undefined {
   if (values === undefined) return undefined;
   const labels = new Set<string>();
+  let given = 0;
   for (const value of values as string[]) {
     for (const part of value.split(',')) {
       const label = part.trim();
-      if (label !== '') labels.add(label);
+      if (label === '') continue;
+      labels.add(label);
+      given++;
     }
   }
-  return labels.size > 0 ? [...labels] : undefined;
+  return labels.size > 0 ? { labels: [...labels], given } : undefined;
 }
 
 /** The validated `history.query` values as the repository's query. */
@@ -46,8 +52,8 @@ export function historyQueryOf(q: QueryValues, maxResults: number): HistoryQuery
   const n = firstN ?? (q.lastN as number | undefined);
   const attrs = labelsOf(q.attr);
   return {
-    attrs,
-    single: attrs !== undefined && attrs.length === 1,
+    attrs: attrs?.labels,
+    single: attrs?.given === 1,
     order: firstN !== undefined ? 'asc' : 'desc',
     limit: n === undefined || n === 0 ? maxResults : n,
     from: bound(q.dateFrom),

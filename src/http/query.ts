@@ -55,7 +55,8 @@ export function listFiltersOf(q: QueryValues): ListFilters {
   return {
     label: label === undefined || label === '' ? undefined : label,
     attrs,
-    attrTypes: ((q.attr_type as string[] | undefined) ?? []).filter((t) => t !== ''),
+    // Kept even when empty: `attr_type=` asks for a type equal to "", which no attribute has.
+    attrTypes: (q.attr_type as string[] | undefined) ?? [],
     sortByLabel: q.sortBy === 'label',
   };
 }

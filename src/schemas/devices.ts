@@ -10,7 +10,9 @@ const override = {
   required: ['label'],
   properties: {
     id: { ...idRef, description: 'The attribute id (found within `template_id` when given); without it the entry is found by `label`.' },
-    template_id: idRef,
+    // Any text: an id that is no template of the device (`"abc"` included) answers
+    // `Unknown template <tid> in attr list` from the service, not a validation body.
+    template_id: { type: ['integer', 'string'], 'x-message': 'Not a valid integer.' },
     label: { type: 'string', allOf: [noNul], 'x-error': { required: 'missingOverrideLabel' } },
     static_value: staticValueSchema,
     metadata: {

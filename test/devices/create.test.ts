@@ -167,6 +167,13 @@ describe('POST /device: bad input changes nothing', () => {
       { message: `Unknown template ${loc.id} in attr list`, status: 400 },
     ],
     [
+      'override naming a template id that is no number',
+      { label: 'x', templates: [thermo.id], attrs: [{ label: 'vendor', template_id: 'abc', static_value: 'a' }] },
+      '',
+      400,
+      { message: 'Unknown template abc in attr list', status: 400 },
+    ],
+    [
       'override of an unknown attribute: HTTP 404, body status 400',
       { label: 'x', templates: [thermo.id], attrs: [{ id: 987654, label: 'nope', static_value: 'a' }] },
       '',
@@ -196,7 +203,7 @@ describe('POST /device: bad input changes nothing', () => {
     'the same attribute id twice in the override list', 'a template id that is a word', 'bad device id',
     'device id too long', 'device id too short', 'device id not a string', 'device id with count', 'override without label',
     'the same label twice in the override list', 'override of a template the device does not have',
-    'override of an unknown attribute: HTTP 404, body status 400', 'override of an unknown metadata entry: HTTP 404, body status 400',
+    'override naming a template id that is no number', 'override of an unknown attribute: HTTP 404, body status 400', 'override of an unknown metadata entry: HTTP 404, body status 400',
     'override value an object'];
   it('the table names every case', () => expect(cases().map((c) => c[0])).toEqual(names));
   it.each(names)('%s', async (name) => {

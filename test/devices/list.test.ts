@@ -74,6 +74,8 @@ describe('GET /device', () => {
     expect(labels(await list('?attr_type=geopoint&label=big&sortBy=label'))).toEqual(['big%kitchen_0']);
     expect(labels(await list('?attr_type=geopoint&attr=vendor=acme&page_size=1&page_num=2'))).toEqual(['big%kitchen_0']);
     expect((await list('?attr_type=string&page_size=1')).body.pagination.total).toBe(4);
+    // an empty value asks for a type equal to "", which no attribute has
+    expect(labels(await list('?attr_type='))).toEqual([]);
   });
 
   it('idsOnly (true, 1 or bare): every matching id, pagination ignored', async () => {

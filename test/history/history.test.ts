@@ -118,6 +118,14 @@ describe('several attributes, or none: an object by label', () => {
     expect(temps(res.body.mode)).toEqual(['boost', 'eco']);
   });
 
+  it('the same label written twice is "several": an object, the label once', async () => {
+    const one = [{ device_id: device, ts: ts(9), value: 29, attr: 'temperature' }];
+    expect((await get('?attr=temperature,temperature&lastN=1')).body).toEqual({ temperature: one });
+    expect((await get('?attr=temperature&attr=temperature&lastN=1')).body).toEqual({ temperature: one });
+    // a blank part is no label: one label written, an array
+    expect((await get('?attr=temperature,&lastN=1')).body).toEqual(one);
+  });
+
   it('repeated, including a label without data', async () => {
     const res = await get('?attr=flag&attr=nosuch&firstN=5');
     expect(res.body).toEqual({ flag: [{ device_id: device, ts: ts(5), value: true, attr: 'flag' }], nosuch: [] });

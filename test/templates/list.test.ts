@@ -133,6 +133,9 @@ describe('GET /template: filters', () => {
     expect(labelsOf((await list('?attr_type=meta')).body.templates)).toEqual(['Zeta']);
     expect(labelsOf((await list('?attr_type=dynamic&attr_type=string')).body.templates)).toEqual(['beta-sensor']);
     expect(labelsOf((await list('?attr_type=float&attr_type=integer')).body.templates)).toEqual([]);
+    // an empty value asks for a type equal to "": no attribute has one (types are never empty)
+    expect((await list('?attr_type=')).body).toEqual({ templates: [], pagination: { page: 1, total: 0, has_next: false, next_page: null } });
+    expect(labelsOf((await list('?attr_type=&attr_type=dynamic')).body.templates)).toEqual([]);
   });
 
   it('filters combine with each other, with sortBy and with pagination (pages count templates)', async () => {
