@@ -55,6 +55,12 @@ export function copyEscape(s: string): string {
   return /[\\\t\n\r]/.test(s) ? s.replace(/[\\\t\n\r]/g, (c) => (c === '\\' ? '\\\\' : c === '\t' ? '\\t' : c === '\n' ? '\\n' : '\\r')) : s;
 }
 
+/** The pointers fast-json-patch refuses when banning prototype modifications. */
+function touchesPrototype(pointer: string): boolean {
+  const keys = pointer.split('/');
+  return keys.some((k, i) => k === '__proto__' || (k === 'prototype' && i > 0 && keys[i - 1] === 'constructor'));
+}
+
 /** One translator from a `meta-translator` static_value, or a reason it is unusable. */
 export function parseTranslator(text: string | null): Translator | string {
   if (text === null) return 'no static_value';
@@ -69,6 +75,8 @@ export function parseTranslator(text: string | null): Translator | string {
   if (typeof op.op !== 'string' || !OPS.has(op.op) || typeof op.path !== 'string') return 'not a JSON Patch operation';
   const error = jsonPatch.validate([op as unknown as Operation]);
   if (error) return `invalid JSON Patch operation: ${error.name}`;
+  // Applied with prototype protection, such a path would fail on every message: unusable now.
+  if ([op.path, op.from].some((p) => typeof p === 'string' && touchesPrototype(p))) return 'path touches __proto__ or constructor/prototype';
   return { op: op as unknown as Operation, optional: optional === true };
 }
 

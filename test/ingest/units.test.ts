@@ -141,6 +141,9 @@ describe('device model and rendering', () => {
     expect(parseTranslator('{"op":"move","from":"/a","path":"/b","optional":true}')).toEqual({ op: { op: 'move', from: '/a', path: '/b' }, optional: true });
     expect(parseTranslator('not json')).toMatch(/not JSON/);
     expect(parseTranslator('{"op":"explode","path":"/a"}')).toMatch(/not a JSON Patch operation/);
+    expect(parseTranslator('{"op":"add","path":"/__proto__/x","value":1}')).toMatch(/__proto__/);
+    expect(parseTranslator('{"op":"move","from":"/constructor/prototype","path":"/a"}')).toMatch(/prototype/);
+    expect(parseTranslator('{"op":"move","from":"/prototype","path":"/a"}')).toEqual({ op: { op: 'move', from: '/prototype', path: '/a' }, optional: false });
     const warnings: string[] = [];
     const model = buildDeviceModel('t', 'd', [
       row('tag_a', 'dynamic'),
