@@ -8,6 +8,7 @@ import { createLogger } from '../src/log.js';
 import { REGISTRY_CHANNEL, type RegistryEvent } from '../src/registry/events.js';
 import { DeviceCache } from '../src/ingest/device-cache.js';
 import { HistoryWriter } from '../src/ingest/history-writer.js';
+import { CopyTurn } from '../src/ingest/copy-turn.js';
 import { loadDeviceModels } from '../src/ingest/registry-reader.js';
 import { SchemaPool } from '../src/ingest/device-model.js';
 import { ShardActor } from '../src/ingest/shard-actor.js';
@@ -20,7 +21,7 @@ const log = createLogger(settings.logLevel, { component: 'ingest-shard' });
 const pool = new pg.Pool({ connectionString: settings.databaseUrl, max: 2, idleTimeoutMillis: 60_000, connectionTimeoutMillis: 5000 });
 pool.on('error', (err) => log.debug('idle database connection failed', { error: err.message }));
 
-const writer = new HistoryWriter(pool, log);
+const writer = new HistoryWriter(pool, log, new CopyTurn(settings.copyTurn));
 // Devices of the same templates share one schema object (memory: see device-model.ts).
 const schemas = new SchemaPool();
 const cache = new DeviceCache((devices) => loadDeviceModels(pool, devices, log, schemas), settings.cacheDevices);

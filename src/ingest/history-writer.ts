@@ -7,6 +7,7 @@
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import type { Logger } from '../log.js';
+import type { CopyTurn } from './copy-turn.js';
 
 export interface HistoryLayout {
   timescale: boolean;
@@ -46,6 +47,8 @@ export class HistoryWriter {
   constructor(
     private readonly pool: pg.Pool,
     private readonly log: Logger,
+    /** Shared with the other shard workers: one COPY at a time (copy-turn.ts). */
+    private readonly turn?: CopyTurn,
   ) {}
 
   stop(): void {
@@ -122,8 +125,15 @@ export class HistoryWriter {
   private async copy(lines: string[]): Promise<number> {
     // Rows go in arrival order: sorting them by index key first was measured to save nothing
     // in PostgreSQL and to cost the worker ~1 µs a row.
+    await this.turn?.take();
     const started = performance.now();
-    const client = await this.pool.connect();
+    let client: pg.PoolClient;
+    try {
+      client = await this.pool.connect();
+    } catch (err) {
+      this.turn?.give();
+      throw err;
+    }
     let broken: Error | undefined;
     try {
       const stream = client.query(copyFrom(COPY_SQL));
@@ -137,6 +147,7 @@ export class HistoryWriter {
       throw err;
     } finally {
       client.release(broken);
+      this.turn?.give();
     }
     return (performance.now() - started) / 1000;
   }

@@ -65,6 +65,8 @@ export interface ShardWorkerSettings {
   batchRows: number;
   batchMs: number;
   cacheDevices: number;
+  /** The COPY turn shared by the shard workers (copy-turn.ts). */
+  copyTurn: SharedArrayBuffer;
 }
 
 export type MainToRouter =

@@ -12,6 +12,7 @@ import { ExternalLink } from '../broker/external.js';
 import type { BrokerLink } from '../broker/link.js';
 import { IngestRouter } from './router.js';
 import { ShardPool } from './shard-pool.js';
+import { CopyTurn } from './copy-turn.js';
 import type { IngestSettings, MainToRouter, RouterToMain } from './protocol.js';
 
 const settings = workerData as IngestSettings;
@@ -21,7 +22,7 @@ const post = (m: RouterToMain) => port.postMessage(m);
 
 const shards = new ShardPool(
   settings.workers,
-  { databaseUrl: settings.databaseUrl, logLevel: settings.logLevel, batchRows: settings.batchRows, batchMs: settings.batchMs, cacheDevices: settings.cacheDevices },
+  { databaseUrl: settings.databaseUrl, logLevel: settings.logLevel, batchRows: settings.batchRows, batchMs: settings.batchMs, cacheDevices: settings.cacheDevices, copyTurn: CopyTurn.shared() },
   log,
 );
 let link: BrokerLink | undefined;
