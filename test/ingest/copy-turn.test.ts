@@ -3,27 +3,30 @@
 import { describe, expect, it } from 'vitest';
 import { CopyTurn } from '../../src/ingest/copy-turn.js';
 
+/** Starts `take()` and reports, after a moment, whether it got in. */
+async function tryTake(turn: CopyTurn): Promise<{ inNow: boolean; taken: Promise<void> }> {
+  let got = false;
+  const taken = turn.take().then(() => void (got = true));
+  await new Promise((r) => setTimeout(r, 50));
+  return { inNow: got, taken };
+}
+
 describe('CopyTurn', () => {
   it('lets one taker in at a time and hands the turn on when it is given back', async () => {
     const shared = CopyTurn.shared();
     const a = new CopyTurn(shared, 1);
     const b = new CopyTurn(shared, 2);
     await a.take();
-    let bIn = false;
-    const waiting = b.take().then(() => (bIn = true));
-    await new Promise((r) => setTimeout(r, 50));
-    expect(bIn).toBe(false);
+    const bTry = await tryTake(b);
+    expect(bTry.inNow).toBe(false);
     a.give();
-    await waiting;
-    expect(bIn).toBe(true);
+    await bTry.taken;
     // a give by a non-holder changes nothing
     a.give();
-    let aIn = false;
-    const aWaits = a.take().then(() => (aIn = true));
-    await new Promise((r) => setTimeout(r, 50));
-    expect(aIn).toBe(false);
+    const aTry = await tryTake(a);
+    expect(aTry.inNow).toBe(false);
     b.give();
-    await aWaits;
+    await aTry.taken;
     a.give();
   });
 
