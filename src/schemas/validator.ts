@@ -45,6 +45,8 @@ function text(e: ErrorObject): string {
     case 'required':
       return 'Missing data for required field.';
     case 'type': {
+      // marshmallow's words for a null where a value is required, as for the other type errors
+      if (e.data === null && e.instancePath !== '') return 'Field may not be null.';
       const t = Array.isArray(e.params.type) ? e.params.type[0] : e.params.type;
       return TYPE_TEXT[t as string] ?? 'Invalid value.';
     }

@@ -85,6 +85,8 @@ describe('POST /template: bad input changes nothing', () => {
     ['label not a string', { label: 5 }, 400, { message: 'failed to parse input', errors: { label: ['Not a valid string.'] } }],
     ['label too long', { label: 'x'.repeat(129) }, 400, { message: 'failed to parse input', errors: { label: ['Longer than maximum length 128.'] } }],
     ['attrs not a list', { label: 'a', attrs: {} }, 400, { message: 'failed to parse input', errors: { attrs: ['Not a valid list.'] } }],
+    ['attrs null', { label: 'a', attrs: null }, 400, { message: 'failed to parse input', errors: { attrs: ['Field may not be null.'] } }],
+    ['label null', { label: null }, 400, { message: 'failed to parse input', errors: { label: ['Field may not be null.'] } }],
     ['an attribute not an object', { label: 'a', attrs: ['x'] }, 400, { message: 'failed to parse input', errors: { attrs: { '0': ['Invalid input type.'] } } }],
     ['body not an object', [1, 2], 400, { message: 'failed to parse input', errors: { _schema: ['Invalid input type.'] } }],
     [
