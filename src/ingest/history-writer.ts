@@ -122,18 +122,21 @@ export class HistoryWriter {
     return total;
   }
 
+  /** One COPY of `lines` in its own transaction, in this worker's turn (copy-turn.ts). */
   private async copy(lines: string[]): Promise<number> {
+    await this.turn?.take();
+    try {
+      return await this.copyNow(lines);
+    } finally {
+      this.turn?.give();
+    }
+  }
+
+  private async copyNow(lines: string[]): Promise<number> {
     // Rows go in arrival order: sorting them by index key first was measured to save nothing
     // in PostgreSQL and to cost the worker ~1 µs a row.
-    await this.turn?.take();
     const started = performance.now();
-    let client: pg.PoolClient;
-    try {
-      client = await this.pool.connect();
-    } catch (err) {
-      this.turn?.give();
-      throw err;
-    }
+    const client = await this.pool.connect();
     let broken: Error | undefined;
     try {
       const stream = client.query(copyFrom(COPY_SQL));
@@ -147,7 +150,6 @@ export class HistoryWriter {
       throw err;
     } finally {
       client.release(broken);
-      this.turn?.give();
     }
     return (performance.now() - started) / 1000;
   }

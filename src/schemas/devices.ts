@@ -12,7 +12,7 @@ const override = {
     id: { ...idRef, description: 'The attribute id (found within `template_id` when given); without it the entry is found by `label`.' },
     // Any text: an id that is no template of the device (`"abc"` included) answers
     // `Unknown template <tid> in attr list` from the service, not a validation body.
-    template_id: { type: ['integer', 'string'], 'x-message': 'Not a valid integer.' },
+    template_id: { type: ['integer', 'string'] },
     label: { type: 'string', allOf: [noNul], 'x-error': { required: 'missingOverrideLabel' } },
     static_value: staticValueSchema,
     metadata: {
