@@ -48,6 +48,13 @@ describe('POST /device', () => {
     expect(d.attrs[String(loc.id)][1]).toMatchObject({ static_value: 'acme', is_static_overridden: false, template_id: String(loc.id) });
   });
 
+  it('a template listed more than once (as a number, a string, with leading zeros) counts once', async () => {
+    const [{ id }] = await createDevices(svc.base, token, { label: 'dup', templates: [thermo.id, String(thermo.id), `0${thermo.id}`] });
+    const d = await getDevice(svc.base, token, id);
+    expect(d.templates).toEqual([String(thermo.id)]);
+    expect(d.attrs[String(thermo.id)].map((a: any) => a.label)).toEqual(thermo.attrs.map((a: any) => a.label));
+  });
+
   it('count=n: n devices labelled _0 .. _n-1 (no zero padding), distinct ids', async () => {
     const res = await post({ label: 'many', templates: [thermo.id] }, '?count=12');
     expect(res.status).toBe(200);
