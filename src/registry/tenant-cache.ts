@@ -91,32 +91,69 @@ export class TenantCache<V> {
 /** The key of a list request's count: its filters (sorting and paging do not change it). */
 export const countKey = (f: ListFilters, scope = ''): string => JSON.stringify([scope, f.label ?? null, f.attrs, f.attrTypes]);
 
+/** Pages longer than this are not kept (bounds the memory: 5,000 pages of 100 ids). */
+const MAX_CACHED_PAGE = 100;
+
+export interface ListPage<T> {
+  items: T[];
+  matches: number;
+}
+
+export interface PageRequest<T> {
+  /** `countKey` of the filters. */
+  key: string;
+  sortByLabel: boolean;
+  page: Page;
+  /** Reads the page; told the number of matches when it is known. */
+  fetchPage: (matches: number | undefined) => Promise<T[]>;
+  count: () => Promise<number>;
+  /** Count before reading the page (the page then chooses its plan by the count). */
+  countFirst?: boolean;
+  /** Keep the page and answer it from the cache (pages of ids only, never of records). */
+  cachePage?: boolean;
+}
+
 /**
- * One page of a list and the number of matches. The count comes from `counts` when known (and a
- * page past it needs no query), from the page itself when it is partial, else from `count()`.
- * `countFirst`: the count is taken before the page, which is then told it (to choose a plan).
+ * What the list requests of one registry found, per tenant: the number of matches by filters,
+ * and recent pages of ids by filters, order and position. Dashboards read the same pages again
+ * and again; a repeated page then costs no query. Both are dropped together by every registry
+ * event of the tenant (`dropTenant`), with the stamp rule above.
  */
-export async function countedPage<T>(
-  counts: TenantCache<number>,
-  tenant: string,
-  key: string,
-  page: Page,
-  fetchPage: (matches: number | undefined) => Promise<T[]>,
-  count: () => Promise<number>,
-  countFirst = false,
-): Promise<{ items: T[]; matches: number }> {
-  const stamp = counts.stamp(tenant);
-  let matches = counts.get(tenant, key);
-  if (matches === undefined && countFirst) {
-    matches = await count();
-    counts.set(tenant, key, matches, stamp);
+export class ListCache {
+  private readonly counts = new TenantCache<number>(10_000);
+  private readonly pages = new TenantCache<ListPage<unknown>>(5_000);
+
+  dropTenant(tenant: string): void {
+    this.counts.dropTenant(tenant);
+    this.pages.dropTenant(tenant);
   }
-  if (matches !== undefined && page.offset >= matches) return { items: [], matches };
-  const items = await fetchPage(matches);
-  if (matches === undefined) {
-    const partial = items.length > 0 && items.length < page.size;
-    matches = partial ? page.offset + items.length : await count();
-    counts.set(tenant, key, matches, stamp);
+
+  /**
+   * One page of a list and the number of matches: the cached page when there is one; else the
+   * page from `fetchPage`, with the count from the cache when known (a page past it needs no
+   * query), from the page itself when it is partial, else from `count()`.
+   */
+  async page<T>(tenant: string, r: PageRequest<T>): Promise<ListPage<T>> {
+    const pageKey = `${r.key}|${r.sortByLabel ? 'label' : 'id'}|${r.page.size}|${r.page.offset}`;
+    if (r.cachePage) {
+      const cached = this.pages.get(tenant, pageKey);
+      if (cached) return cached as ListPage<T>;
+    }
+    const countStamp = this.counts.stamp(tenant);
+    const pageStamp = this.pages.stamp(tenant);
+    let matches = this.counts.get(tenant, r.key);
+    if (matches === undefined && r.countFirst) {
+      matches = await r.count();
+      this.counts.set(tenant, r.key, matches, countStamp);
+    }
+    if (matches !== undefined && r.page.offset >= matches) return { items: [], matches };
+    const items = await r.fetchPage(matches);
+    if (matches === undefined) {
+      const partial = items.length > 0 && items.length < r.page.size;
+      matches = partial ? r.page.offset + items.length : await r.count();
+      this.counts.set(tenant, r.key, matches, countStamp);
+    }
+    if (r.cachePage && items.length <= MAX_CACHED_PAGE) this.pages.set(tenant, pageKey, { items, matches }, pageStamp);
+    return { items, matches };
   }
-  return { items, matches };
 }

@@ -60,6 +60,44 @@ describe('device pages after changes', () => {
     }
   });
 
+  it('a page read again follows every change of which devices it holds (label, override, template, create, delete)', async () => {
+    const t = await createTemplate(svc.base, token, thermometer);
+    const made = await createDevices(svc.base, token, { label: 'm', templates: [t.id] }, '?count=3');
+    const ids = made.map((d) => d.id);
+    const idsOf = async (path: string) => (await page(path)).devices.map((d: any) => d.id).sort();
+    const sorted = (xs: string[]) => [...xs].sort();
+    const byLabel = '/device?label=m_&sortBy=label&page_size=2';
+    const labelsOf = async () => (await page(byLabel)).devices.map((d: any) => d.label);
+    const bySerial = '/device?attr=serial=SN-77';
+    const geo = '/device?attr_type=geopoint&label=m_';
+    const ofTemplate = `/device/template/${t.id}`;
+    // Each page read once before the changes (and so cached).
+    expect(await labelsOf()).toEqual(['m_0', 'm_1']);
+    expect(await idsOf(bySerial)).toEqual([]);
+    expect(await idsOf(geo)).toEqual([]);
+    expect(await idsOf(ofTemplate)).toEqual(sorted(ids));
+
+    // A new label moves the device in the label order.
+    const put = (id: string, body: unknown) => http('PUT', `${svc.base}/device/${id}`, { token, body });
+    expect((await put(ids[0]!, { label: 'z', templates: [t.id] })).status).toBe(200);
+    expect(await labelsOf()).toEqual(['m_1', 'm_2']);
+    // An override makes the device match an attr filter.
+    expect((await put(ids[1]!, { label: 'm_1', templates: [t.id], attrs: [{ label: 'serial', static_value: 'SN-77' }] })).status).toBe(200);
+    expect(await idsOf(bySerial)).toEqual([ids[1]]);
+    // A template update gives every device of it an attribute type.
+    const withGeo = { ...thermometer, attrs: [...thermometer.attrs, { label: 'where', type: 'dynamic', value_type: 'geopoint' }] };
+    expect((await http('PUT', `${svc.base}/template/${t.id}`, { token, body: withGeo })).status).toBe(200);
+    expect(await idsOf(geo)).toEqual(sorted([ids[1]!, ids[2]!]));
+    // A new device and a deleted one.
+    const [extra] = await createDevices(svc.base, token, { label: 'm', templates: [t.id] });
+    expect(await idsOf(ofTemplate)).toEqual(sorted([...ids, extra!.id]));
+    expect((await http('DELETE', `${svc.base}/device/${ids[1]}`, { token })).status).toBe(200);
+    expect(await idsOf(bySerial)).toEqual([]);
+    expect(await idsOf(ofTemplate)).toEqual(sorted([ids[0]!, ids[2]!, extra!.id]));
+    expect(await labelsOf()).toEqual(['m_0', 'm_2']);
+    expect((await page(byLabel)).pagination).toEqual({ page: 1, total: 1, has_next: false, next_page: null });
+  });
+
   it('a page is the same JSON with the view cache off', async () => {
     const t = await createTemplate(svc.base, token, thermometer);
     await createDevices(svc.base, token, { label: 'nocache', templates: [t.id], attrs: [{ label: 'serial', static_value: 'SN-1' }] }, '?count=2');

@@ -1,6 +1,6 @@
 // Unit tests of the per-tenant cache behind the device views and list counts.
 import { describe, expect, it } from 'vitest';
-import { TenantCache } from '../../src/registry/tenant-cache.js';
+import { ListCache, TenantCache } from '../../src/registry/tenant-cache.js';
 
 describe('TenantCache', () => {
   it('keeps values per tenant', () => {
@@ -54,5 +54,46 @@ describe('TenantCache', () => {
     const off = new TenantCache<number>(0);
     off.set('a', 'k', 1, off.stamp('a'));
     expect(off.get('a', 'k')).toBeUndefined();
+  });
+});
+
+describe('ListCache', () => {
+  const page = { num: 1, size: 2, offset: 0 };
+  const request = (fetched: string[][], counted: number[], extra: Partial<Parameters<ListCache['page']>[1]> = {}) => ({
+    key: 'k',
+    sortByLabel: false,
+    page,
+    fetchPage: async () => fetched.shift()!,
+    count: async () => counted.shift()!,
+    cachePage: true,
+    ...extra,
+  });
+
+  it('answers a page read before from the cache until the tenant changes', async () => {
+    const c = new ListCache();
+    const fetched = [['a', 'b'], ['a', 'c']];
+    const counted = [3, 4];
+    expect(await c.page('t', request(fetched, counted))).toEqual({ items: ['a', 'b'], matches: 3 });
+    expect(await c.page('t', request(fetched, counted))).toEqual({ items: ['a', 'b'], matches: 3 });
+    expect(fetched).toHaveLength(1); // no second read
+    c.dropTenant('t');
+    expect(await c.page('t', request(fetched, counted))).toEqual({ items: ['a', 'c'], matches: 4 });
+  });
+
+  it('keys pages by order and position; never keeps pages of records (cachePage false)', async () => {
+    const c = new ListCache();
+    await c.page('t', request([['a', 'b']], [3]));
+    expect(await c.page('t', request([['b', 'a']], [], { sortByLabel: true }))).toEqual({ items: ['b', 'a'], matches: 3 });
+    expect(await c.page('t', request([['c']], [], { page: { num: 2, size: 2, offset: 2 } }))).toEqual({ items: ['c'], matches: 3 });
+    const records = [[{ id: 'a' }], [{ id: 'a2' }]];
+    await c.page('u', { ...request([], [1]), fetchPage: async () => records.shift()!, cachePage: false });
+    expect(await c.page('u', { ...request([], []), fetchPage: async () => records.shift()!, cachePage: false })).toEqual({ items: [{ id: 'a2' }], matches: 1 });
+  });
+
+  it('does not keep a page read while the tenant changed', async () => {
+    const c = new ListCache();
+    const fetched = [['old'], ['new']];
+    await c.page('t', { ...request(fetched, []), fetchPage: async () => (c.dropTenant('t'), fetched.shift()!) });
+    expect(await c.page('t', request(fetched, []))).toEqual({ items: ['new'], matches: 1 });
   });
 });

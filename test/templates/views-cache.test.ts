@@ -55,6 +55,33 @@ describe('template views after changes', () => {
     expect(left.pagination).toEqual({ page: 1, total: 1, has_next: false, next_page: null });
   });
 
+  it('a page read again follows every change of which templates it holds (create, label, attributes, delete)', async () => {
+    const a = (await ok('POST', '/template', sensor('pg-a', 'S-1'))).template;
+    const b = (await ok('POST', '/template', sensor('pg-b', 'S-1'))).template;
+    const labels = async (path: string) => (await ok('GET', path)).templates.map((t: any) => t.label);
+    const byLabel = '/template?label=pg-&sortBy=label&page_size=2';
+    const bySerial = '/template?attr=serial=S-9';
+    const geo = '/template?attr_type=geopoint&label=pg-';
+    // Each page read once before the changes (and so cached).
+    expect(await labels(byLabel)).toEqual(['pg-a', 'pg-b']);
+    expect(await labels(bySerial)).toEqual([]);
+    expect(await labels(geo)).toEqual([]);
+
+    await ok('POST', '/template', sensor('pg-0', 'S-1'));
+    expect(await labels(byLabel)).toEqual(['pg-0', 'pg-a']);
+    await ok('PUT', `/template/${a.id}`, sensor('pg-z', 'S-9'));
+    expect(await labels(byLabel)).toEqual(['pg-0', 'pg-b']);
+    expect(await labels(bySerial)).toEqual(['pg-z']);
+    const withGeo = sensor('pg-b', 'S-1');
+    withGeo.attrs.push({ label: 'where', type: 'dynamic', value_type: 'geopoint' });
+    await ok('PUT', `/template/${b.id}`, withGeo);
+    expect(await labels(geo)).toEqual(['pg-b']);
+    await ok('DELETE', `/template/${b.id}`);
+    expect(await labels(geo)).toEqual([]);
+    expect(await labels(byLabel)).toEqual(['pg-0', 'pg-z']);
+    expect((await ok('GET', byLabel)).pagination).toEqual({ page: 1, total: 1, has_next: false, next_page: null });
+  });
+
   it('the same JSON with the cache off; another tenant sees none of it', async () => {
     const t = (await ok('POST', '/template', sensor('nocache', 'x'))).template;
     const cached = await http('GET', `${svc.base}/template/${t.id}?attr_format=split`, { token });

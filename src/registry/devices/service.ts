@@ -8,7 +8,7 @@ import type { Page } from '../../http/query.js';
 import type { AttrRecord } from '../attrs.js';
 import type { RegistryEvent, RegistryEvents } from '../events.js';
 import { filtersCanMatch, parseTemplateId } from '../sql.js';
-import { countedPage, countKey, TenantCache } from '../tenant-cache.js';
+import { countKey, ListCache, TenantCache } from '../tenant-cache.js';
 import { parseDeviceBody } from './input.js';
 import * as repo from './repo.js';
 import type { CreateOptions, DeviceInput, DeviceRecord, OverrideRow } from './types.js';
@@ -41,7 +41,8 @@ export type CreateResult = { verbose: true; devices: DeviceRecord[] } | { verbos
 
 export class DeviceService {
   private readonly views: TenantCache<CachedView>;
-  private readonly counts = new TenantCache<number>(10_000);
+  /** Match counts and pages (ids) of list requests. */
+  private readonly lists = new ListCache();
   private readonly randomId: () => string;
 
   constructor(
@@ -112,30 +113,33 @@ export class DeviceService {
    */
   async listJson(tenant: string, q: repo.DeviceQuery, page: Page): Promise<{ views: string[]; matches: number }> {
     if (!filtersCanMatch(q.filters)) return { views: [], matches: 0 };
-    const { items, matches } = await this.findPage(tenant, q, page, (plan) => repo.listDevicePageIds(this.pool, tenant, q, page, plan));
+    const { items, matches } = await this.findPage(tenant, q, page, true, (plan) => repo.listDevicePageIds(this.pool, tenant, q, page, plan));
     return { views: await this.viewsJson(tenant, items), matches };
   }
 
   /** An internal page (keys opened) and the number of matches. */
   async listInternal(tenant: string, q: repo.DeviceQuery, page: Page): Promise<{ devices: DeviceRecord[]; matches: number }> {
     if (!filtersCanMatch(q.filters)) return { devices: [], matches: 0 };
-    const { items, matches } = await this.findPage(tenant, q, page, (plan) => repo.listDevices(this.pool, tenant, q, page, plan, true));
+    const { items, matches } = await this.findPage(tenant, q, page, false, (plan) => repo.listDevices(this.pool, tenant, q, page, plan, true));
     return { devices: items.map((d) => this.openKeys(tenant, d)), matches };
   }
 
-  /** One page and the number of matches (counted only when neither the cache nor the page tells it). */
-  private findPage<T>(tenant: string, q: repo.DeviceQuery, page: Page, fetch: (plan: repo.AttrPlan) => Promise<T[]>): Promise<{ items: T[]; matches: number }> {
+  /**
+   * One page and the number of matches (counted only when neither the cache nor the page tells
+   * it). `cachePage`: the page is of ids, kept and answered from the cache (ListCache).
+   */
+  private findPage<T>(tenant: string, q: repo.DeviceQuery, page: Page, cachePage: boolean, fetch: (plan: repo.AttrPlan) => Promise<T[]>): Promise<{ items: T[]; matches: number }> {
     // With attr= filters the count comes first: few matches are found best as a set, many by
     // walking the devices in page order.
-    return countedPage(
-      this.counts,
-      tenant,
-      countKey(q.filters, String(q.templateId ?? '')),
+    return this.lists.page(tenant, {
+      key: countKey(q.filters, String(q.templateId ?? '')),
+      sortByLabel: q.filters.sortByLabel,
       page,
-      (known) => fetch(known !== undefined && known <= SET_PLAN_MAX ? 'set' : 'walk'),
-      () => repo.countDevices(this.pool, tenant, q),
-      q.filters.attrs.length > 0,
-    );
+      fetchPage: (known) => fetch(known !== undefined && known <= SET_PLAN_MAX ? 'set' : 'walk'),
+      count: () => repo.countDevices(this.pool, tenant, q),
+      countFirst: q.filters.attrs.length > 0,
+      cachePage,
+    });
   }
 
   async listIds(tenant: string, q: repo.DeviceQuery): Promise<string[]> {
@@ -291,17 +295,17 @@ export class DeviceService {
       case 'devices.changed':
       case 'devices.removed':
         this.views.delete(e.tenant, e.deviceIds);
-        this.counts.dropTenant(e.tenant);
+        this.lists.dropTenant(e.tenant);
         break;
       case 'templates.changed': {
         const changed = new Set(e.templateIds);
         this.views.deleteWhere(e.tenant, (v) => v.templates.some((t) => changed.has(t)));
-        this.counts.dropTenant(e.tenant);
+        this.lists.dropTenant(e.tenant);
         break;
       }
       case 'tenant.changed':
         this.views.dropTenant(e.tenant);
-        this.counts.dropTenant(e.tenant);
+        this.lists.dropTenant(e.tenant);
         break;
     }
   }

@@ -7,7 +7,7 @@ import type { ListFilters, Page } from '../../http/query.js';
 import type { AttrRecord } from '../attrs.js';
 import type { RegistryEvents } from '../events.js';
 import { filtersCanMatch, parseTemplateId } from '../sql.js';
-import { countedPage, countKey, TenantCache } from '../tenant-cache.js';
+import { countKey, ListCache, TenantCache } from '../tenant-cache.js';
 import { parseTemplateInput } from './input.js';
 import * as repo from './repo.js';
 import type { AttrChange, AttrInput, NewAttrRow, TemplateRecord } from './types.js';
@@ -38,8 +38,8 @@ async function newRows(db: pg.PoolClient, attrs: AttrInput[], metaOfKept: Array<
 }
 
 export class TemplateService {
-  /** Match counts of list requests: counting 100k templates costs ~10 ms, a page ~1 ms. */
-  private readonly counts = new TenantCache<number>(10_000);
+  /** Match counts and pages of list requests: counting 100k templates costs ~10 ms, a page ~1 ms. */
+  private readonly lists = new ListCache();
   /** Serialised views by template id, for GET /template/{id} and the list pages. */
   private readonly views: TenantCache<TemplateJson>;
 
@@ -52,7 +52,7 @@ export class TemplateService {
     events.on((e) => {
       if (e.type === 'templates.changed') this.views.delete(e.tenant, e.templateIds.map(String));
       if (e.type === 'tenant.changed') this.views.dropTenant(e.tenant);
-      if (e.type === 'templates.changed' || e.type === 'tenant.changed') this.counts.dropTenant(e.tenant);
+      if (e.type === 'templates.changed' || e.type === 'tenant.changed') this.lists.dropTenant(e.tenant);
     });
   }
 
@@ -70,14 +70,14 @@ export class TemplateService {
   /** One page (views from the cache, page ids from the database) and the number of matches. */
   async list(tenant: string, filters: ListFilters, page: Page): Promise<{ templates: TemplateJson[]; matches: number }> {
     if (!filtersCanMatch(filters)) return { templates: [], matches: 0 };
-    const { items, matches } = await countedPage(
-      this.counts,
-      tenant,
-      countKey(filters),
+    const { items, matches } = await this.lists.page(tenant, {
+      key: countKey(filters),
+      sortByLabel: filters.sortByLabel,
       page,
-      () => repo.listTemplatePageIds(this.pool, tenant, filters, page),
-      () => repo.countTemplates(this.pool, tenant, filters),
-    );
+      fetchPage: () => repo.listTemplatePageIds(this.pool, tenant, filters, page),
+      count: () => repo.countTemplates(this.pool, tenant, filters),
+      cachePage: true,
+    });
     return { templates: await this.viewsOf(tenant, items), matches };
   }
 
