@@ -82,7 +82,7 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     if (!config.databaseUrl || !config.jwtSecret || !config.pskEncryptionKey) await prepareDataDir(config.dataDir);
     let embeddedDb: EmbeddedDatabase | undefined;
     if (!config.databaseUrl) {
-      embeddedDb = await startEmbeddedDatabase({ dataDir: config.dataDir, port: config.embeddedPgPort, log });
+      embeddedDb = await startEmbeddedDatabase({ dataDir: config.dataDir, port: config.embeddedPgPort, settings: config.embeddedPgSettings, log });
       cleanup.push(() => embeddedDb!.stop());
       checkpoint();
     }

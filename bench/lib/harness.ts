@@ -7,6 +7,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
+import { readConfig } from '../../src/config.js';
 import { startEmbeddedDatabase } from '../../src/db/embedded.js';
 import { createLogger } from '../../src/log.js';
 import { projectRoot } from '../../src/paths.js';
@@ -43,7 +44,9 @@ function waitForLine(child: ChildProcess, pattern: RegExp, timeoutMs = 120_000):
 export async function startBenchService(env: Record<string, string> = {}, nodeArgs: string[] = []): Promise<BenchService> {
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'dr-bench-'));
   await fs.chmod(dir, 0o755);
-  const db = await startEmbeddedDatabase({ dataDir: dir, port: undefined, log: createLogger('warn') });
+  // The embedded server's settings as the service would start it (EMBEDDED_PG_SETTINGS applies).
+  const settings = readConfig({ EMBEDDED_PG_SETTINGS: process.env.EMBEDDED_PG_SETTINGS }).embeddedPgSettings;
+  const db = await startEmbeddedDatabase({ dataDir: dir, port: undefined, settings, log: createLogger('warn') });
   const child = spawn(process.execPath, [...nodeArgs, path.join(projectRoot, 'dist/src/main.js')], {
     env: {
       PATH: process.env.PATH,

@@ -18,6 +18,8 @@ interface Options {
   dataDir: string;
   port: number | undefined;
   log: Logger;
+  /** Server settings (name -> value), passed as `-c name=value`. */
+  settings?: Readonly<Record<string, string>>;
 }
 
 /**
@@ -62,12 +64,12 @@ async function stopOrphan(clusterDir: string, log: Logger): Promise<void> {
   throw new Error(`PostgreSQL (pid ${pid}) holding ${clusterDir} did not stop`);
 }
 
-export async function startEmbeddedDatabase({ dataDir, port, log }: Options): Promise<EmbeddedDatabase> {
+export async function startEmbeddedDatabase({ dataDir, port, log, settings = {} }: Options): Promise<EmbeddedDatabase> {
   const EmbeddedPostgres = await loadEmbeddedPostgres();
   await fs.mkdir(dataDir, { recursive: true });
   const release = await claimDataDir(dataDir);
   try {
-    return await startCluster(EmbeddedPostgres, dataDir, port, log, release);
+    return await startCluster(EmbeddedPostgres, dataDir, port, settings, log, release);
   } catch (err) {
     await release();
     throw err;
@@ -78,6 +80,7 @@ async function startCluster(
   EmbeddedPostgres: Awaited<ReturnType<typeof loadEmbeddedPostgres>>,
   dataDir: string,
   port: number | undefined,
+  settings: Readonly<Record<string, string>>,
   log: Logger,
   release: () => Promise<void>,
 ): Promise<EmbeddedDatabase> {
@@ -106,7 +109,10 @@ async function startCluster(
     createPostgresUser: isRoot,
     // The library passes --lc-messages=en_US.UTF-8, which many machines lack; C (English) overrides it.
     initdbFlags: ['--encoding=UTF8', '--locale=C', '--lc-messages=C'],
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
+    postgresFlags: [
+      ...['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
+      ...Object.entries(settings).flatMap(([name, v]) => ['-c', `${name}=${v}`]),
+    ],
     onLog: (message: string) => log.debug('postgres', { line: message.trim() }),
     onError: (err: unknown) => log.warn('postgres', { error: String(err) }),
   });

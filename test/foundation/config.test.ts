@@ -16,6 +16,11 @@ describe('configuration', () => {
     expect(c.maxPageSize).toBe(1000);
     expect(c.databaseUrl).toBeUndefined();
     expect(c.dataDir.endsWith('/data')).toBe(true);
+    const sharedBuffersMb = Number(/^(\d+)MB$/.exec(c.embeddedPgSettings.shared_buffers!)?.[1]);
+    expect(sharedBuffersMb).toBeGreaterThanOrEqual(128);
+    expect(sharedBuffersMb).toBeLessThanOrEqual(1024);
+    expect(c.embeddedPgSettings).toMatchObject({ max_wal_size: '4GB', checkpoint_timeout: '15min' });
+    expect(readConfig({ EMBEDDED_PG_SETTINGS: ' shared_buffers=2GB  jit=off ' }).embeddedPgSettings).toMatchObject({ shared_buffers: '2GB', jit: 'off', max_wal_size: '4GB' });
     expect(Object.isFrozen(c)).toBe(true);
   });
 
@@ -24,6 +29,8 @@ describe('configuration', () => {
     ['PORT', '70000', /PORT must be an integer/],
     ['INTERNAL_PORT', '-1', /INTERNAL_PORT must be an integer/],
     ['LOG_LEVEL', 'loud', /LOG_LEVEL must be one of debug, info, warn, error, silent/],
+    ['EMBEDDED_PG_SETTINGS', 'shared_buffers', /EMBEDDED_PG_SETTINGS must be blank-separated PostgreSQL settings/],
+    ['EMBEDDED_PG_SETTINGS', 'a=b;c=d', /EMBEDDED_PG_SETTINGS must be blank-separated/],
     ['MAX_BODY_BYTES', '0', /MAX_BODY_BYTES must be an integer between 1/],
     ['DATABASE_URL', 'mysql://x', /DATABASE_URL must be a URL with scheme postgres/],
     ['MQTT_URL', 'not a url', /MQTT_URL must be a URL/],

@@ -4,6 +4,7 @@ import fs from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
 import { execSync } from 'node:child_process';
+import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../src/net.js';
 import { http, loggedAddress, spawnService, tempDir, type SpawnedService } from '../helpers/service.js';
@@ -60,9 +61,18 @@ describe('zero-setup start', () => {
     expect(Date.now() - t0).toBeLessThan(10_000);
     expect(postgresRunningFor(dataDir)).toBe(false);
 
-    const second = await start({ DATA_DIR: dataDir });
+    const second = await start({ DATA_DIR: dataDir, EMBEDDED_PG_SETTINGS: 'shared_buffers=48MB  work_mem=8MB' });
     expect(second.svc.output.some((l) => l.includes('initialising'))).toBe(false);
     expect(await logInStatus(second.base, 'kept', 'pw')).toBe(200);
+    // The embedded server runs with its tuned defaults and the settings given.
+    const pgAddress = JSON.parse((await second.svc.waitFor(/embedded PostgreSQL listening/)).trim()).address as string;
+    const password = (await fs.readFile(path.join(dataDir, 'pg-password'), 'utf8')).trim();
+    const client = new pg.Client({ connectionString: `postgres://postgres:${password}@${pgAddress}/postgres` });
+    await client.connect();
+    expect((await client.query('SHOW shared_buffers')).rows[0].shared_buffers).toBe('48MB');
+    expect((await client.query('SHOW work_mem')).rows[0].work_mem).toBe('8MB');
+    expect((await client.query('SHOW max_wal_size')).rows[0].max_wal_size).toBe('4GB');
+    await client.end();
     await stopCleanly(second.svc, 'SIGINT');
     expect(postgresRunningFor(dataDir)).toBe(false);
   });
