@@ -23,6 +23,8 @@ const STATUS_TEXT: Record<number, string> = {
 const KNOWN_METHODS = new Set(['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'HEAD', 'OPTIONS']);
 const NO_VALUES: QueryValues = Object.freeze({});
 const JSON_TYPE = /^application\/json\s*(;|$)/i;
+/** Request bodies must be UTF-8 (RFC 8259 §8.1): anything else is 400, never stored with U+FFFD. A leading BOM is ignored. */
+const utf8 = new TextDecoder('utf-8', { fatal: true });
 
 export interface HttpOptions {
   publicHost: string;
@@ -139,7 +141,7 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
       try {
         if (!JSON_TYPE.test(contentType)) throw bad();
         try {
-          parsed = JSON.parse(raw.toString('utf8'));
+          parsed = JSON.parse(utf8.decode(raw));
         } catch {
           throw bad();
         }

@@ -40,7 +40,8 @@ export class ShardActor {
   private current = emptyBuffer();
   private writing = false;
   private timer: NodeJS.Timeout | undefined;
-  private readonly decoder = new TextDecoder('utf-8');
+  /** Fatal: a payload that is not UTF-8 is refused, not stored with U+FFFD in its place. */
+  private readonly decoder = new TextDecoder('utf-8', { fatal: true });
   private metrics = ShardActor.emptyMetrics();
   private lastUs = -1;
   private lastTs = '';
@@ -120,7 +121,13 @@ export class ShardActor {
         this.drop('unknown_device');
         continue;
       }
-      const payload = this.decoder.decode(task.payload.subarray(task.offsets[i]!, task.offsets[i + 1]!));
+      let payload: string;
+      try {
+        payload = this.decoder.decode(task.payload.subarray(task.offsets[i]!, task.offsets[i + 1]!));
+      } catch {
+        this.drop('not_json'); // not UTF-8, so not JSON text (RFC 8259 §8.1)
+        continue;
+      }
       const before = buf.lines.length;
       let outcome: MessageOutcome;
       try {

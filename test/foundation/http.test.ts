@@ -52,6 +52,19 @@ describe('request bodies', () => {
     expect(res.body).toEqual({ message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 });
   });
 
+  it('a body that is not UTF-8 is not JSON: 400, nothing created; a leading BOM is ignored', async () => {
+    const json = { 'content-type': 'application/json' };
+    const user = (name: string) => Buffer.from(`{"username":"${name}","passwd":"pw","service":"t","profile":"user"}`);
+    const latin1 = Buffer.concat([Buffer.from('{"username":"caf'), Buffer.from([0xe9]), Buffer.from('","passwd":"pw","service":"t","profile":"user"}')]);
+    const res = await http('POST', `${svc.base}/auth/user`, { token, rawBody: latin1, headers: json });
+    expect(res.status).toBe(400);
+    expect(res.body).toEqual({ message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 });
+    expect((await svc.service.pool.query("SELECT count(*)::int AS n FROM users WHERE username LIKE 'caf%'")).rows[0].n).toBe(0);
+    const withBom = await http('POST', `${svc.base}/auth/user`, { token, rawBody: Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), user('bom-user')]), headers: json });
+    expect(withBom.status, withBom.text).toBe(201);
+    expect(withBom.body.username).toBe('bom-user');
+  });
+
   it('a client that goes away mid-body does not hurt the service', async () => {
     const port = new URL(svc.base).port;
     for (let i = 0; i < 20; i++) {

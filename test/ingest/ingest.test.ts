@@ -223,13 +223,15 @@ describe('bad messages', () => {
     await eventually(async () => metric(await metrics(), 'ingest_dropped_total{reason="oversized"}') >= before + 1 || undefined, 'oversized');
   });
 
-  it('invalid UTF-8 bytes do not break the batch', async () => {
+  it('a payload that is not UTF-8 is not JSON: dropped as not_json, nothing of it stored, the batch goes on', async () => {
+    const before = metric(await metrics(), 'ingest_dropped_total{reason="not_json"}');
     const d = await newDevice();
-    await send(d, null, { raw: Buffer.concat([Buffer.from('{"name":"a'), Buffer.from([0xff, 0xfe]), Buffer.from('b"}')]) });
-    await send(d, { temperature: 5 });
+    await send(d, null, { raw: Buffer.concat([Buffer.from('{"temperature":4,"name":"a'), Buffer.from([0xff, 0xfe]), Buffer.from('b"}')]) });
+    await send(d, { temperature: 5, name: 'é' });
     const all = await stored(d, 2);
-    expect(all.name).toHaveLength(1);
+    expect(all.name.map((r: any) => r.value)).toEqual(['é']);
     expect(all.temperature.map((r: any) => r.value)).toEqual([5]);
+    await eventually(async () => metric(await metrics(), 'ingest_dropped_total{reason="not_json"}') >= before + 1 || undefined, 'not_json');
   });
 });
 
