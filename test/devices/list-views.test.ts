@@ -1,6 +1,7 @@
 // The public device lists write each device from the same cached view as GET /device/{id}: every
 // change shows in the next page at once, whatever was read (and cached) before it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eventually } from '../helpers/registry-fixtures.js';
 import { http, login, startTestService, type TestService } from '../helpers/service.js';
 import { createDevices, createTemplate, getDevice, thermometer } from './fixtures.js';
 
@@ -96,6 +97,32 @@ describe('device pages after changes', () => {
     expect(await idsOf(ofTemplate)).toEqual(sorted([ids[0]!, ids[2]!, extra!.id]));
     expect(await labelsOf()).toEqual(['m_0', 'm_2']);
     expect((await page(byLabel)).pagination).toEqual({ page: 1, total: 1, has_next: false, next_page: null });
+  });
+
+  it('a second instance on the same database drops its cached pages and views on the first one\'s changes (NOTIFY)', async () => {
+    const t = await createTemplate(svc.base, token, thermometer);
+    const [first] = await createDevices(svc.base, token, { label: 'twin', templates: [t.id] });
+    const other = await startTestService({ DATABASE_URL: svc.env.DATABASE_URL, PSK_ENCRYPTION_KEY: svc.env.PSK_ENCRYPTION_KEY });
+    try {
+      const otherToken = await login(other.base);
+      const read = async (path: string) => (await http('GET', `${other.base}${path}`, { token: otherToken })).body;
+      const labels = async () => (await read('/device?label=twin&sortBy=label')).devices.map((d: any) => d.label);
+      const templatePage = async () => (await read('/template?label=Thermo&page_size=100')).templates.map((x: any) => x.id);
+      // Cached on the second instance: the page, the count, the view, the template page.
+      expect(await labels()).toEqual(['twin_0']);
+      expect((await read(`/device/${first!.id}`)).label).toBe('twin_0');
+      expect(await templatePage()).toContain(t.id);
+
+      await createDevices(svc.base, token, { label: 'twin', templates: [t.id] });
+      await eventually(async () => (await labels()).length === 2 || undefined, 'the new device on the other instance');
+      expect((await http('PUT', `${svc.base}/device/${first!.id}`, { token, body: { label: 'twin-renamed', templates: [t.id] } })).status).toBe(200);
+      await eventually(async () => (await read(`/device/${first!.id}`)).label === 'twin-renamed' || undefined, 'the new label on the other instance');
+      await eventually(async () => (await labels()).join() === ['twin-renamed', 'twin_0'].join() || undefined, 'the page in label order');
+      expect((await http('DELETE', `${svc.base}/template/${t.id}`, { token })).status).toBe(200);
+      await eventually(async () => !(await templatePage()).includes(t.id) || undefined, 'the template page without the deleted template');
+    } finally {
+      await other.stop();
+    }
   });
 
   it('a page is the same JSON with the view cache off', async () => {
