@@ -61,6 +61,8 @@ export async function startBenchService(env: Record<string, string> = {}, nodeAr
       MQTT_HOST: '127.0.0.1',
       MQTT_PORT: '0',
       LOG_LEVEL: 'info',
+      // BENCH_SVC_<NAME>=value passes <NAME>=value to the service (e.g. BENCH_SVC_DEVICE_CACHE_SIZE=0).
+      ...Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith('BENCH_SVC_')).map(([k, v]) => [k.slice(10), v])),
       ...env,
     },
     stdio: ['ignore', 'pipe', 'inherit'],

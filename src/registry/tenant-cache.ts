@@ -22,6 +22,12 @@ export class TenantCache<V> {
     return `${this.epoch}:${this.generations.get(tenant) ?? 0}`;
   }
 
+  /** `stamp` as it will be after `events` invalidations of the tenant (and none of all). */
+  advanced(stamp: string, events: number): string {
+    const [epoch, generation] = stamp.split(':');
+    return `${epoch}:${Number(generation) + events}`;
+  }
+
   set(tenant: string, key: string, value: V, stamp: string): void {
     if (this.maxEntries <= 0 || stamp !== this.stamp(tenant)) return;
     let entries = this.tenants.get(tenant);

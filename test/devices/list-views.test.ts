@@ -125,6 +125,32 @@ describe('device pages after changes', () => {
     }
   });
 
+  it('the views cached at creation are the JSON the database gives (overrides, metadata, keys, verbose, count)', async () => {
+    const keyed = { label: 'Keyed', attrs: [...thermometer.attrs, { label: 'key', type: 'static', value_type: 'psk' }] };
+    const t = await createTemplate(svc.base, token, keyed);
+    const loc = await createTemplate(svc.base, token, { label: 'Loc', attrs: [{ label: 'vendor', type: 'static', value_type: 'string', static_value: 'acme' }] });
+    const serial = t.attrs.find((a: any) => a.label === 'serial');
+    const overrides = [{ id: serial.id, template_id: String(t.id), label: 'serial', static_value: 'SN-9', metadata: [{ id: serial.metadata[0].id, static_value: 'K' }] }];
+    const many = await createDevices(svc.base, token, { label: 'born', templates: [t.id, loc.id], attrs: overrides }, '?count=25');
+    const verbose = await http('POST', `${svc.base}/device?verbose=true`, { token, body: { label: 'born-v', templates: [loc.id] } });
+    expect(verbose.status).toBe(200);
+    const ids = [...many.map((d) => d.id), verbose.body.devices[0].id];
+    const cached = await Promise.all(ids.map(async (id) => (await http('GET', `${svc.base}/device/${id}`, { token })).text));
+    const plain = await startTestService({ DATABASE_URL: svc.env.DATABASE_URL, PSK_ENCRYPTION_KEY: svc.env.PSK_ENCRYPTION_KEY, DEVICE_CACHE_SIZE: '0' });
+    try {
+      const other = await login(plain.base);
+      for (const [i, id] of ids.entries()) expect(cached[i]).toBe((await http('GET', `${plain.base}/device/${id}`, { token: other })).text);
+    } finally {
+      await plain.stop();
+    }
+    expect(JSON.parse(cached[3]!)).toMatchObject({ id: ids[3], label: 'born_3' });
+    expect(JSON.parse(cached[3]!).attrs[String(t.id)][1]).toMatchObject({ static_value: 'SN-9', is_static_overridden: true });
+    // Cached at creation indeed: a change behind the service's back (no event) does not show.
+    const [late] = await createDevices(svc.base, token, { label: 'late', templates: [loc.id] }, '?count=2');
+    await svc.service.pool.query("UPDATE devices SET label = 'changed-behind' WHERE id = $1", [late!.id]);
+    expect((await http('GET', `${svc.base}/device/${late!.id}`, { token })).body.label).toBe('late_0');
+  });
+
   it('a page is the same JSON with the view cache off', async () => {
     const t = await createTemplate(svc.base, token, thermometer);
     await createDevices(svc.base, token, { label: 'nocache', templates: [t.id], attrs: [{ label: 'serial', static_value: 'SN-1' }] }, '?count=2');

@@ -45,6 +45,24 @@ describe('TenantCache', () => {
     expect(c.entries).toBe(2);
   });
 
+  it('advanced(stamp, n): a value is kept only if exactly n invalidations of the tenant came in since the stamp', () => {
+    const c = new TenantCache<string>(10);
+    const s0 = c.stamp('a');
+    c.delete('a', ['x']); // our own change
+    c.set('a', 'k', 'v', c.advanced(s0, 1));
+    expect(c.get('a', 'k')).toBe('v');
+    const s1 = c.stamp('a');
+    c.delete('a', ['x']);
+    c.delete('a', ['y']); // someone else's change as well
+    c.set('a', 'k2', 'v', c.advanced(s1, 1));
+    expect(c.get('a', 'k2')).toBeUndefined();
+    const s2 = c.stamp('a');
+    c.delete('a', ['x']);
+    c.clear(); // everything dropped
+    c.set('a', 'k3', 'v', c.advanced(s2, 1));
+    expect(c.get('a', 'k3')).toBeUndefined();
+  });
+
   it('stays within its size, dropping the oldest entries first', () => {
     const c = new TenantCache<number>(3);
     for (let i = 0; i < 5; i++) c.set('a', String(i), i, c.stamp('a'));
