@@ -82,6 +82,13 @@ describe('template views after changes', () => {
     expect((await ok('GET', byLabel)).pagination).toEqual({ page: 1, total: 1, has_next: false, next_page: null });
   });
 
+  it('a template is cached as created: a change behind the service\'s back (no event) does not show', async () => {
+    const t = (await ok('POST', '/template', sensor('born', 'x'))).template;
+    await svc.service.pool.query("UPDATE templates SET label = 'changed-behind' WHERE id = $1", [t.id]);
+    expect((await ok('GET', `/template/${t.id}`)).label).toBe('born');
+    expect(await ok('GET', `/template/${t.id}?attr_format=split`)).toEqual({ ...t, attrs: undefined, data_attrs: t.data_attrs, config_attrs: t.config_attrs });
+  });
+
   it('the same JSON with the cache off; another tenant sees none of it', async () => {
     const t = (await ok('POST', '/template', sensor('nocache', 'x'))).template;
     const cached = await http('GET', `${svc.base}/template/${t.id}?attr_format=split`, { token });

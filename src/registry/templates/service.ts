@@ -58,12 +58,16 @@ export class TemplateService {
 
   async create(tenant: string, body: unknown): Promise<TemplateRecord> {
     const input = parseTemplateInput(body);
+    const stamp = this.views.stamp(tenant);
     const created = await inTransaction(this.pool, async (c) => {
       const id = await repo.insertTemplate(c, tenant, input.label);
       await repo.insertAttrs(c, tenant, id, await newRows(c, input.attrs, []));
       return (await repo.getTemplates(c, tenant, [id]))[0]!;
     });
     await this.changed(tenant, [created.id]);
+    // The view as committed, for the reads that follow a creation; kept only if no other change
+    // of the tenant came in since before the transaction (the stamp moved by our event alone).
+    this.views.set(tenant, String(created.id), templateJson(created), this.views.advanced(stamp, 1));
     return created;
   }
 
