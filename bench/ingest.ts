@@ -35,6 +35,7 @@ import mqtt from 'mqtt';
 import pg from 'pg';
 import { projectRoot } from '../src/paths.js';
 import { subscriberClientId } from '../src/broker/external.js';
+import { benchServiceEnv } from './lib/harness.js';
 import type { LoadConfig, LoadProgress } from './ingest-load.js';
 import type { SinkConfig } from './ingest-sink.js';
 
@@ -152,8 +153,7 @@ async function startService(databaseUrl: string): Promise<Service> {
       PORT: '0',
       INTERNAL_PORT: '0',
       LOG_LEVEL: 'info',
-      // BENCH_SVC_<NAME>=value passes <NAME>=value to the service (tuning experiments).
-      ...Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith('BENCH_SVC_')).map(([k, v]) => [k.slice(10), v])),
+      ...benchServiceEnv(),
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });

@@ -40,6 +40,11 @@ function waitForLine(child: ChildProcess, pattern: RegExp, timeoutMs = 120_000):
   });
 }
 
+/** BENCH_SVC_<NAME>=value of the benchmark's environment, as <NAME>=value for the service under test (e.g. BENCH_SVC_DEVICE_CACHE_SIZE=0). */
+export function benchServiceEnv(): Record<string, string> {
+  return Object.fromEntries(Object.entries(process.env).flatMap(([k, v]) => (k.startsWith('BENCH_SVC_') && v !== undefined ? [[k.slice(10), v]] : [])));
+}
+
 /** `nodeArgs`: extra node flags for the service process, e.g. `--cpu-prof` to profile it. */
 export async function startBenchService(env: Record<string, string> = {}, nodeArgs: string[] = []): Promise<BenchService> {
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'dr-bench-'));
@@ -61,8 +66,7 @@ export async function startBenchService(env: Record<string, string> = {}, nodeAr
       MQTT_HOST: '127.0.0.1',
       MQTT_PORT: '0',
       LOG_LEVEL: 'info',
-      // BENCH_SVC_<NAME>=value passes <NAME>=value to the service (e.g. BENCH_SVC_DEVICE_CACHE_SIZE=0).
-      ...Object.fromEntries(Object.entries(process.env).filter(([k]) => k.startsWith('BENCH_SVC_')).map(([k, v]) => [k.slice(10), v])),
+      ...benchServiceEnv(),
       ...env,
     },
     stdio: ['ignore', 'pipe', 'inherit'],

@@ -37,6 +37,9 @@ interface CachedView {
   templates: number[];
 }
 
+/** The public view of a device as the cache keeps it. */
+const cachedView = (d: DeviceRecord): CachedView => ({ json: JSON.stringify(deviceView(d)), templates: d.templates.map((t) => t.id) });
+
 export type CreateResult = { verbose: true; devices: DeviceRecord[] } | { verbose: false; devices: Array<{ id: string; label: string }> };
 
 export class DeviceService {
@@ -86,11 +89,10 @@ export class DeviceService {
     try {
       const [first] = await repo.getDevices(this.pool, tenant, [devices[0]!.id]);
       if (!first) return;
-      const json = JSON.stringify(deviceView(first));
+      const { json, templates } = cachedView(first);
       const head = (d: { id: string; label: string }) => `{"id":${JSON.stringify(d.id)},"label":${JSON.stringify(d.label)},`;
       if (!json.startsWith(head(first))) return;
       const rest = json.slice(head(first).length);
-      const templates = first.templates.map((t) => t.id);
       for (const d of devices) this.views.set(tenant, d.id, { json: head(d) + rest, templates }, stamp);
     } catch {
       // The database gone or the pool closing: the views are read on demand.
@@ -102,10 +104,9 @@ export class DeviceService {
     const hit = this.views.get(tenant, id);
     if (hit !== undefined) return hit.json;
     const stamp = this.views.stamp(tenant);
-    const d = await this.find(tenant, id, false);
-    const json = JSON.stringify(deviceView(d));
-    this.views.set(tenant, id, { json, templates: d.templates.map((t) => t.id) }, stamp);
-    return json;
+    const view = cachedView(await this.find(tenant, id, false));
+    this.views.set(tenant, id, view, stamp);
+    return view.json;
   }
 
   /**
@@ -123,9 +124,9 @@ export class DeviceService {
     if (missing.length > 0) {
       const stamp = this.views.stamp(tenant);
       for (const d of await repo.getDevices(this.pool, tenant, missing)) {
-        const json = JSON.stringify(deviceView(d));
-        this.views.set(tenant, d.id, { json, templates: d.templates.map((t) => t.id) }, stamp);
-        found.set(d.id, json);
+        const view = cachedView(d);
+        this.views.set(tenant, d.id, view, stamp);
+        found.set(d.id, view.json);
       }
     }
     return ids.flatMap((id) => found.get(id) ?? []);
