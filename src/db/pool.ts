@@ -15,8 +15,26 @@ export function createPool(url: string, max: number, log: Logger): pg.Pool {
   return pool;
 }
 
-/** Runs `fn` in one transaction on one client; rolls back on any error. */
+/** SQLSTATEs after which the whole transaction may simply run again: deadlock, serialization failure. */
+const RETRYABLE = new Set(['40P01', '40001']);
+const TRANSACTION_TRIES = 3;
+
+/**
+ * Runs `fn` in one transaction on one client; rolls back on any error. A transaction that
+ * PostgreSQL aborted as a deadlock victim (two bulk creations drawing the same random ids, say)
+ * runs again from the start, up to three times: `fn` must not act outside the transaction.
+ */
 export async function inTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await once(pool, fn);
+    } catch (err) {
+      if (attempt >= TRANSACTION_TRIES || !RETRYABLE.has((err as { code?: string }).code ?? '')) throw err;
+    }
+  }
+}
+
+async function once<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect();
   let broken: Error | undefined;
   try {

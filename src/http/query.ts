@@ -47,7 +47,8 @@ export interface ListFilters {
 
 /** label / attr (each has a `=`, checked by the schema) / attr_type / sortBy. */
 export function listFiltersOf(q: QueryValues): ListFilters {
-  const attrs = ((q.attr as string[] | undefined) ?? []).map((f) => {
+  // A filter given twice is the same condition: kept once.
+  const attrs = [...new Set((q.attr as string[] | undefined) ?? [])].map((f) => {
     const i = f.indexOf('=');
     return { label: f.slice(0, i), value: f.slice(i + 1) };
   });
@@ -56,7 +57,7 @@ export function listFiltersOf(q: QueryValues): ListFilters {
     label: label === undefined || label === '' ? undefined : label,
     attrs,
     // Kept even when empty: `attr_type=` asks for a type equal to "", which no attribute has.
-    attrTypes: (q.attr_type as string[] | undefined) ?? [],
+    attrTypes: [...new Set((q.attr_type as string[] | undefined) ?? [])],
     sortByLabel: q.sortBy === 'label',
   };
 }

@@ -35,6 +35,19 @@ export interface QueryLimits {
 }
 
 const PAGE_ERRORS = ['pagingNotIntegers', 'pageNumTooSmall', 'pageSizeTooSmall', 'pageSizeTooLarge'];
+/** The filter errors of the list endpoints, after the page's. */
+const FILTER_ERRORS = ['attrFilterWithoutValue', 'badQuery'];
+
+/**
+ * How often `attr` / `attr_type` may be repeated in one list request. Each repetition is one more
+ * condition the planner joins; PostgreSQL's plan search grows so fast with them that a few
+ * hundred ran a backend out of memory (measured: 48 take ~0.2 s, 500 exhaust 18 GB).
+ */
+export const MAX_FILTERS = 16;
+
+const tooManyFilters = (name: string) => ({
+  maxItems: { error: 'badQuery', message: `At most {limit} ${name} filters are allowed in one request` },
+});
 
 const pageParams = (l: QueryLimits) => ({
   page_num: {
@@ -65,23 +78,27 @@ const filterParams = (attrType: boolean) => ({
   label: { type: 'string', description: 'Labels that start or end with this text (case-sensitive, literal; no wildcards).' },
   attr: {
     type: 'array',
+    maxItems: MAX_FILTERS,
     items: {
       type: 'string',
       pattern: '=',
       'x-error': 'attrFilterWithoutValue',
     },
     default: [],
+    'x-error': tooManyFilters('attr'),
     description:
       '`<label>=<value>` (split at the first `=`): an attribute with that label whose value equals `value` (for devices, the ' +
-      "device's override when it has one). Repeatable; several must all hold.",
+      `device's override when it has one). Repeatable (at most ${MAX_FILTERS} times); several must all hold.`,
   },
   ...(attrType
     ? {
         attr_type: {
           type: 'array',
+          maxItems: MAX_FILTERS,
           items: { type: 'string' },
           default: [],
-          description: 'An attribute whose `type` or `value_type` equals it. Repeatable; several must all hold.',
+          'x-error': tooManyFilters('attr_type'),
+          description: `An attribute whose \`type\` or \`value_type\` equals it. Repeatable (at most ${MAX_FILTERS} times); several must all hold.`,
         },
       }
     : {}),
@@ -133,7 +150,7 @@ export function querySchemas(l: QueryLimits) {
     'templates.list': {
       type: 'object',
       properties: { ...pageParams(l), attr_format: attrFormat, ...filterParams(true) },
-      'x-error-order': [...PAGE_ERRORS, 'attrFilterWithoutValue'],
+      'x-error-order': [...PAGE_ERRORS, ...FILTER_ERRORS],
     },
     'templates.get': {
       type: 'object',
@@ -161,7 +178,7 @@ export function querySchemas(l: QueryLimits) {
         idsOnly: idsOnly,
         ...filterParams(true),
       },
-      'x-error-order': [...PAGE_ERRORS, 'attrFilterWithoutValue'],
+      'x-error-order': [...PAGE_ERRORS, ...FILTER_ERRORS],
     },
     'devices.internalList': {
       type: 'object',
@@ -170,7 +187,7 @@ export function querySchemas(l: QueryLimits) {
         idsOnly: idsOnly,
         ...filterParams(false),
       },
-      'x-error-order': [...PAGE_ERRORS, 'attrFilterWithoutValue'],
+      'x-error-order': [...PAGE_ERRORS, ...FILTER_ERRORS],
     },
     'devices.byTemplate': {
       type: 'object',

@@ -108,6 +108,21 @@ describe('GET /device/template/{template_id}', () => {
 });
 
 describe('odd input is never a 500', () => {
+  it('repeated filters: the same one twice counts once; the 16 allowed of each answer at once; a 17th is 400', async () => {
+    expect(labels(await list('?attr_type=geopoint&attr_type=geopoint&attr=vendor=acme&attr=vendor=acme'))).toEqual(labels(await list('?attr_type=geopoint&attr=vendor=acme')));
+    const types = Array.from({ length: 16 }, (_, i) => `attr_type=t${i}`).join('&');
+    const attrs = Array.from({ length: 16 }, (_, i) => `attr=l${i}=v`).join('&');
+    const all = await list(`?${types}&${attrs}`);
+    expect(all.status).toBe(200);
+    expect(all.body.devices).toEqual([]);
+    const over = await list(`?${types}&attr_type=t16`);
+    expect(over.body).toEqual({ message: 'At most 16 attr_type filters are allowed in one request', status: 400 });
+    expect((await http('GET', `${svc.base}/template?${attrs}&attr=l16=v`, { token })).body).toEqual({
+      message: 'At most 16 attr filters are allowed in one request',
+      status: 400,
+    });
+  });
+
   it.each(['?label=%00', '?attr=a%00=b', '?attr_type=%00', '?idsOnly&label=%00'])('%s: nothing matches', async (query) => {
     const res = await list(query);
     expect(res.status).toBe(200);

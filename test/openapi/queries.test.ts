@@ -62,6 +62,17 @@ describe("the contract's errors, in its order", () => {
     expect(failure('devices.list', qs)).toEqual(plain(message));
   });
 
+  it('attr and attr_type: at most 16 of each, after the page checks', () => {
+    const many = (name: string, n: number, value: (i: number) => string) => Array.from({ length: n }, (_, i) => `${name}=${value(i)}`).join('&');
+    for (const id of ['devices.list', 'templates.list'] as const) {
+      expect(run(id, `${many('attr', 16, (i) => `l${i}=v`)}&${many('attr_type', 16, (i) => `t${i}`)}`).failure, id).toBeUndefined();
+      expect(failure(id, many('attr', 17, (i) => `l${i}=v`))).toEqual(plain('At most 16 attr filters are allowed in one request'));
+      expect(failure(id, many('attr_type', 17, (i) => `t${i}`))).toEqual(plain('At most 16 attr_type filters are allowed in one request'));
+      expect(failure(id, `page_size=0&${many('attr_type', 17, (i) => `t${i}`)}`)).toEqual(plain('At least one entry per page is mandatory'));
+    }
+    expect(failure('devices.internalList', many('attr', 17, (i) => `l${i}=v`))).toEqual(plain('At most 16 attr filters are allowed in one request'));
+  });
+
   it('POST /device: count, then its maximum', () => {
     expect(failure('devices.create', 'count=0')).toEqual(plain('If provided, count must be integer'));
     expect(failure('devices.create', 'count=')).toEqual(plain('If provided, count must be integer'));

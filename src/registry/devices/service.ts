@@ -291,6 +291,9 @@ export class DeviceService {
           indexes.push(index);
         }
       }
+      // In id order: concurrent creations drawing the same ids then wait on each other in one
+      // order instead of deadlocking (inTransaction retries a deadlock that still happens).
+      sortTogether(batch, indexes);
       const inserted = await repo.insertDevices(c, tenant, batch, indexes, input.label, templates, overrides);
       batch.forEach((id, i) => (inserted.has(id) ? (ids[indexes[i]!] = id) : next.push(indexes[i]!)));
       pending = next;
@@ -348,4 +351,13 @@ export class DeviceService {
     // Always precise: the MQTT sessions of exactly these devices are closed.
     await this.events.publish({ type: 'devices.removed', tenant, deviceIds });
   }
+}
+
+/** Sorts `ids` ascending and `indexes` along with them. */
+function sortTogether(ids: string[], indexes: number[]): void {
+  const order = ids.map((id, i) => [id, indexes[i]!] as const).sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+  order.forEach(([id, index], i) => {
+    ids[i] = id;
+    indexes[i] = index;
+  });
 }
