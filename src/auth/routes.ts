@@ -33,9 +33,11 @@ export function authRoutes({ pool, tokens }: Deps): Route[] {
     {
       method: 'POST',
       path: '/auth/user',
-      body: 'json',
+      // Deferred: the profile is checked first, so a non-admin gets 403 whatever the body.
+      body: 'json-deferred',
       async handler(req) {
         if (req.claims?.profile !== 'admin') throw errors.forbidden();
+        if (req.bodyError) throw req.bodyError;
         const input = validate<{ username: string; passwd: string; service: string; profile: string }>('auth.createUser', req.body);
         const user = await createUser(pool, { username: input.username, password: input.passwd, tenant: input.service, profile: input.profile });
         if (!user) throw errors.userExists(input.username);

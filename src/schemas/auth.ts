@@ -1,4 +1,5 @@
 import type { NamedSchema } from './index.js';
+import { noNul } from './templates.js';
 
 export const authSchemas: NamedSchema[] = [
   {
@@ -18,17 +19,22 @@ export const authSchemas: NamedSchema[] = [
     type: 'object',
     required: ['username', 'passwd', 'service', 'profile'],
     properties: {
-      username: { type: 'string', minLength: 1, maxLength: 128, pattern: '^[A-Za-z0-9_.@-]+$', 'x-message': 'Usernames may contain letters, numbers and .@_-' },
-      passwd: { type: 'string', minLength: 1, maxLength: 1024 },
+      // Length and pattern apart, so that each failure gets its own text.
+      username: {
+        type: 'string',
+        minLength: 1,
+        maxLength: 128,
+        allOf: [{ pattern: '^[A-Za-z0-9_.@-]*$', 'x-message': 'Usernames may contain letters, numbers and .@_-' }],
+      },
+      passwd: { type: 'string', minLength: 1, maxLength: 1024, allOf: [noNul] },
       service: {
         type: 'string',
         minLength: 1,
         maxLength: 128,
-        pattern: '^[A-Za-z0-9_-]+$',
-        'x-message': 'Tenants may contain letters, numbers or dashes(-_)',
+        allOf: [{ pattern: '^[A-Za-z0-9_-]*$', 'x-message': 'Tenants may contain letters, numbers or dashes(-_)' }],
         description: 'The tenant.',
       },
-      profile: { type: 'string', minLength: 1, maxLength: 64, description: '`admin` may create users; any other text is an ordinary user.' },
+      profile: { type: 'string', minLength: 1, maxLength: 64, allOf: [noNul], description: '`admin` may create users; any other text is an ordinary user.' },
     },
   },
 ];

@@ -174,6 +174,9 @@ describe('POST /auth/user', () => {
     expect(res.status).toBe(403);
     expect(res.body.status).toBe(403);
     expect((await http('POST', `${svc.base}/auth`, { body: { username: 'dave', passwd: 'pw' } })).status).toBe(401);
+    // The profile is checked before the body: a non-admin learns nothing from its validation.
+    const junk = await http('POST', `${svc.base}/auth/user`, { token: carol, rawBody: 'junk', headers: { 'content-type': 'application/json' } });
+    expect(junk.body).toEqual({ message: 'Forbidden: this action needs the admin profile', status: 403 });
   });
 
   it('invalid body: 400 with the validation body, nothing created', async () => {
@@ -184,6 +187,26 @@ describe('POST /auth/user', () => {
       errors: { passwd: ['Not a valid string.'], service: ['Missing data for required field.'] },
     });
     expect((await http('POST', `${svc.base}/auth`, { body: { username: 'erin', passwd: 'x' } })).status).toBe(401);
+  });
+
+  it('each field failure has its own text; NUL anywhere is a 400, never a database error', async () => {
+    const long = 'u'.repeat(129);
+    const res = await http('POST', `${svc.base}/auth/user`, {
+      token: admin,
+      body: { username: long, passwd: 'a\u0000b', service: 'bad tenant', profile: 'a\u0000b' },
+    });
+    expect(res.status).toBe(400);
+    expect(res.body).toEqual({
+      message: 'failed to parse input',
+      errors: {
+        username: ['Longer than maximum length 128.'],
+        passwd: ['Must not contain the NUL character.'],
+        service: ['Tenants may contain letters, numbers or dashes(-_)'],
+        profile: ['Must not contain the NUL character.'],
+      },
+    });
+    const pattern = await http('POST', `${svc.base}/auth/user`, { token: admin, body: { username: 'a b', passwd: 'x', service: 'acme', profile: 'user' } });
+    expect(pattern.body).toEqual({ message: 'failed to parse input', errors: { username: ['Usernames may contain letters, numbers and .@_-'] } });
   });
 
   it('body not JSON: 400 with the contract message', async () => {
