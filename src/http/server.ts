@@ -140,11 +140,14 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
       const bad = r.badBody ?? errors.payloadNotJson;
       try {
         if (!JSON_TYPE.test(contentType)) throw bad();
+        let text: string;
         try {
-          parsed = JSON.parse(utf8.decode(raw));
+          text = utf8.decode(raw);
+          parsed = JSON.parse(text);
         } catch {
           throw bad();
         }
+        if (!wellFormed(text, parsed)) throw bad();
       } catch (err) {
         if (r.body !== 'json-deferred') throw err;
         bodyError = err as ApiError;
@@ -224,6 +227,35 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
       });
     },
   };
+}
+
+/** A `\uD800`-`\uDFFF` escape: the only way JSON text decoded from UTF-8 can carry a lone surrogate. */
+const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/;
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/**
+ * False when a string or key of the parsed body holds a lone surrogate (`"\ud800"`): such text
+ * is not Unicode; PostgreSQL would store it as U+FFFD while caches kept the original, so the
+ * body is refused like any other that is not valid JSON text. Walked only when an escape is there.
+ */
+function wellFormed(text: string, value: unknown): boolean {
+  if (!SURROGATE_ESCAPE.test(text)) return true;
+  // A stack, not recursion: a body may nest as deep as JSON.parse allows.
+  const pending: unknown[] = [value];
+  while (pending.length > 0) {
+    const v = pending.pop();
+    if (typeof v === 'string') {
+      if (LONE_SURROGATE.test(v)) return false;
+    } else if (Array.isArray(v)) {
+      pending.push(...v);
+    } else if (typeof v === 'object' && v !== null) {
+      for (const [k, x] of Object.entries(v)) {
+        if (LONE_SURROGATE.test(k)) return false;
+        pending.push(x);
+      }
+    }
+  }
+  return true;
 }
 
 /**

@@ -65,6 +65,17 @@ describe('request bodies', () => {
     expect(withBom.body.username).toBe('bom-user');
   });
 
+  it('a lone surrogate escape (not Unicode text) is not JSON either; a surrogate pair is fine', async () => {
+    const json = { 'content-type': 'application/json' };
+    for (const raw of ['{"label":"\\ud800","templates":[]}', '{"label":"x\\uDC00","templates":[]}', '{"label":"x","templates":[],"\\ud83d":1}', '{"label":"x","templates":[],"attrs":[{"label":"a","static_value":"\\udbff"}]}']) {
+      const res = await http('POST', `${svc.base}/device`, { token, rawBody: raw, headers: json });
+      expect(res.body, raw).toEqual({ message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 });
+    }
+    const pair = await http('POST', `${svc.base}/device`, { token, rawBody: '{"label":"\\ud83d\\ude00 \\\\ud800","templates":[]}', headers: json });
+    expect(pair.status, pair.text).toBe(200);
+    expect(pair.body.devices[0].label).toBe('\u{1F600} \\ud800_0');
+  });
+
   it('a client that goes away mid-body does not hurt the service', async () => {
     const port = new URL(svc.base).port;
     for (let i = 0; i < 20; i++) {
