@@ -13,6 +13,8 @@ import type { RegistryEvent } from '../registry/events.js';
 import type { IngestRouter } from '../ingest/router.js';
 import type { Acker } from './subscriber.js';
 
+const PACKET_OVERHEAD_BYTES = 128 * 1024;
+
 /** Acks of the embedded broker: the token names the PUBACK callback aedes is waiting on. */
 class CallbackAcker implements Acker {
   private readonly callbacks = new Map<number, () => void>();
@@ -41,14 +43,48 @@ export interface EmbeddedBroker {
   close(): Promise<void>;
 }
 
+/** What mqtt-packet's parser (one per aedes client) exposes of its state; not part of aedes's typed API. */
+interface PacketParser {
+  packet: { length: number };
+  _parseLength(): boolean;
+  _emitError(err: Error): void;
+}
+
+/**
+ * Makes a client's parser give up on a packet whose announced length is over `limit`, before it
+ * buffers the payload: aedes reads a whole packet into memory first, so a few clients announcing
+ * 250 MiB each could take gigabytes. The parser's error makes aedes close the connection.
+ */
+function capPacketSize(client: Client, limit: number, tooLarge: () => void): void {
+  const parser = (client as unknown as { _parser?: PacketParser })._parser;
+  if (!parser || typeof parser._parseLength !== 'function') return;
+  const parseLength = parser._parseLength;
+  parser._parseLength = function (this: PacketParser) {
+    const ok = parseLength.call(this);
+    if (ok && this.packet.length > limit) {
+      tooLarge();
+      this._emitError(new Error(`MQTT packet of ${this.packet.length} bytes is over the limit of ${limit}`));
+      return false;
+    }
+    return ok;
+  };
+}
+
 export async function startEmbeddedBroker(opts: {
   host: string;
   port: number;
   log: Logger;
   hooks?: Partial<AedesOptions>;
+  /** Packets announcing more bytes close their connection (`onTooLarge` is told). */
+  maxPacketBytes?: number;
+  onTooLarge?: () => void;
 }): Promise<EmbeddedBroker> {
   const aedes = await Aedes.createBroker(opts.hooks ?? {});
-  const server = net.createServer(aedes.handle);
+  const { maxPacketBytes, onTooLarge = () => undefined } = opts;
+  const server = net.createServer((socket) => {
+    const client = aedes.handle(socket) as unknown as Client;
+    if (maxPacketBytes !== undefined) capPacketSize(client, maxPacketBytes, onTooLarge);
+  });
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) => {
       aedes.close();
@@ -86,12 +122,31 @@ export class EmbeddedLink implements BrokerLink {
     return this.broker.port;
   }
 
-  static async start(opts: { host: string; port: number; pool: pg.Pool; log: Logger; router: IngestRouter }): Promise<EmbeddedLink> {
+  static async start(opts: {
+    host: string;
+    port: number;
+    pool: pg.Pool;
+    log: Logger;
+    router: IngestRouter;
+    maxMessageBytes: number;
+  }): Promise<EmbeddedLink> {
     const directory = new DeviceDirectory(opts.pool);
     const acker = new CallbackAcker();
     const sink: IngestSink = (tenant, id, payload, done) => opts.router.accept(tenant, id, payload, acker, done ? acker.register(done) : -1);
     const auth = new DeviceAuthorisation(directory, sink, opts.log);
-    const broker = await startEmbeddedBroker({ host: opts.host, port: opts.port, log: opts.log, hooks: auth.hooks() });
+    const broker = await startEmbeddedBroker({
+      host: opts.host,
+      port: opts.port,
+      log: opts.log,
+      hooks: auth.hooks(),
+      // Room for the largest topic (65,535 bytes) and MQTT 5 properties beside the payload; a
+      // packet up to this size whose payload is too large is dropped by the router (oversized).
+      maxPacketBytes: opts.maxMessageBytes + PACKET_OVERHEAD_BYTES,
+      onTooLarge: () => {
+        opts.router.countReceived();
+        opts.router.drop('oversized', acker, -1);
+      },
+    });
     const forget = (client: Client) => auth.disconnected(client);
     broker.aedes.on('clientDisconnect', forget);
     broker.aedes.on('clientError', forget);

@@ -74,6 +74,7 @@ async function start(): Promise<void> {
           pool: registryPool!,
           log,
           router,
+          maxMessageBytes: settings.maxMessageBytes,
         });
   } catch (err) {
     await shards.close().catch(() => undefined);

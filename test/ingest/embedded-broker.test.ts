@@ -1,8 +1,10 @@
 // The embedded broker (no MQTT_URL): device authorisation in both modes, acknowledgement after
 // commit, closing a removed device's session, and per-device order.
 import crypto from 'node:crypto';
+import net from 'node:net';
+import mqttPacket from 'mqtt-packet';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestService, type TestService } from '../helpers/service.js';
+import { http, startTestService, type TestService } from '../helpers/service.js';
 import {
   closedByPeer,
   createDevice,
@@ -10,6 +12,7 @@ import {
   deviceClient,
   eventually,
   historyCount,
+  metric,
   removeDevice,
   subscribeCodes,
 } from '../helpers/registry-fixtures.js';
@@ -157,6 +160,39 @@ describe('legacy mode', () => {
       c.end(true);
     }
     expect(await historyCount(svc.service.pool, tenant, d)).toBe(0);
+  });
+});
+
+describe('oversized packets', () => {
+  it('a packet announcing far more than MAX_MESSAGE_BYTES closes its connection before it is buffered; counted as oversized', async () => {
+    const d = await newDevice();
+    const oversized = async () => metric((await http('GET', `${svc.base}/metrics`)).text, 'ingest_dropped_total{reason="oversized"}');
+    const before = await oversized();
+    const sock = net.connect(svc.service.mqttPort, '127.0.0.1');
+    await new Promise<void>((resolve, reject) => sock.once('connect', resolve).once('error', reject));
+    const closed = new Promise<void>((resolve) => sock.once('close', () => resolve()));
+    sock.on('error', () => undefined);
+    sock.write(mqttPacket.generate({ cmd: 'connect', protocolId: 'MQTT', protocolVersion: 4, clean: true, clientId: `${tenant}:${d}`, keepalive: 0 }));
+    // A PUBLISH whose fixed header announces 200 MiB, then data that never ends (until closed).
+    const topic = Buffer.from(`${tenant}:${d}/attrs`);
+    const header = Buffer.from([0x30, 0x80, 0x80, 0x80, 0x64, topic.length >> 8, topic.length & 0xff]);
+    sock.write(Buffer.concat([header, topic]));
+    const chunk = Buffer.alloc(64 * 1024, 0x20);
+    let sent = 0;
+    const pump = setInterval(() => {
+      if (sock.destroyed) return;
+      sock.write(chunk);
+      sent += chunk.length;
+    }, 1);
+    await closed;
+    clearInterval(pump);
+    expect(sent).toBeLessThan(50 * 1024 * 1024);
+    await eventually(async () => (await oversized()) >= before + 1 || undefined, 'the oversized drop');
+    // The broker still serves the device.
+    const c = await deviceClient(url, { username: `${tenant}:${d}` });
+    await c.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ temperature: 7 }), { qos: 1 });
+    expect(await values(d, 'temperature')).toEqual([7]);
+    await c.endAsync();
   });
 });
 
