@@ -32,8 +32,9 @@ export const templateSchemas: NamedSchema[] = [
     required: ['label'],
     properties: {
       label: { type: 'string', minLength: 1, maxLength: 128, allOf: [noNul] },
-      // Each attribute is checked on its own (`templates.attr`, message "failed to parse attr").
-      attrs: { type: 'array', items: { type: 'object' } },
+      // Each attribute is checked on its own (`templates.attr`, message "failed to parse attr"),
+      // also one that is not an object (`{"_schema": ["Invalid input type."]}`).
+      attrs: { type: 'array' },
     },
   },
   {

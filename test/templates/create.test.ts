@@ -87,7 +87,8 @@ describe('POST /template: bad input changes nothing', () => {
     ['attrs not a list', { label: 'a', attrs: {} }, 400, { message: 'failed to parse input', errors: { attrs: ['Not a valid list.'] } }],
     ['attrs null', { label: 'a', attrs: null }, 400, { message: 'failed to parse input', errors: { attrs: ['Field may not be null.'] } }],
     ['label null', { label: null }, 400, { message: 'failed to parse input', errors: { label: ['Field may not be null.'] } }],
-    ['an attribute not an object', { label: 'a', attrs: ['x'] }, 400, { message: 'failed to parse input', errors: { attrs: { '0': ['Invalid input type.'] } } }],
+    ['an attribute not an object', { label: 'a', attrs: ['x'] }, 400, { message: 'failed to parse attr', errors: { _schema: ['Invalid input type.'] } }],
+    ['an attribute that is null', { label: 'a', attrs: [{ label: 'ok', type: 'dynamic', value_type: 'float' }, null] }, 400, { message: 'failed to parse attr', errors: { _schema: ['Invalid input type.'] } }],
     ['body not an object', [1, 2], 400, { message: 'failed to parse input', errors: { _schema: ['Invalid input type.'] } }],
     [
       'attribute label missing',

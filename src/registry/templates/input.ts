@@ -1,7 +1,7 @@
 // Parsing of template bodies (decisions.md "Templates"): the body, then each attribute with
 // its own message, then repeated labels. Pure functions: they throw the contract's errors.
 import { errors } from '../../errors.js';
-import { addFieldError, check, validate } from '../../schemas/validator.js';
+import { check, validate } from '../../schemas/validator.js';
 import type { AttrInput, TemplateInput } from './types.js';
 
 interface RawAttr {
@@ -25,15 +25,12 @@ function repeated(labels: string[]): string | undefined {
 
 /** One attribute of a template body: 400 `failed to parse attr` with its field errors (schema `templates.attr`). */
 function parseAttr(raw: unknown): AttrInput {
-  const errs = check('templates.attr', raw) ?? {};
-  const a = raw as Partial<RawAttr>;
-  const metadata = Array.isArray(a.metadata) ? a.metadata : [];
-  if (Object.keys(errs).length === 0) {
-    const dup = repeated(metadata.map((m) => m.label));
-    if (dup !== undefined) addFieldError(errs, ['metadata'], `Repeated metadata label: ${dup}`);
-  }
-  if (Object.keys(errs).length > 0) throw errors.validation(errs, 'failed to parse attr');
-  const valid = a as RawAttr;
+  const errs = check('templates.attr', raw);
+  if (errs) throw errors.validation(errs, 'failed to parse attr');
+  const valid = raw as RawAttr;
+  const metadata = valid.metadata ?? [];
+  const dup = repeated(metadata.map((m) => m.label));
+  if (dup !== undefined) throw errors.validation({ metadata: [`Repeated metadata label: ${dup}`] }, 'failed to parse attr');
   return {
     label: valid.label,
     type: valid.type,
