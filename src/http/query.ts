@@ -62,9 +62,9 @@ export function listFiltersOf(q: QueryValues): ListFilters {
   };
 }
 
-/** A comma-separated label list (`attrs=a, b`): trimmed, empty ones dropped; none: undefined. */
+/** Comma-separated label lists (`attrs=a, b`, repeatable): trimmed, empty ones dropped; none: undefined. */
 export function labelListOf(raw: unknown): string[] | undefined {
-  if (typeof raw !== 'string') return undefined;
-  const labels = raw.split(',').map((l) => l.trim()).filter((l) => l !== '');
+  const values = Array.isArray(raw) ? raw : typeof raw === 'string' ? [raw] : [];
+  const labels = values.flatMap((v: string) => v.split(',')).map((l) => l.trim()).filter((l) => l !== '');
   return labels.length > 0 ? labels : undefined;
 }

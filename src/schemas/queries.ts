@@ -206,8 +206,10 @@ export function querySchemas(l: QueryLimits) {
           'x-error': { required: 'missingKeyLength', type: 'badKeyLength', minimum: 'badKeyLength', maximum: 'badKeyLength' },
         },
         attrs: {
-          type: 'string',
-          description: 'Comma-separated attribute labels (trimmed; a label given twice gets one key). Absent or empty: every `psk` attribute of the device.',
+          type: 'array',
+          items: { type: 'string' },
+          description:
+            'Attribute labels, comma-separated or repeated (trimmed; a label given twice gets one key). Absent or empty: every `psk` attribute of the device.',
         },
       },
       'x-error-order': ['missingKeyLength', 'badKeyLength'],

@@ -43,6 +43,12 @@ describe('POST /device/gen_psk/{id}', () => {
     expect(publicList.text).not.toContain(res.body[0].psk);
   });
 
+  it('attrs repeated: every value counts, as a comma-separated list does', async () => {
+    const { ids: [id] } = await keyedDevices(svc.base, token);
+    const res = await genPsk(svc.base, token, id!, '?key_length=4&attrs=key&attrs=spare');
+    expect(res.body.map((k: { attribute: string }) => k.attribute).sort()).toEqual(['key', 'spare']);
+  });
+
   it('a static_value given to a psk attribute in its template is never shown as the device\'s key', async () => {
     const t = await createTemplate(svc.base, token, { label: 'placeholder', attrs: [{ label: 'key', type: 'static', value_type: 'psk', static_value: 'deadbeef' }] });
     const [{ id }] = await createDevices(svc.base, token, { label: 'p', templates: [t.id] });
@@ -130,6 +136,7 @@ describe('POST /device/gen_psk/{id}', () => {
       ['an unknown label', 'DEVICE', '?key_length=16&attrs=key,nope', 400, { message: 'Not found some attributes, please check them', status: 400 }],
       ['a label that is not psk', 'DEVICE', '?key_length=16&attrs=key,serial', 400, { message: "Some attribute is not a 'psk' type_value", status: 400 }],
       ['unknown labels before non-psk ones', 'DEVICE', '?key_length=16&attrs=serial,nope', 400, { message: 'Not found some attributes, please check them', status: 400 }],
+      ['an unknown label in a repeated attrs', 'DEVICE', '?key_length=16&attrs=key&attrs=nope', 400, { message: 'Not found some attributes, please check them', status: 400 }],
     ];
     it.each(cases)('%s', async (_name, who, query, status, expected) => {
       const { ids: [id] } = await keyedDevices(svc.base, token);
