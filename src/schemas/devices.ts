@@ -13,7 +13,8 @@ const override = {
     // Any text: an id that is no template of the device (`"abc"` included) answers
     // `Unknown template <tid> in attr list` from the service, not a validation body.
     template_id: { type: ['integer', 'string'] },
-    label: { type: 'string', allOf: [noNul], 'x-error': { required: 'missingOverrideLabel' } },
+    // An empty label names no attribute either: missing.
+    label: { type: 'string', minLength: 1, allOf: [noNul], 'x-error': { required: 'missingOverrideLabel', minLength: 'missingOverrideLabel' } },
     static_value: staticValueSchema,
     metadata: {
       type: 'array',

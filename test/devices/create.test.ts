@@ -159,6 +159,7 @@ describe('POST /device: bad input changes nothing', () => {
     ['device id not a string', { label: 'x', templates: [], id: 1234 }, '', 400, { message: ['Device ID must be 2-6 characters and must be hexadecimal (0-9,a-f,A-F).'], status: 400 }],
     ['device id with count', { label: 'x', templates: [], id: 'abcd' }, '?count=2', 400, { message: 'A device ID can only be given for single device creation', status: 400 }],
     ['override without label', { label: 'x', templates: [thermo.id], attrs: [{ id: 1, static_value: 'a' }] }, '', 400, { message: ['missing label attribute'], status: 400 }],
+    ['override with an empty label', { label: 'x', templates: [thermo.id], attrs: [{ label: '', static_value: 'a' }] }, '', 400, { message: ['missing label attribute'], status: 400 }],
     [
       'the same label twice in the override list',
       { label: 'x', templates: [thermo.id], attrs: [{ label: 'serial', static_value: 'a' }, { label: 'serial', static_value: 'b' }] },
