@@ -209,7 +209,7 @@ describe('POST /device: bad input changes nothing', () => {
     'verbose with count > 1', 'label missing', 'templates missing', 'a template id that is not an integer', 'label not a string',
     'label too long', 'unknown template', 'unknown template as a string', 'a negative template id, as a number or a string',
     'the same attribute id twice in the override list', 'a template id that is a word', 'bad device id',
-    'device id too long', 'device id too short', 'device id not a string', 'device id with count', 'override without label',
+    'device id too long', 'device id too short', 'device id not a string', 'device id with count', 'override without label', 'override with an empty label',
     'the same label twice in the override list', 'override of a template the device does not have',
     'override naming a template id that is no number', 'override of an unknown attribute: HTTP 404, body status 400', 'override of an unknown metadata entry: HTTP 404, body status 400',
     'override value an object'];
