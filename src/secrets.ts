@@ -4,10 +4,25 @@ import crypto from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 
+/**
+ * `mkdir -p`, one level at a time: Node's recursive mkdir never returns for a path inside
+ * /proc (`/proc/nonexistent` loops on ENOENT), which would hang the start without a word.
+ */
+async function makeDirs(dir: string): Promise<void> {
+  const isDir = (d: string) => fs.stat(d).then((st) => st.isDirectory(), () => false);
+  const parent = path.dirname(dir);
+  if (parent !== dir && !(await isDir(parent))) await makeDirs(parent);
+  try {
+    await fs.mkdir(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST' || !(await isDir(dir))) throw err;
+  }
+}
+
 /** Creates DATA_DIR if needed; a path that cannot be a writable directory stops the start naming DATA_DIR. */
 export async function prepareDataDir(dataDir: string): Promise<void> {
   try {
-    await fs.mkdir(dataDir, { recursive: true });
+    await makeDirs(path.resolve(dataDir));
     await fs.access(dataDir, fs.constants.W_OK | fs.constants.X_OK);
   } catch (err) {
     throw new Error(`DATA_DIR ${dataDir} cannot be used as a writable directory: ${(err as Error).message}`);

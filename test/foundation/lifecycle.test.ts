@@ -180,6 +180,16 @@ describe('zero-setup start', () => {
     expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(new RegExp(`^start failed: DATA_DIR ${file} cannot be used as a writable directory: EEXIST`));
   });
 
+  it('a DATA_DIR that cannot be created stops the start with one line naming DATA_DIR (inside /proc, too)', async () => {
+    for (const dir of ['/proc/nonexistent/data', path.join(await tempDir(), 'a-file', 'data')]) {
+      if (dir.includes('a-file')) await fs.writeFile(path.dirname(dir), 'x');
+      const svc = spawnService({ DATA_DIR: dir, PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0' });
+      started.push(svc);
+      expect(await svc.exited).toBe(2);
+      expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(new RegExp(`^start failed: DATA_DIR ${dir} cannot be used as a writable directory: E`));
+    }
+  });
+
   it('with DATABASE_URL and no users, a missing ADMIN_PASSWORD stops the start with a clear message', async () => {
     const { freshDatabase } = await import('../helpers/service.js');
     const svc = spawnService({
