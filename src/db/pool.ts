@@ -15,6 +15,23 @@ export function createPool(url: string, max: number, log: Logger): pg.Pool {
   return pool;
 }
 
+/** Socket errors of a database that is down or unreachable. */
+const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
+/** SQLSTATEs of a server that cannot serve now: shutting down, starting, recovering, out of connections. */
+const UNAVAILABLE_STATES = new Set(['57P01', '57P02', '57P03', '53300']);
+/** pg's own messages for a lost connection or a pool that found none in time. */
+const UNAVAILABLE_MESSAGES = /^(Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error)|is not currently accepting connections/;
+
+/**
+ * Whether a failure means the database is unavailable (down, restarting, unreachable, or no
+ * connection to be had), as opposed to a bug: the API answers those 503 so clients retry.
+ */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  const code = (err as { code?: unknown })?.code;
+  if (typeof code === 'string' && (UNREACHABLE_CODES.has(code) || UNAVAILABLE_STATES.has(code) || code.startsWith('08'))) return true;
+  return err instanceof Error && UNAVAILABLE_MESSAGES.test(err.message);
+}
+
 /** SQLSTATEs after which the whole transaction may simply run again: deadlock, serialization failure. */
 const RETRYABLE = new Set(['40P01', '40001']);
 const TRANSACTION_TRIES = 3;

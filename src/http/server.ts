@@ -4,6 +4,7 @@
 // answer 401 too), route, validate (the body as JSON, the query against its operation's schema:
 // src/openapi/routes.ts), call the handler, and write the reply corked, unless the client went away.
 import uWS from 'uWebSockets.js';
+import { isDatabaseUnavailable } from '../db/pool.js';
 import { ApiError, errors } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
@@ -283,6 +284,12 @@ function readBody(res: uWS.HttpResponse, limit: number): Promise<Buffer> {
 
 function errorReply(err: unknown, log: Logger, method: string, path: string): Reply {
   if (err instanceof ApiError) return { status: err.httpStatus, body: err.body, headers: err.headers };
+  if (isDatabaseUnavailable(err)) {
+    // Not a bug: the database is down, restarting or out of connections; the client may retry.
+    log.warn('request failed: database unavailable', { method, path, error: (err as Error).message });
+    const e = errors.unhealthy();
+    return { status: e.httpStatus, body: e.body };
+  }
   log.error('request failed', { method, path, error: err instanceof Error ? err : String(err) });
   const e = errors.internal();
   return { status: e.httpStatus, body: e.body };

@@ -90,6 +90,12 @@ function responses(op: Operation, examples: Example[], hasBody: boolean): Record
   if (!op.public) docs[401] ??= { description: 'No token, or an invalid one (auth is checked before routing).', errors: ['noToken', 'invalidToken'] };
   if (hasBody) docs[413] ??= { description: 'The body is larger than MAX_BODY_BYTES.', errors: ['bodyTooLarge'] };
   docs[500] ??= { description: 'An unexpected failure (logged with its cause).', errors: ['internal'] };
+  // Every authenticated route reads the database: while it is down or out of connections, 503.
+  if (!op.public) {
+    const unavailable = docs[503];
+    if (!unavailable) docs[503] = { description: 'The database is unavailable (down, restarting or out of connections); retry later.', errors: ['unhealthy'] };
+    else if (!unavailable.errors?.includes('unhealthy')) docs[503] = { ...unavailable, errors: [...(unavailable.errors ?? []), 'unhealthy'] };
+  }
   const out: Record<string, object> = {};
   for (const [status, doc] of Object.entries(docs)) {
     const schemas = [...(doc.schema ? [schemaOf(doc.schema)] : []), ...(doc.errors ?? []).map((k) => ref(errorSchemaName(k)))];

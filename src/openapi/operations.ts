@@ -179,6 +179,7 @@ export const operations: Record<string, Operation> = {
       400: { description: 'Not a JSON object, or a field is missing.', errors: ['authInvalidMimetype', 'authMissingUsername', 'authMissingPassword'] },
       401: { description: 'Unknown user.', errors: ['authUnknownUser'] },
       403: { description: 'Wrong password.', errors: ['authWrongPassword'] },
+      503: { description: 'The database is unavailable; retry later.', errors: ['unhealthy'] },
     },
     examples: [
       { name: 'token', summary: 'Credentials of the first admin', body: { username: 'admin', passwd: 'admin' }, status: 200, response: { jwt: 'eyJhbGciOiJIUzI1NiJ9.eyJzZXJ2aWNlIjoiYWRtaW4ifQ.c2lnbmF0dXJl' } },

@@ -123,6 +123,12 @@ describe('observability', () => {
       const down = await http('GET', `${svc.base}/health`);
       expect(down.status).toBe(503);
       expect(down.body).toEqual({ message: 'Database unavailable', status: 503 });
+      // Every other route that needs the database answers the same 503 (not a 500): retry later.
+      const auth = await http('POST', `${svc.base}/auth`, { body: { username: 'admin', passwd: 'admin' } });
+      expect(auth.body).toEqual({ message: 'Database unavailable', status: 503 });
+      const write = await http('POST', `${svc.base}/template`, { token, body: { label: 'while-down', attrs: [] } });
+      expect(write.status).toBe(503);
+      expect(write.body).toEqual({ message: 'Database unavailable', status: 503 });
     } finally {
       await admin.query(`ALTER DATABASE "${dbName}" ALLOW_CONNECTIONS true`);
       await admin.end();
