@@ -52,6 +52,8 @@ interface Exchange {
   res: uWS.HttpResponse;
   aborted: boolean;
   answered: boolean;
+  /** A HEAD request: answered as GET, with the headers (and length) only. */
+  head: boolean;
 }
 
 export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
@@ -74,19 +76,20 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
       const queryString = req.getQuery() ?? '';
       const authorization = req.getHeader('authorization');
       const contentType = req.getHeader('content-type');
-      const ex: Exchange = { res, aborted: false, answered: false };
+      const head = method === 'HEAD';
+      const ex: Exchange = { res, aborted: false, answered: false, head };
       res.onAborted(() => {
         ex.aborted = true;
       });
       inFlight++;
-      const match = router.match(method, path);
+      const match = router.match(head ? 'GET' : method, path);
       const route = match.kind === 'route' ? match.route : undefined;
       const body = route?.body !== undefined ? readBody(res, opts.maxBodyBytes) : undefined;
       // The body may fail (413) while the token is still being checked: mark it handled here;
       // `handle` awaits it and answers the error.
       body?.catch(() => undefined);
       const metricRoute = route ? route.path : match.kind === 'method' ? '<method-not-allowed>' : '<unmatched>';
-      handle(listener, method, path, queryString, authorization, contentType, match, body)
+      handle(listener, head ? 'GET' : method, path, queryString, authorization, contentType, match, body)
         .then(
           (reply) => send(ex, reply),
           (err: unknown) => send(ex, errorReply(err, log, method, path)),
@@ -196,6 +199,10 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
         // No arguments: an explicit `undefined` length is sent as Content-Length 2^63, which
         // breaks the client's keep-alive connection; with none, a 204 carries no length at all.
         res.endWithoutBody();
+      } else if (ex.head) {
+        // HEAD: the length the GET would have, and no body (RFC 9110 §9.3.2).
+        res.writeHeader('Content-Type', reply.contentType ?? 'application/json');
+        res.endWithoutBody(Buffer.byteLength(payload), close);
       } else {
         res.writeHeader('Content-Type', reply.contentType ?? 'application/json');
         res.end(payload, close);

@@ -24,6 +24,34 @@ describe('routing', () => {
     expect((await http('GET', `${svc.base}/no/such/thing`)).status).toBe(401);
   });
 
+  it('HEAD: the GET route answers its status and headers, with the length and no body', async () => {
+    const port = Number(new URL(svc.base).port);
+    const raw = (request: string) =>
+      new Promise<string>((resolve, reject) => {
+        let got = '';
+        const sock = net.connect(port, '127.0.0.1', () => sock.write(request));
+        sock.on('data', (d) => (got += d.toString('latin1')));
+        sock.on('error', reject);
+        setTimeout(() => {
+          sock.destroy();
+          resolve(got);
+        }, 300);
+      });
+    const health = await raw('HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n');
+    expect(health).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
+    expect(health).toMatch(/\r\nContent-Length: 15\r\n/i);
+    expect(health.endsWith('\r\n\r\n')).toBe(true);
+    const list = await raw(`HEAD /template HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\n\r\n`);
+    expect(list).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
+    expect(list.endsWith('\r\n\r\n')).toBe(true);
+    const noToken = await raw('HEAD /template HTTP/1.1\r\nHost: x\r\n\r\n');
+    expect(noToken).toMatch(/^HTTP\/1\.1 401 Unauthorized\r\n/);
+    expect(noToken.endsWith('\r\n\r\n')).toBe(true);
+    const postOnly = await raw(`HEAD /auth/user HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\n\r\n`);
+    expect(postOnly).toMatch(/^HTTP\/1\.1 405 Method Not Allowed\r\n/);
+    expect(postOnly.endsWith('\r\n\r\n')).toBe(true);
+  });
+
   it('known path, wrong method: 405 with a JSON body', async () => {
     const res = await http('DELETE', `${svc.base}/auth/user`, { token });
     expect(res.status).toBe(405);
