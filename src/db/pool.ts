@@ -19,8 +19,9 @@ export function createPool(url: string, max: number, log: Logger): pg.Pool {
 const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
 /** SQLSTATEs of a server that cannot serve now: shutting down, starting, recovering, out of connections. */
 const UNAVAILABLE_STATES = new Set(['57P01', '57P02', '57P03', '53300']);
-/** pg's own messages for a lost connection or a pool that found none in time. */
-const UNAVAILABLE_MESSAGES = /^(Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error)|is not currently accepting connections/;
+/** pg's own messages for a lost connection, a pool that found none in time, or one closed by shutdown. */
+const UNAVAILABLE_MESSAGES =
+  /^(Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Cannot use a pool after calling end on the pool)|is not currently accepting connections/;
 
 /**
  * Whether a failure means the database is unavailable (down, restarting, unreachable, or no
