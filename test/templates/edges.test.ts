@@ -5,7 +5,7 @@
 // bad request is checked to change nothing.
 import crypto from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
+import { http, login, startTestService, tenantToken, type ApiResponse, type TestService } from '../helpers/service.js';
 import { createTemplate, labelsOf, sensorBody, TS } from './fixtures.js';
 
 let svc: TestService;
@@ -40,6 +40,20 @@ async function freshTenant(prefix: string) {
   };
 }
 type Tenant = Awaited<ReturnType<typeof freshTenant>>;
+
+/**
+ * Sends a request that must be refused with `status` and `expected`, and checks that it changed
+ * nothing: the tenant's template and attribute rows, and `unchanged` (a template) as GET shows it.
+ */
+async function expectRefused(u: Tenant, send: () => Promise<ApiResponse>, status: number, expected: unknown, unchanged?: { id: number }, what = '') {
+  const [before, attrsBefore] = [await u.count(), await u.attrCount()];
+  const res = await send();
+  expect(res.status, `${what} ${res.text}`).toBe(status);
+  expect(res.body, what).toEqual(expected);
+  expect(await u.count()).toBe(before);
+  expect(await u.attrCount()).toBe(attrsBefore);
+  if (unchanged) expect((await u.get(unchanged.id)).body).toEqual(unchanged);
+}
 
 /** `t` with its id as a string, as PUT and both DELETE routes answer it. */
 const asStringId = (t: any) => ({ ...t, id: String(t.id) });
@@ -182,12 +196,7 @@ describe('Content-Type on POST and PUT /template', () => {
   ];
   it.each(bad)('PUT %s: 400 and the template is unchanged', async (_name, opts) => {
     const t = await u.create();
-    const before = await u.count();
-    const res = await http('PUT', `${svc.base}/template/${t.id}`, { token: u.token, ...opts });
-    expect(res.status).toBe(400);
-    expect(res.body).toEqual({ message: JSON_MESSAGE, status: 400 });
-    expect((await u.get(t.id)).body).toEqual(t);
-    expect(await u.count()).toBe(before);
+    await expectRefused(u, () => http('PUT', `${svc.base}/template/${t.id}`, { token: u.token, ...opts }), 400, { message: JSON_MESSAGE, status: 400 }, t);
   });
 
   it('POST text/plain with a JSON body: 400, nothing created', async () => {
@@ -277,13 +286,7 @@ describe('PUT /template/{id}: validation leaves the template unchanged', () => {
 
   it.each(cases)('%s: 400 and nothing changes', async (_name, body, expected) => {
     const t = await u.create();
-    const [before, attrsBefore] = [await u.count(), await u.attrCount()];
-    const res = await u.put(t.id, body);
-    expect(res.status).toBe(400);
-    expect(res.body).toEqual(expected);
-    expect((await u.get(t.id)).body).toEqual(t);
-    expect(await u.count()).toBe(before);
-    expect(await u.attrCount()).toBe(attrsBefore);
+    await expectRefused(u, () => u.put(t.id, body), 400, expected, t);
   });
 
   it('the limits themselves are accepted on PUT (128 / 32 / 128)', async () => {
@@ -333,12 +336,7 @@ describe('POST /template: field types and lengths', () => {
   ];
 
   it.each(cases)('%s: 400, nothing created', async (_name, body, expected) => {
-    const [before, attrsBefore] = [await u.count(), await u.attrCount()];
-    const res = await u.post(body);
-    expect(res.status).toBe(400);
-    expect(res.body).toEqual(expected);
-    expect(await u.count()).toBe(before);
-    expect(await u.attrCount()).toBe(attrsBefore);
+    await expectRefused(u, () => u.post(body), 400, expected);
   });
 
   it('value_type of exactly 32 characters is accepted', async () => {
@@ -371,23 +369,12 @@ describe('metadata errors (POST and PUT)', () => {
   ];
 
   it.each(cases)('POST, %s: 400, nothing created', async (_name, body, expected) => {
-    const [before, attrsBefore] = [await u.count(), await u.attrCount()];
-    const res = await u.post(body);
-    expect(res.status).toBe(400);
-    expect(res.body).toEqual(expected);
-    expect(await u.count()).toBe(before);
-    expect(await u.attrCount()).toBe(attrsBefore);
+    await expectRefused(u, () => u.post(body), 400, expected);
   });
 
   it.each(cases)('PUT, %s: 400, template unchanged', async (_name, body, expected) => {
     const t = await u.create();
-    const [before, attrsBefore] = [await u.count(), await u.attrCount()];
-    const res = await u.put(t.id, body);
-    expect(res.status).toBe(400);
-    expect(res.body).toEqual(expected);
-    expect((await u.get(t.id)).body).toEqual(t);
-    expect(await u.count()).toBe(before);
-    expect(await u.attrCount()).toBe(attrsBefore);
+    await expectRefused(u, () => u.put(t.id, body), 400, expected, t);
   });
 
   it('the same metadata label under two different attributes is fine', async () => {
@@ -500,13 +487,7 @@ describe('odd ids on PUT and DELETE /template/{id}: 404, never 500, nothing chan
 
   it('PUT: 404 No such template: <id>', async () => {
     for (const [segment, shown] of odd()) {
-      const [before, attrsBefore] = [await u.count(), await u.attrCount()];
-      const res = await u.put(segment, { label: 'changed', attrs: [] });
-      expect(res.status, `PUT ${segment}: ${res.text}`).toBe(404);
-      expect(res.body, `PUT ${segment}`).toEqual({ message: `No such template: ${shown}`, status: 404 });
-      expect(await u.count()).toBe(before);
-      expect(await u.attrCount()).toBe(attrsBefore);
-      expect((await u.get(t.id)).body).toEqual(t);
+      await expectRefused(u, () => u.put(segment, { label: 'changed', attrs: [] }), 404, { message: `No such template: ${shown}`, status: 404 }, t, `PUT ${segment}`);
     }
   });
 
@@ -520,13 +501,7 @@ describe('odd ids on PUT and DELETE /template/{id}: 404, never 500, nothing chan
 
   it('DELETE: 404 No such template: <id>', async () => {
     for (const [segment, shown] of odd()) {
-      const [before, attrsBefore] = [await u.count(), await u.attrCount()];
-      const res = await u.del(segment);
-      expect(res.status, `DELETE ${segment}: ${res.text}`).toBe(404);
-      expect(res.body, `DELETE ${segment}`).toEqual({ message: `No such template: ${shown}`, status: 404 });
-      expect(await u.count()).toBe(before);
-      expect(await u.attrCount()).toBe(attrsBefore);
-      expect((await u.get(t.id)).body).toEqual(t);
+      await expectRefused(u, () => u.del(segment), 404, { message: `No such template: ${shown}`, status: 404 }, t, `DELETE ${segment}`);
     }
   });
 
