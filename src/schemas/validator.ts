@@ -1,7 +1,7 @@
 // ajv for every request schema of the API, in the JSON Schema dialect of OpenAPI 3.1 (2020-12),
 // so the schemas that check requests are the ones the document shows. A body schema is compiled
 // when its module declares it (`bodySchema`); a route's query schema once at start, with the
-// configured limits (`compileQuery`, called by src/http/router.ts).
+// configured limits (`compileQuery`, from src/http/route.ts `queryChecks`).
 //
 // A failure becomes the contract's answer: the validation body (field -> ["<text>"], nested like
 // marshmallow: `{"templates": {"1": ["Not a valid integer."]}}`), or, where a schema maps the
