@@ -115,7 +115,8 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     const pskKey = config.pskEncryptionKey ?? (await loadOrCreateKey(config.dataDir, 'psk-key'));
     const psk = new PskService(pool, events, new KeySealer(pskKey));
     const devices = new DeviceService(pool, events, { cacheSize: config.deviceCacheSize, openKey: (sealed, place) => psk.open(sealed, place) });
-    // The API description and the query schemas use the configured limits; both are made once here.
+    // The API description (built here) and the query checks (compiled by startHttp) use the
+    // configured limits; both are made once, at start.
     const routes: Route[] = bindRoutes(apiRoutes, {
       pool,
       metrics,
