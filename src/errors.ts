@@ -92,3 +92,6 @@ export const errors = {
   // Health
   unhealthy: () => plain(503, 'Database unavailable'),
 } as const;
+
+/** The name of an error of the registry. */
+export type ErrorKey = keyof typeof errors;

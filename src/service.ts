@@ -8,27 +8,21 @@ import { createPool } from './db/pool.js';
 import { migrate } from './db/migrate.js';
 import { ensureAdmin } from './auth/bootstrap.js';
 import { Tokens } from './auth/tokens.js';
-import { authRoutes } from './auth/routes.js';
 import { loadOrCreateKey, prepareDataDir } from './secrets.js';
 import { createMetrics, type Metrics } from './metrics.js';
 import { startIngest } from './ingest/index.js';
 import { startHistoryMaintenance } from './history/maintenance.js';
-import { historyRoutes } from './history/routes.js';
 import { ActuationService } from './registry/actuation/service.js';
-import { actuationRoutes } from './registry/actuation/routes.js';
+import { apiRoutes } from './api.js';
+import { bindRoutes } from './http/route.js';
 import { startHttp, type HttpServer } from './http/server.js';
-import { opsRoutes } from './http/ops-routes.js';
 import type { Route } from './http/types.js';
 import { RegistryEvents } from './registry/events.js';
 import { TemplateService } from './registry/templates/service.js';
-import { templateRoutes } from './registry/templates/routes.js';
 import { DeviceService } from './registry/devices/service.js';
-import { deviceRoutes } from './registry/devices/routes.js';
 import { KeySealer } from './registry/psk/sealer.js';
 import { PskService } from './registry/psk/service.js';
-import { pskRoutes } from './registry/psk/routes.js';
 import { openApiText } from './openapi/document.js';
-import { openApiRoutes, queryChecks } from './openapi/routes.js';
 
 export interface Service {
   config: Config;
@@ -40,7 +34,7 @@ export interface Service {
   internalPort: number;
   /** The embedded broker's port; undefined with MQTT_URL. */
   mqttPort: number | undefined;
-  /** Every route served (both listeners), as described in src/openapi/operations.ts. */
+  /** Every route served (src/api.ts), its handler bound to the services. */
   routes: Route[];
   stop(): Promise<void>;
 }
@@ -121,18 +115,19 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     const pskKey = config.pskEncryptionKey ?? (await loadOrCreateKey(config.dataDir, 'psk-key'));
     const psk = new PskService(pool, events, new KeySealer(pskKey));
     const devices = new DeviceService(pool, events, { cacheSize: config.deviceCacheSize, openKey: (sealed, place) => psk.open(sealed, place) });
-    // The API description and the query schemas use the configured limits; both are made once here.
-    const routes: Route[] = [
-      ...opsRoutes({ pool, metrics }),
-      ...openApiRoutes(openApiText(config)),
-      ...authRoutes({ pool, tokens }),
-      ...historyRoutes({ pool, maxResults: config.historyMaxResults }),
-      ...actuationRoutes(new ActuationService(pool, ingest)),
-      ...templateRoutes(templates),
-      ...deviceRoutes(devices),
-      ...pskRoutes(psk),
-    ];
-    const queries = queryChecks(routes, config);
+    // The API description (built here) and the query checks (compiled by startHttp) use the
+    // configured limits; both are made once, at start.
+    const routes: Route[] = bindRoutes(apiRoutes, {
+      pool,
+      metrics,
+      tokens,
+      templates,
+      devices,
+      psk,
+      actuation: new ActuationService(pool, ingest),
+      historyMaxResults: config.historyMaxResults,
+      openApiText: openApiText(apiRoutes, config),
+    });
     const http: HttpServer = await startHttp({
       publicHost: config.host,
       publicPort: config.port,
@@ -140,7 +135,7 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       internalPort: config.internalPort,
       maxBodyBytes: config.maxBodyBytes,
       routes,
-      queries,
+      queryLimits: config,
       tokens,
       metrics,
       log,

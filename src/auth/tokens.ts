@@ -3,13 +3,24 @@
 // path does no crypto for a token it has already seen.
 import crypto from 'node:crypto';
 import { SignJWT, jwtVerify } from 'jose';
-import type { Claims } from '../http/types.js';
 
 export interface TokenUser {
   id: number;
   tenant: string;
   username: string;
   profile: string;
+}
+
+/** The verified token's claims (decisions.md "Authentication"). */
+export interface Claims {
+  service: string;
+  username: string;
+  userid: number;
+  profile: string;
+  iat: number;
+  exp: number;
+  iss: string;
+  jti: string;
 }
 
 const CACHE_MAX = 10_000;

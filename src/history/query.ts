@@ -2,7 +2,7 @@
 // repository runs: lastN (newest first), firstN (oldest first; wins over lastN), dateFrom / dateTo
 // (inclusive; ISO 8601, or epoch milliseconds), attr (one label, several comma-separated or
 // repeated, or none). lastN/firstN of 0 or absent mean "all", capped at HISTORY_MAX_RESULTS.
-// The values arrive checked and typed by the `history.query` schema (src/schemas/queries.ts),
+// The values arrive checked and typed by the route's query schema (src/history/routes.ts),
 // which also answers a bad operator value (400) before the handler runs.
 import { microsToText } from '../ingest/values.js';
 import { timestampOf } from '../schemas/queries.js';
@@ -46,7 +46,7 @@ function labelsOf(values: unknown): { labels: string[]; given: number } | undefi
   return labels.size > 0 ? { labels: [...labels], given } : undefined;
 }
 
-/** The validated `history.query` values as the repository's query. */
+/** The validated query values of GET /history as the repository's query. */
 export function historyQueryOf(q: QueryValues, maxResults: number): HistoryQuery {
   const firstN = q.firstN as number | undefined;
   const n = firstN ?? (q.lastN as number | undefined);

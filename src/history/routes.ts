@@ -1,53 +1,114 @@
-// GET /history/device/{id}/history (interface.md §4.5, decisions.md "History"). Records are
-// rendered as text: `value` is stored as JSON text and goes out as is, keeping its JSON type.
+// GET /history/device/{id}/history (interface.md §4.5, decisions.md "History"): HTTP in and
+// out, and what the API description says of it. Records are rendered as text: `value` is
+// stored as JSON text and goes out as is, keeping its JSON type.
 import type pg from 'pg';
 import { errors } from '../errors.js';
-import type { Route } from '../http/types.js';
+import type { RouteSpec } from '../http/types.js';
+import { DEV, err } from '../openapi/examples.js';
+import { deviceIdParam } from '../schemas/params.js';
+import { ref } from '../schemas/responses.js';
 import { historyQueryOf } from './query.js';
 import { deviceAttributeLabels, readOneSeriesOfDevice, readSeries, type HistoryRow } from './repo.js';
+
+/** lastN / firstN: the contract's 400 names the operator and what was sent. */
+const historyCount = (name: 'lastN' | 'firstN', max: number, description: string) => {
+  const notCount = { error: 'badHistoryQuery', message: `${name} must be a non-negative integer, got "{input}"` };
+  return {
+    type: 'integer',
+    minimum: 0,
+    maximum: max,
+    description,
+    'x-error': { type: notCount, minimum: notCount, maximum: { error: 'badHistoryQuery', message: `${name} must be at most {limit}, got {value}` } },
+  };
+};
+
+/** dateFrom / dateTo: format `timestamp` (src/schemas/queries.ts), read by the handler with the same parse. */
+const historyBound = (name: 'dateFrom' | 'dateTo', description: string) => ({
+  type: 'string',
+  format: 'timestamp',
+  description: `${description} ISO 8601 date and time (no zone: UTC), or epoch milliseconds; blank: no bound.`,
+  'x-error': {
+    format: { error: 'badHistoryQuery', message: `${name} must be an ISO 8601 date and time (e.g. 2024-05-01T12:00:00Z), got "{input}"` },
+  },
+});
+
+const example = (value: number, minute: number) => ({ device_id: DEV, ts: `2026-05-01T12:0${minute}:00.000000Z`, value, attr: 'temperature' });
 
 function record(deviceJson: string, r: HistoryRow): string {
   return `{"device_id":${deviceJson},"ts":"${r.ts}","value":${r.value},"attr":${JSON.stringify(r.attr)}}`;
 }
 
-export function historyRoutes({ pool, maxResults }: { pool: pg.Pool; maxResults: number }): Route[] {
-  return [
-    {
-      method: 'GET',
-      path: '/history/device/:id/history',
-      async handler(req) {
-        const id = req.params.id!;
-        // The operators were checked against `history.query` before the handler (400 before the device's 404).
-        const q = historyQueryOf(req.values, maxResults);
-        let labels: string[];
-        let rows: HistoryRow[];
-        if (q.attrs && q.attrs.length === 1) {
-          const series = await readOneSeriesOfDevice(pool, req.tenant, id, q.attrs[0]!, q);
-          if (!series) throw errors.noSuchDevice(id);
-          labels = q.attrs;
-          rows = series;
-        } else if (q.attrs) {
-          // Both at once: a device of another tenant has no rows here anyway. Labels the device
-          // does not have (any more) answer [], whatever rows they left.
-          const [has, series] = await Promise.all([deviceAttributeLabels(pool, req.tenant, id), readSeries(pool, req.tenant, id, q.attrs, q)]);
-          if (!has) throw errors.noSuchDevice(id);
-          const current = new Set(has);
-          labels = q.attrs;
-          rows = series.filter((r) => current.has(r.attr));
-        } else {
-          const all = await deviceAttributeLabels(pool, req.tenant, id);
-          if (!all) throw errors.noSuchDevice(id);
-          labels = all;
-          rows = labels.length > 0 ? await readSeries(pool, req.tenant, id, labels, q) : [];
-        }
-        const deviceJson = JSON.stringify(id);
-        if (q.single) return { status: 200, raw: '[' + rows.map((r) => record(deviceJson, r)).join(',') + ']' };
-        const byLabel = new Map<string, string[]>(labels.map((l) => [l, []]));
-        for (const r of rows) byLabel.get(r.attr)?.push(record(deviceJson, r));
-        const parts: string[] = [];
-        for (const [label, records] of byLabel) parts.push(`${JSON.stringify(label)}:[${records.join(',')}]`);
-        return { status: 200, raw: '{' + parts.join(',') + '}' };
+export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number }>[] = [
+  {
+    method: 'GET',
+    path: '/history/device/:id/history',
+    summary: 'Stored attribute values of a device',
+    description:
+      'Same 401 bodies as every route. Values come from device messages (MQTT, docs/messaging.md). The operators are checked ' +
+      'before the device: a bad value answers 400 naming the operator (lastN, then firstN, dateFrom, dateTo), whether or not the device exists.',
+    tag: 'history',
+    params: { id: deviceIdParam },
+    query: (l) => ({
+      type: 'object',
+      properties: {
+        lastN: historyCount('lastN', l.historyMaxResults, `The last N values, newest first. 0 or absent: all (at most ${l.historyMaxResults}, HISTORY_MAX_RESULTS).`),
+        firstN: historyCount('firstN', l.historyMaxResults, 'The first N values, oldest first; wins over lastN.'),
+        dateFrom: historyBound('dateFrom', 'Inclusive lower bound:'),
+        dateTo: historyBound('dateTo', 'Inclusive upper bound:'),
+        attr: {
+          type: 'array',
+          items: { type: 'string' },
+          description:
+            'Attribute labels, comma-separated or repeated. One label: an array of records. Several, or none: an object ' +
+            '`{label: [records]}` (none: every attribute of the device, `[]` where there is no value).',
+        },
       },
+      'x-error-order': ['badHistoryQuery'],
+    }),
+    responses: {
+      200: { description: 'One attr: an array; several or none: an object by label.', schema: { oneOf: [ref('HistorySeries'), ref('HistoryByLabel')] } },
+      400: { description: 'A bad operator value.', errors: ['badHistoryQuery'] },
+      404: { description: 'No such device.', errors: ['noSuchDevice'] },
     },
-  ];
-}
+    exampleParams: { id: DEV },
+    examples: [
+      { name: 'lastN', summary: 'The last two temperatures', query: { lastN: 2, attr: ['temperature'] }, status: 200, response: [example(22, 1), example(21.5, 0)] },
+      { name: 'byLabel', summary: 'The last value of every attribute', query: { lastN: 1 }, status: 200, response: { temperature: [example(22, 1)], serial: [], led: [], key: [], spare: [] } },
+      { name: 'badLastN', summary: 'lastN not an integer', query: { lastN: 'abc' }, status: 400, response: err('badHistoryQuery', 'lastN must be a non-negative integer, got "abc"') },
+      { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, status: 404, response: err('noSuchDevice', 'ffffff') },
+    ],
+    async handler(req, { pool, historyMaxResults }) {
+      const id = req.params.id!;
+      // The operators were checked against the query schema before the handler (400 before the device's 404).
+      const q = historyQueryOf(req.values, historyMaxResults);
+      let labels: string[];
+      let rows: HistoryRow[];
+      if (q.attrs && q.attrs.length === 1) {
+        const series = await readOneSeriesOfDevice(pool, req.tenant, id, q.attrs[0]!, q);
+        if (!series) throw errors.noSuchDevice(id);
+        labels = q.attrs;
+        rows = series;
+      } else if (q.attrs) {
+        // Both at once: a device of another tenant has no rows here anyway. Labels the device
+        // does not have (any more) answer [], whatever rows they left.
+        const [has, series] = await Promise.all([deviceAttributeLabels(pool, req.tenant, id), readSeries(pool, req.tenant, id, q.attrs, q)]);
+        if (!has) throw errors.noSuchDevice(id);
+        const current = new Set(has);
+        labels = q.attrs;
+        rows = series.filter((r) => current.has(r.attr));
+      } else {
+        const all = await deviceAttributeLabels(pool, req.tenant, id);
+        if (!all) throw errors.noSuchDevice(id);
+        labels = all;
+        rows = labels.length > 0 ? await readSeries(pool, req.tenant, id, labels, q) : [];
+      }
+      const deviceJson = JSON.stringify(id);
+      if (q.single) return { status: 200, raw: '[' + rows.map((r) => record(deviceJson, r)).join(',') + ']' };
+      const byLabel = new Map<string, string[]>(labels.map((l) => [l, []]));
+      for (const r of rows) byLabel.get(r.attr)?.push(record(deviceJson, r));
+      const parts: string[] = [];
+      for (const [label, records] of byLabel) parts.push(`${JSON.stringify(label)}:[${records.join(',')}]`);
+      return { status: 200, raw: '{' + parts.join(',') + '}' };
+    },
+  },
+];

@@ -1,12 +1,8 @@
-// Validated query values (src/schemas/queries.ts, checked before the handler runs) turned into
-// what the services take: pages, list filters, flags, label lists (decisions.md "Common").
+// Validated query values (each route's query schema, checked before the handler runs) turned
+// into what the services take: pages, list filters, label lists (decisions.md "Common"); and
+// the pagination of an answer.
+import type { ListFilters, Page } from '../registry/paging.js';
 import type { QueryValues } from '../schemas/validator.js';
-
-export interface Page {
-  num: number;
-  size: number;
-  offset: number;
-}
 
 export interface Pagination {
   page: number;
@@ -28,21 +24,6 @@ export function pagination(page: Page, matches: number): Pagination {
   const total = Math.ceil(matches / page.size);
   const hasNext = page.num < total;
   return { page: page.num, total, has_next: hasNext, next_page: hasNext ? page.num + 1 : null };
-}
-
-export interface AttrFilter {
-  label: string;
-  value: string;
-}
-
-export interface ListFilters {
-  /** Labels that start or end with this text (case-sensitive, literal). */
-  label: string | undefined;
-  /** Each must hold, by any attribute: an attribute with that label and value. */
-  attrs: AttrFilter[];
-  /** Each must hold, by any attribute: an attribute whose type or value_type equals it. */
-  attrTypes: string[];
-  sortByLabel: boolean;
 }
 
 /** label / attr (each has a `=`, checked by the schema) / attr_type / sortBy. */

@@ -1,24 +1,31 @@
 // Path routing with `:param` segments. Static segments win over parameters, so
 // `/device/template/:id` and `/device/:id` coexist.
+import type { QueryCheck } from '../schemas/validator.js';
 import type { Method, Route } from './types.js';
+
+/** A route as one listener serves it: with its compiled query check (src/http/route.ts `queryChecks`). */
+export interface Endpoint {
+  route: Route;
+  query: QueryCheck | undefined;
+}
 
 interface Node {
   statics: Map<string, Node>;
   param: { name: string; node: Node } | undefined;
-  routes: Map<Method, Route>;
+  routes: Map<Method, Endpoint>;
 }
 
 const node = (): Node => ({ statics: new Map(), param: undefined, routes: new Map() });
 
 export type Match =
-  | { kind: 'route'; route: Route; params: Record<string, string> }
+  | { kind: 'route'; endpoint: Endpoint; params: Record<string, string> }
   | { kind: 'method'; allowed: Method[] }
   | { kind: 'none' };
 
 export class Router {
   private readonly root = node();
 
-  add(route: Route): void {
+  add(route: Route, query: QueryCheck | undefined): void {
     let n = this.root;
     for (const seg of split(route.path)) {
       if (seg.startsWith(':')) {
@@ -33,7 +40,7 @@ export class Router {
       }
     }
     if (n.routes.has(route.method)) throw new Error(`route ${route.method} ${route.path} registered twice`);
-    n.routes.set(route.method, route);
+    n.routes.set(route.method, { route, query });
   }
 
   match(method: string, path: string): Match {
@@ -41,8 +48,8 @@ export class Router {
     const params: Record<string, string> = {};
     const found = walk(this.root, segs, 0, params);
     if (!found) return { kind: 'none' };
-    const route = found.routes.get(method as Method);
-    if (route) return { kind: 'route', route, params };
+    const endpoint = found.routes.get(method as Method);
+    if (endpoint) return { kind: 'route', endpoint, params };
     return { kind: 'method', allowed: [...found.routes.keys()] };
   }
 }

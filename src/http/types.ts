@@ -1,44 +1,38 @@
-import type { ApiError } from '../errors.js';
-import type { QueryFailure, QueryValues } from '../schemas/validator.js';
+// What a route is: how it is served (method, path, listeners, token, body, query) and what the
+// API description says of it (schemas of its parameters, body and answers, and examples), beside
+// its handler. The server (src/http/server.ts), the request validator (src/schemas/validator.ts,
+// via src/http/router.ts) and the OpenAPI document (src/openapi/document.ts) all read this one
+// declaration.
+import type { Claims } from '../auth/tokens.js';
+import type { ApiError, ErrorKey } from '../errors.js';
+import type { QueryLimits } from '../schemas/queries.js';
+import type { ResponseName } from '../schemas/responses.js';
+import type { QueryFailure, QuerySchema, QueryValues } from '../schemas/validator.js';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE' | 'PATCH';
 export type Listener = 'public' | 'internal';
 
-/** The verified token's claims (decisions.md "Authentication"). */
-export interface Claims {
-  service: string;
-  username: string;
-  userid: number;
-  profile: string;
-  iat: number;
-  exp: number;
-  iss: string;
-  jti: string;
-}
-
+/** What a handler sees of a request. */
 export interface Request {
-  method: Method;
-  path: string;
-  /** The route pattern that matched, e.g. `/device/:id` (metrics label). */
-  route: string;
-  params: Record<string, string>;
-  query: URLSearchParams;
+  readonly method: Method;
+  readonly path: string;
+  readonly listener: Listener;
+  readonly params: Record<string, string>;
   /**
-   * The query checked against the operation's query schema (src/schemas/queries.ts): every
-   * declared parameter converted to its type, defaults filled in. Empty for routes without one.
+   * The query checked against the route's query schema: every declared parameter converted to
+   * its type, defaults filled in. Empty for routes without one.
    */
-  values: QueryValues;
+  readonly values: QueryValues;
   /** Routes with `queryFailure: 'handler'`: the query's first failure, for the handler to answer in its order. */
-  queryFailure?: QueryFailure;
-  /** Parsed JSON body for routes with `body: 'json'`; undefined otherwise. */
-  body: unknown;
+  readonly queryFailure: QueryFailure | undefined;
+  /** The parsed JSON body of routes with a `body`; undefined otherwise. */
+  readonly body: unknown;
   /** `json-deferred` routes: the error a `json` route would have answered for this body. */
-  bodyError?: ApiError;
+  readonly bodyError: ApiError | undefined;
   /** Verified claims; absent only on routes with `auth: false`. */
-  claims: Claims | undefined;
+  readonly claims: Claims | undefined;
   /** The caller's tenant (the token's `service` claim); '' on unauthenticated routes. */
-  tenant: string;
-  listener: Listener;
+  readonly tenant: string;
 }
 
 export interface Reply {
@@ -51,27 +45,90 @@ export interface Reply {
   headers?: Record<string, string>;
 }
 
-export interface Route {
+/** A request body: how it is read and what it must be. */
+export interface BodyDecl {
+  /**
+   * `json`: the body must be JSON with a JSON Content-Type (else 400 before the handler runs);
+   * `json-deferred`: the same, but a bad body reaches the handler as `req.bodyError`, for routes
+   * whose contract checks something else first.
+   */
+  read: 'json' | 'json-deferred';
+  /** The error for a body that is not JSON; default the contract's `Payload must be valid JSON...`. */
+  notJson?: () => ApiError;
+  /**
+   * Its schema: one declared with `bodySchema` (src/schemas/), or one built around such schemas;
+   * the document shows each of them as a component. The area that owns the body validates it
+   * against the same schema, in the contract's order.
+   */
+  schema: object;
+  description?: string;
+}
+
+/** One answer of a route, by status. */
+export interface ResponseDoc {
+  description: string;
+  /** A component of src/schemas/responses.ts, or an inline schema. */
+  schema?: ResponseName | object;
+  contentType?: string;
+  /** Error bodies this status may carry (their schemas: src/schemas/errors.ts). */
+  errors?: ErrorKey[];
+}
+
+/**
+ * An example exchange, written against the fixture of src/openapi/examples.ts; the example test
+ * (test/openapi/examples.test.ts) drives each one against the running service.
+ */
+export interface Example {
+  name: string;
+  summary: string;
+  /** Path parameters (default: the route's `exampleParams`). */
+  params?: Record<string, string | number>;
+  query?: Record<string, string | number | string[]>;
+  body?: unknown;
+  status: number;
+  /** The answer (none for 204). */
+  response?: unknown;
+  /** `no-devices`: the fixture without devices. */
+  fixture?: 'no-devices';
+}
+
+/** A route without its handler: everything the router, the validator and the document read. */
+export interface RouteDecl {
   method: Method;
   /** Pattern with `:name` parameters, e.g. `/device/:id/attrs/:label/psk`. */
   path: string;
-  /** Which listener serves it; default `public`. */
-  listener?: Listener;
+  /** Where it is served; default public only. */
+  listeners?: readonly Listener[];
   /** Requires a valid token; default true. */
   auth?: boolean;
+  summary: string;
+  description?: string;
+  /** Its group in the document (`tags` of src/openapi/document.ts). */
+  tag: string;
+  /** Path parameter schemas, by name. */
+  params?: Record<string, object>;
+  /** Its query parameters, with the configured limits; checked before the handler runs. */
+  query?: (limits: QueryLimits) => QuerySchema;
   /**
-   * `json`: the body must be JSON with a JSON Content-Type (else 400 before the handler runs);
-   * `json-deferred`: the same, but a bad body reaches the handler as `req.bodyError`, for
-   * routes whose contract checks something else first; default: the body is not read.
-   */
-  body?: 'json' | 'json-deferred';
-  /** The error for a body that is not JSON; default the contract's `Payload must be valid JSON...`. */
-  badBody?: () => ApiError;
-  /**
-   * The query's schema is named by the route's operation (src/openapi/operations.ts) and checked
-   * before the handler runs; a failure answers at once (`throw`, default) or reaches the
-   * handler as `req.queryFailure` (`handler`), for a contract that checks something else first.
+   * A query failure answers at once (`throw`, default) or reaches the handler as
+   * `req.queryFailure` (`handler`), for a contract that checks something else first.
    */
   queryFailure?: 'throw' | 'handler';
+  /** Its body; without one the body is not read. */
+  body?: BodyDecl;
+  /** Its answers by status (401, 413, 500 and 503 are added where they apply). */
+  responses: Record<number, ResponseDoc>;
+  /** Example path parameters shared by the examples. */
+  exampleParams?: Record<string, string | number>;
+  examples: Example[];
+}
+
+/** A route as its area declares it: the handler gets the services it needs (`bindRoutes`). */
+export interface RouteSpec<Deps> extends RouteDecl {
+  handler(req: Request, deps: Deps): Promise<Reply> | Reply;
+}
+
+/** A route as served: its handler bound to the services. */
+export interface Route extends RouteDecl {
   handler(req: Request): Promise<Reply> | Reply;
 }

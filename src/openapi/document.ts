@@ -1,6 +1,7 @@
-// The OpenAPI 3.1 document, generated from the operations (src/openapi/operations.ts) and the
-// schemas that validate requests and describe answers (src/schemas/). Built once at start and
-// served as text at GET /openapi.json; `npm run openapi` writes it to docs/openapi.json.
+// The OpenAPI 3.1 document, generated from the routes' declarations (src/http/types.ts
+// `RouteDecl`: each route's parameters, query, body, answers and examples, beside its handler)
+// and the shared component schemas (src/schemas/). Built once at start and served as text at
+// GET /openapi.json; `npm run openapi` writes it to docs/openapi.json.
 //
 // Listeners: operations of the internal listener carry `x-listeners: ["internal"]`, the tag
 // `internal` and an operation-level `servers` entry for INTERNAL_HOST:INTERNAL_PORT; operations
@@ -9,15 +10,14 @@
 // request body and answer (under the status it answers with) together.
 import fs from 'node:fs';
 import path from 'node:path';
-import { errors } from '../errors.js';
-import type { Listener } from '../http/types.js';
+import { errors, type ErrorKey } from '../errors.js';
+import { operationKey } from '../http/route.js';
+import type { Example, Listener, ResponseDoc, RouteDecl } from '../http/types.js';
 import { projectRoot } from '../paths.js';
 import { errorSchemaName, errorSchemas, type ErrorLimits } from '../schemas/errors.js';
-import { bodySchemas } from '../schemas/index.js';
-import { querySchemas, type QueryLimits } from '../schemas/queries.js';
+import type { QueryLimits } from '../schemas/queries.js';
 import { ref, responseSchemas } from '../schemas/responses.js';
-import type { ErrorKey } from '../schemas/validator.js';
-import { operations, type Example, type Operation } from './operations.js';
+import { isBodySchema, type NamedSchema } from '../schemas/validator.js';
 
 export type DocumentLimits = QueryLimits & ErrorLimits;
 
@@ -59,15 +59,31 @@ function clean(value: unknown): unknown {
 const schemaOf = (s: string | object) => (typeof s === 'string' ? ref(s) : s);
 const oneOrAny = (list: object[]) => (list.length === 1 ? list[0]! : { anyOf: list });
 
-function parameters(op: Operation, examples: Example[], limits: QueryLimits): object[] {
+/** Body schemas met in request bodies, by component name, in the order met. */
+type BodyComponents = Map<string, NamedSchema>;
+
+/** A request body's schema with each body schema it holds (`bodySchema`) as a reference to its component. */
+function bodyRefs(node: unknown, found: BodyComponents): unknown {
+  if (Array.isArray(node)) return node.map((v) => bodyRefs(v, found));
+  if (typeof node !== 'object' || node === null) return node;
+  if (isBodySchema(node)) {
+    const seen = found.get(node.$id);
+    if (seen && seen !== node) throw new Error(`two body schemas are named ${node.$id}`);
+    found.set(node.$id, node);
+    return ref(node.$id);
+  }
+  return Object.fromEntries(Object.entries(node).map(([k, v]) => [k, bodyRefs(v, found)]));
+}
+
+function parameters(route: RouteDecl, examples: Example[], limits: QueryLimits): object[] {
   const out: object[] = [];
-  for (const [name, schema] of Object.entries(op.pathParams ?? {})) {
+  for (const [name, schema] of Object.entries(route.params ?? {})) {
     const { description, ...rest } = schema as { description?: string };
-    const ex = Object.fromEntries(examples.map((e) => [e.name, { value: (e.params ?? op.params ?? {})[name] }]));
+    const ex = Object.fromEntries(examples.map((e) => [e.name, { value: (e.params ?? route.exampleParams ?? {})[name] }]));
     out.push({ name, in: 'path', required: true, description, schema: rest, examples: ex });
   }
-  if (op.query) {
-    const q = querySchemas(limits)[op.query] as { properties: Record<string, { description?: string }>; required?: string[] };
+  if (route.query) {
+    const q = route.query(limits);
     for (const [name, schema] of Object.entries(q.properties)) {
       const { description, ...rest } = clean(schema) as { description?: string };
       const ex = Object.fromEntries(examples.filter((e) => e.query?.[name] !== undefined).map((e) => [e.name, { value: e.query![name] }]));
@@ -84,21 +100,22 @@ function parameters(op: Operation, examples: Example[], limits: QueryLimits): ob
   return out;
 }
 
-function responses(op: Operation, examples: Example[], hasBody: boolean): Record<string, object> {
-  const docs: Record<number, { description: string; schema?: string | object; contentType?: string; errors?: ErrorKey[] }> = { ...op.responses };
+function responses(route: RouteDecl, examples: Example[]): Record<string, object> {
+  const open = route.auth === false;
+  const docs: Record<number, ResponseDoc> = { ...route.responses };
   // Every route may answer these; documented once here.
-  if (!op.public) docs[401] ??= { description: 'No token, or an invalid one (auth is checked before routing).', errors: ['noToken', 'invalidToken'] };
-  if (hasBody) docs[413] ??= { description: 'The body is larger than MAX_BODY_BYTES.', errors: ['bodyTooLarge'] };
+  if (!open) docs[401] ??= { description: 'No token, or an invalid one (auth is checked before routing).', errors: ['noToken', 'invalidToken'] };
+  if (route.body) docs[413] ??= { description: 'The body is larger than MAX_BODY_BYTES.', errors: ['bodyTooLarge'] };
   docs[500] ??= { description: 'An unexpected failure (logged with its cause).', errors: ['internal'] };
   // Every authenticated route reads the database: while it is down or out of connections, 503.
-  if (!op.public) {
+  if (!open) {
     const unavailable = docs[503];
     if (!unavailable) docs[503] = { description: 'The database is unavailable (down, restarting or out of connections); retry later.', errors: ['unhealthy'] };
     else if (!unavailable.errors?.includes('unhealthy')) docs[503] = { ...unavailable, errors: [...(unavailable.errors ?? []), 'unhealthy'] };
   }
   const out: Record<string, object> = {};
   for (const [status, doc] of Object.entries(docs)) {
-    const schemas = [...(doc.schema ? [schemaOf(doc.schema)] : []), ...(doc.errors ?? []).map((k) => ref(errorSchemaName(k)))];
+    const schemas = [...(doc.schema ? [schemaOf(doc.schema)] : []), ...(doc.errors ?? []).map((k: ErrorKey) => ref(errorSchemaName(k)))];
     const ex = examples.filter((e) => String(e.status) === status);
     const media: Record<string, unknown> = {};
     if (schemas.length > 0) {
@@ -112,37 +129,38 @@ function responses(op: Operation, examples: Example[], hasBody: boolean): Record
   return out;
 }
 
-function operation(key: string, op: Operation, limits: QueryLimits): object {
-  const examples = [...op.examples];
-  if (!op.public) examples.push({ name: 'noToken', summary: 'Without a token', status: 401, response: errors.noToken().body });
-  const listeners = op.listeners ?? ['public'];
+function operation(route: RouteDecl, limits: QueryLimits, bodies: BodyComponents): object {
+  const open = route.auth === false;
+  const examples = [...route.examples];
+  if (!open) examples.push({ name: 'noToken', summary: 'Without a token', status: 401, response: errors.noToken().body });
+  const listeners = route.listeners ?? ['public'];
   const withBody = examples.filter((e) => e.body !== undefined);
   return {
-    operationId: key.replace(/[^A-Za-z0-9]+/g, '_').replace(/^_|_$/g, ''),
-    summary: op.summary,
-    ...(op.description ? { description: op.description } : {}),
-    tags: [op.tag],
-    ...(op.public ? { security: [] } : {}),
+    operationId: operationKey(route).replace(/[^A-Za-z0-9]+/g, '_').replace(/^_|_$/g, ''),
+    summary: route.summary,
+    ...(route.description ? { description: route.description } : {}),
+    tags: [route.tag],
+    ...(open ? { security: [] } : {}),
     ...(listeners.length === 1 && listeners[0] === 'public' ? {} : { servers: listeners.map((l) => SERVERS[l]) }),
     'x-listeners': listeners,
     // Every example exchange: its name (which ties its parameters, body and answer), the status it answers with, its fixture.
     'x-examples': examples.map((e) => ({ name: e.name, summary: e.summary, status: e.status, ...(e.fixture ? { fixture: e.fixture } : {}) })),
-    parameters: parameters(op, examples, limits),
-    ...(op.body
+    parameters: parameters(route, examples, limits),
+    ...(route.body
       ? {
           requestBody: {
             required: true,
-            ...(op.body.description ? { description: op.body.description } : {}),
+            ...(route.body.description ? { description: route.body.description } : {}),
             content: {
               'application/json': {
-                schema: op.body.schema,
+                schema: bodyRefs(route.body.schema, bodies),
                 ...(withBody.length > 0 ? { examples: Object.fromEntries(withBody.map((e) => [e.name, { summary: e.summary, value: e.body }])) } : {}),
               },
             },
           },
         }
       : {}),
-    responses: responses(op, examples, op.body !== undefined),
+    responses: responses(route, examples),
   };
 }
 
@@ -150,15 +168,19 @@ function version(): string {
   return (JSON.parse(fs.readFileSync(path.join(projectRoot, 'package.json'), 'utf8')) as { version: string }).version;
 }
 
-/** The document for these limits (the configured ones: they show as maxima and in messages). */
-export function buildOpenApi(limits: DocumentLimits): Record<string, unknown> {
+/** The document of these routes, for these limits (the configured ones: they show as maxima and in messages). */
+export function buildOpenApi(routes: readonly RouteDecl[], limits: DocumentLimits): Record<string, unknown> {
   const paths: Record<string, Record<string, object>> = {};
-  for (const [key, op] of Object.entries(operations)) {
-    const [method, p] = key.split(' ') as [string, string];
-    (paths[p] ??= {})[method.toLowerCase()] = operation(key, op, limits);
+  const bodies: BodyComponents = new Map();
+  for (const route of routes) {
+    const [method, p] = operationKey(route).split(' ') as [string, string];
+    const item = (paths[p] ??= {});
+    const key = method.toLowerCase();
+    if (item[key]) throw new Error(`${method} ${p} is declared by two routes`);
+    item[key] = operation(route, limits, bodies);
   }
   const schemas: Record<string, unknown> = {};
-  for (const s of bodySchemas) schemas[s.$id] = clean(s);
+  for (const [name, s] of bodies) schemas[name] = clean(s);
   Object.assign(schemas, clean(responseSchemas), clean(errorSchemas(limits)));
   return {
     openapi: '3.1.0',
@@ -192,4 +214,4 @@ export function buildOpenApi(limits: DocumentLimits): Record<string, unknown> {
 }
 
 /** The document as served and committed: two-space JSON with a final newline. */
-export const openApiText = (limits: DocumentLimits) => JSON.stringify(buildOpenApi(limits), null, 2) + '\n';
+export const openApiText = (routes: readonly RouteDecl[], limits: DocumentLimits) => JSON.stringify(buildOpenApi(routes, limits), null, 2) + '\n';

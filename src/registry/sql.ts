@@ -1,6 +1,6 @@
 // Small pieces shared by the registry's SQL: numbered parameters and the label filter.
 // Values always travel as parameters; only fixed SQL text is concatenated.
-import type { ListFilters } from '../http/query.js';
+import type { ListFilters } from './paging.js';
 
 /** Collects parameter values and hands out their `$n` placeholders. */
 export class Params {

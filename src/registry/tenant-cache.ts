@@ -1,4 +1,4 @@
-import type { ListFilters, Page } from '../http/query.js';
+import type { ListFilters, Page } from './paging.js';
 
 // A bounded in-memory cache of values per tenant, dropped by registry events. A reader takes a
 // stamp before it reads the database and hands it back with the value: if an invalidation came

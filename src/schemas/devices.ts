@@ -1,5 +1,7 @@
-import type { NamedSchema } from './index.js';
+// The device body of POST and PUT /device (decisions.md "Devices"), checked by
+// src/registry/devices/input.ts.
 import { noNul, staticValueSchema } from './templates.js';
+import { bodySchema } from './validator.js';
 
 // Template ids: integers or numeric strings (decisions.md "Devices").
 const idRef = { type: ['integer', 'string'], pattern: '^-?[0-9]+$', 'x-message': 'Not a valid integer.' };
@@ -29,29 +31,28 @@ const deviceFields = {
   attrs: { type: 'array', items: override, description: "The override list: the device's own `static_value` of template attributes and their metadata." },
 };
 
-export const deviceSchemas: NamedSchema[] = [
-  {
-    // POST /device. Checked: this body, then `id` (its own message), then the override list.
-    $id: 'devices.create',
-    type: 'object',
-    required: ['label', 'templates'],
-    properties: {
-      ...deviceFields,
-      id: {
-        type: ['string', 'null'],
-        pattern: '^[0-9a-fA-F]{2,6}$',
-        description: 'A client-chosen device id (single creation only), stored as given.',
-        'x-error': 'badDeviceId',
-      },
+/** POST /device. Checked: this body, then `id` (its own message), then the override list. */
+export const deviceCreateBody = bodySchema({
+  $id: 'devices.create',
+  type: 'object',
+  required: ['label', 'templates'],
+  properties: {
+    ...deviceFields,
+    id: {
+      type: ['string', 'null'],
+      pattern: '^[0-9a-fA-F]{2,6}$',
+      description: 'A client-chosen device id (single creation only), stored as given.',
+      'x-error': 'badDeviceId',
     },
-    'x-error-order': ['badDeviceId', 'missingOverrideLabel'],
   },
-  {
-    // PUT /device/{id}: the same without `id` (a device answer sent back carries one; it is ignored).
-    $id: 'devices.update',
-    type: 'object',
-    required: ['label', 'templates'],
-    properties: deviceFields,
-    'x-error-order': ['missingOverrideLabel'],
-  },
-];
+  'x-error-order': ['badDeviceId', 'missingOverrideLabel'],
+});
+
+/** PUT /device/{id}: the same without `id` (a device answer sent back carries one; it is ignored). */
+export const deviceUpdateBody = bodySchema({
+  $id: 'devices.update',
+  type: 'object',
+  required: ['label', 'templates'],
+  properties: deviceFields,
+  'x-error-order': ['missingOverrideLabel'],
+});

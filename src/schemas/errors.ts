@@ -4,9 +4,8 @@
 // (`^No such template: .*$`), and every object is closed (`additionalProperties: false`).
 // Configured limits are filled in (`page_size must be at most 1000`). The validation body
 // (`failed to parse input`) has a hand-written schema: its field errors nest.
-import { errors } from '../errors.js';
+import { errors, type ErrorKey } from '../errors.js';
 import { ref } from './responses.js';
-import type { ErrorKey } from './validator.js';
 
 export interface ErrorLimits {
   maxPageSize: number;

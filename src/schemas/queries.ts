@@ -1,7 +1,8 @@
-// The query parameters of every route, one object schema per operation (decisions.md "Common",
-// "Devices", "Pre-shared keys", "History"). They are compiled once at start with the configured
-// limits (src/schemas/validator.ts `compileQueries`) and are the parameters of the OpenAPI
-// document (src/openapi/document.ts).
+// Query parameters shared by several routes (decisions.md "Common"): paging, list filters,
+// flags. Each route declares its query as one object schema beside its handler (`query` of
+// src/http/types.ts `RouteDecl`), built from these with the configured limits; it is compiled
+// once at start (src/schemas/validator.ts `compileQuery`) and shows as the operation's
+// parameters in the OpenAPI document (src/openapi/document.ts).
 //
 // Query values arrive as text. Before ajv sees them, each is converted by the type its schema
 // declares: `integer` when it is decimal digits with an optional sign (blanks around allowed),
@@ -18,8 +19,8 @@
 // them: a request failing several checks gets the first (the same error: the first parameter).
 //
 // Formats of our own (`queryFormats`): `timestamp`.
+import type { ErrorKey } from '../errors.js';
 import { parseTimestamp } from '../ingest/values.js';
-import type { NamedSchema } from './index.js';
 
 /** History bounds (decisions.md "History"): ISO 8601 date and time, or epoch milliseconds; blank: no bound. */
 export const timestampOf = (text: string): number | undefined => parseTimestamp(text.trim());
@@ -34,9 +35,10 @@ export interface QueryLimits {
   historyMaxResults: number;
 }
 
-const PAGE_ERRORS = ['pagingNotIntegers', 'pageNumTooSmall', 'pageSizeTooSmall', 'pageSizeTooLarge'];
+/** The paging errors, in the contract's check order. */
+export const PAGE_ERRORS: ErrorKey[] = ['pagingNotIntegers', 'pageNumTooSmall', 'pageSizeTooSmall', 'pageSizeTooLarge'];
 /** The filter errors of the list endpoints, after the page's. */
-const FILTER_ERRORS = ['attrFilterWithoutValue', 'badQuery'];
+export const FILTER_ERRORS: ErrorKey[] = ['attrFilterWithoutValue', 'badQuery'];
 
 /**
  * How often `attr` / `attr_type` may be repeated in one list request. Each repetition is one more
@@ -49,7 +51,7 @@ const tooManyFilters = (name: string) => ({
   maxItems: { error: 'badQuery', message: `At most {limit} ${name} filters are allowed in one request` },
 });
 
-const pageParams = (l: QueryLimits) => ({
+export const pageParams = (l: QueryLimits) => ({
   page_num: {
     type: 'integer',
     minimum: 1,
@@ -67,14 +69,14 @@ const pageParams = (l: QueryLimits) => ({
   },
 });
 
-const flag = (description: string) => ({
+export const flag = (description: string) => ({
   type: 'boolean',
   default: false,
   description: `${description} \`true\`, \`1\` (any case) or the bare flag (\`?name\`) are true; any other value is false.`,
 });
 
 /** label / attr / attr_type / sortBy of the list endpoints; `attrType`: GET /internal/device has none. */
-const filterParams = (attrType: boolean) => ({
+export const filterParams = (attrType: boolean) => ({
   label: { type: 'string', description: 'Labels that start or end with this text (case-sensitive, literal; no wildcards).' },
   attr: {
     type: 'array',
@@ -109,138 +111,3 @@ const filterParams = (attrType: boolean) => ({
     description: '`label`: label ascending, ties by id. Absent or any other value: by id ascending.',
   },
 });
-
-const idsOnly = {
-  ...flag('Answer every matching id (filters apply) as an array; page_size and page_num are then not read.'),
-  'x-ignores': ['page_num', 'page_size'],
-};
-
-const attrFormat = {
-  type: 'string',
-  enum: ['both', 'single', 'split'],
-  default: 'both',
-  'x-lenient': true,
-  description: '`both`: attrs, data_attrs and config_attrs; `single`: attrs only; `split`: data_attrs and config_attrs only. Any other value means `both`.',
-};
-
-/** lastN / firstN of GET /history: the contract's 400 names the operator and what was sent. */
-const historyCount = (name: 'lastN' | 'firstN', max: number, description: string) => {
-  const notCount = { error: 'badHistoryQuery', message: `${name} must be a non-negative integer, got "{input}"` };
-  return {
-    type: 'integer',
-    minimum: 0,
-    maximum: max,
-    description,
-    'x-error': { type: notCount, minimum: notCount, maximum: { error: 'badHistoryQuery', message: `${name} must be at most {limit}, got {value}` } },
-  };
-};
-
-const historyBound = (name: 'dateFrom' | 'dateTo', description: string) => ({
-  type: 'string',
-  format: 'timestamp',
-  description: `${description} ISO 8601 date and time (no zone: UTC), or epoch milliseconds; blank: no bound.`,
-  'x-error': {
-    format: { error: 'badHistoryQuery', message: `${name} must be an ISO 8601 date and time (e.g. 2024-05-01T12:00:00Z), got "{input}"` },
-  },
-});
-
-/** Every query schema, by id; the ids are what operations name (src/openapi/operations.ts). */
-export function querySchemas(l: QueryLimits) {
-  return {
-    'templates.list': {
-      type: 'object',
-      properties: { ...pageParams(l), attr_format: attrFormat, ...filterParams(true) },
-      'x-error-order': [...PAGE_ERRORS, ...FILTER_ERRORS],
-    },
-    'templates.get': {
-      type: 'object',
-      properties: { attr_format: attrFormat },
-    },
-    'devices.create': {
-      type: 'object',
-      properties: {
-        count: {
-          type: 'integer',
-          minimum: 1,
-          maximum: l.maxDeviceCount,
-          default: 1,
-          description: `Number of devices to create (at most ${l.maxDeviceCount}, MAX_DEVICE_COUNT), labelled \`<label>_0\` … \`<label>_<count-1>\`, in one transaction.`,
-          'x-error': { type: 'countNotInteger', minimum: 'countNotInteger', maximum: 'countTooLarge' },
-        },
-        verbose: flag('Answer the full device (single creation only).'),
-      },
-      'x-error-order': ['countNotInteger', 'countTooLarge'],
-    },
-    'devices.list': {
-      type: 'object',
-      properties: {
-        ...pageParams(l),
-        idsOnly: idsOnly,
-        ...filterParams(true),
-      },
-      'x-error-order': [...PAGE_ERRORS, ...FILTER_ERRORS],
-    },
-    'devices.internalList': {
-      type: 'object',
-      properties: {
-        ...pageParams(l),
-        idsOnly: idsOnly,
-        ...filterParams(false),
-      },
-      'x-error-order': [...PAGE_ERRORS, ...FILTER_ERRORS],
-    },
-    'devices.byTemplate': {
-      type: 'object',
-      properties: pageParams(l),
-      'x-error-order': PAGE_ERRORS,
-    },
-    'psk.generate': {
-      type: 'object',
-      required: ['key_length'],
-      properties: {
-        key_length: {
-          type: 'integer',
-          minimum: 1,
-          maximum: 1023,
-          description: 'Key length in bytes. Its presence is checked first, its range after the device (404).',
-          'x-error': { required: 'missingKeyLength', type: 'badKeyLength', minimum: 'badKeyLength', maximum: 'badKeyLength' },
-        },
-        attrs: {
-          type: 'array',
-          items: { type: 'string' },
-          description:
-            'Attribute labels, comma-separated or repeated (trimmed; a label given twice gets one key). Absent or empty: every `psk` attribute of the device.',
-        },
-      },
-      'x-error-order': ['missingKeyLength', 'badKeyLength'],
-    },
-    'psk.copy': {
-      type: 'object',
-      required: ['from_dev_id', 'from_attr_label'],
-      properties: {
-        from_dev_id: { type: 'string', minLength: 1, description: 'The source device.', 'x-error': 'copyMissingSource' },
-        from_attr_label: { type: 'string', minLength: 1, description: 'The source attribute.', 'x-error': 'copyMissingSource' },
-      },
-      'x-error-order': ['copyMissingSource'],
-    },
-    'history.query': {
-      type: 'object',
-      properties: {
-        lastN: historyCount('lastN', l.historyMaxResults, `The last N values, newest first. 0 or absent: all (at most ${l.historyMaxResults}, HISTORY_MAX_RESULTS).`),
-        firstN: historyCount('firstN', l.historyMaxResults, 'The first N values, oldest first; wins over lastN.'),
-        dateFrom: historyBound('dateFrom', 'Inclusive lower bound:'),
-        dateTo: historyBound('dateTo', 'Inclusive upper bound:'),
-        attr: {
-          type: 'array',
-          items: { type: 'string' },
-          description:
-            'Attribute labels, comma-separated or repeated. One label: an array of records. Several, or none: an object ' +
-            '`{label: [records]}` (none: every attribute of the device, `[]` where there is no value).',
-        },
-      },
-      'x-error-order': ['badHistoryQuery'],
-    },
-  } satisfies Record<string, Omit<NamedSchema, '$id'>>;
-}
-
-export type QueryId = keyof ReturnType<typeof querySchemas>;

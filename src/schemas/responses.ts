@@ -71,7 +71,7 @@ const object = (required: string[], properties: Record<string, unknown>) => ({ t
 const ok = { const: 'ok' };
 
 /** Every response shape, by component name. */
-export const responseSchemas: Record<string, object> = {
+export const responseSchemas = {
   RegistryTime: registryTime,
   Attribute: attribute('template', false),
   Metadata: attribute('template', true),
@@ -144,4 +144,7 @@ export const responseSchemas: Record<string, object> = {
     additionalProperties: { type: 'array', items: ref('HistoryRecord') },
     description: 'Several `attr` labels, or none (every attribute of the device): label -> records, `[]` where there are none.',
   },
-};
+} satisfies Record<string, object>;
+
+/** The name of a response component: what a route's `responses` name. */
+export type ResponseName = keyof typeof responseSchemas;

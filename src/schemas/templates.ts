@@ -1,4 +1,6 @@
-import type { NamedSchema } from './index.js';
+// The template body of POST and PUT /template (decisions.md "Templates"), checked by
+// src/registry/templates/input.ts: the body, then each attribute on its own.
+import { bodySchema } from './validator.js';
 
 // Lengths and the label rule: decisions.md "Common" / "Templates". The label's length and
 // pattern are separate subschemas so that each failure gets its own text.
@@ -25,29 +27,30 @@ const staticNeedsValue = {
   then: { required: ['static_value'], properties: { static_value: true } },
 };
 
-export const templateSchemas: NamedSchema[] = [
-  {
-    $id: 'templates.body',
-    type: 'object',
-    required: ['label'],
-    properties: {
-      label: { type: 'string', minLength: 1, maxLength: 128, allOf: [noNul] },
-      // Each attribute is checked on its own (`templates.attr`, message "failed to parse attr"),
-      // also one that is not an object (`{"_schema": ["Invalid input type."]}`).
-      attrs: { type: 'array' },
+/** A POST/PUT /template body; each attribute is checked on its own (`templateAttrBody`). */
+export const templateBody = bodySchema({
+  $id: 'templates.body',
+  type: 'object',
+  required: ['label'],
+  properties: {
+    label: { type: 'string', minLength: 1, maxLength: 128, allOf: [noNul] },
+    // Each attribute is checked on its own (`templates.attr`, message "failed to parse attr"),
+    // also one that is not an object (`{"_schema": ["Invalid input type."]}`).
+    attrs: { type: 'array' },
+  },
+});
+
+/** One attribute of a template body (message `failed to parse attr`). */
+export const templateAttrBody = bodySchema({
+  $id: 'templates.attr',
+  type: 'object',
+  required: ['label', 'type', 'value_type'],
+  properties: {
+    ...attrFields,
+    metadata: {
+      type: 'array',
+      items: { type: 'object', required: ['label', 'type', 'value_type'], properties: attrFields, ...staticNeedsValue },
     },
   },
-  {
-    $id: 'templates.attr',
-    type: 'object',
-    required: ['label', 'type', 'value_type'],
-    properties: {
-      ...attrFields,
-      metadata: {
-        type: 'array',
-        items: { type: 'object', required: ['label', 'type', 'value_type'], properties: attrFields, ...staticNeedsValue },
-      },
-    },
-    ...staticNeedsValue,
-  },
-];
+  ...staticNeedsValue,
+});

@@ -1,7 +1,7 @@
-// ajv for every request schema of the API (src/schemas/*), in the JSON Schema dialect of
-// OpenAPI 3.1 (2020-12), so the schemas that check requests are the ones the document shows.
-// Bodies: compiled once when this module loads. Queries: compiled once at start with the
-// configured limits (`compileQueries`).
+// ajv for every request schema of the API, in the JSON Schema dialect of OpenAPI 3.1 (2020-12),
+// so the schemas that check requests are the ones the document shows. A body schema is compiled
+// when its module declares it (`bodySchema`); a route's query schema once at start, with the
+// configured limits (`compileQuery`, from src/http/route.ts `queryChecks`).
 //
 // A failure becomes the contract's answer: the validation body (field -> ["<text>"], nested like
 // marshmallow: `{"templates": {"1": ["Not a valid integer."]}}`), or, where a schema maps the
@@ -10,11 +10,8 @@
 // may carry the message (`{"error": "badHistoryQuery", "message": "lastN must be at most {limit},
 // got {value}"}`) for errors whose factory takes one.
 import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
-import { ApiError, errors, type FieldErrors } from '../errors.js';
-import { bodySchemas } from './index.js';
-import { queryFormats, querySchemas, type QueryId, type QueryLimits } from './queries.js';
-
-export type ErrorKey = keyof typeof errors;
+import { ApiError, errors, type ErrorKey, type FieldErrors } from '../errors.js';
+import { queryFormats } from './queries.js';
 
 /** Our annotations (see src/schemas/queries.ts); ajv ignores them, strict mode knows them. */
 export const ANNOTATIONS = ['x-message', 'x-error', 'x-error-order', 'x-lenient', 'x-ignores'] as const;
@@ -33,11 +30,29 @@ const newAjv = (useDefaults: boolean) =>
   new Ajv2020({ allErrors: true, verbose: true, strict: true, allowUnionTypes: true, useDefaults, keywords: [...ANNOTATIONS], formats: queryFormats });
 
 const bodyAjv = newAjv(false);
-const compiled = new Map<string, ValidateFunction>();
-for (const schema of bodySchemas) {
-  checkAnnotations(schema.$id, schema);
-  compiled.set(schema.$id, bodyAjv.compile(schema));
+const queryAjv = newAjv(true);
+
+/** A JSON Schema named as the document's component `#/components/schemas/<$id>`. */
+export interface NamedSchema {
+  $id: string;
+  [keyword: string]: unknown;
 }
+
+const bodyValidators = new WeakMap<object, ValidateFunction>();
+
+/**
+ * Declares a request body schema: compiled here, once, when its module loads. `validate` and
+ * `check` take it; a route's body declaration names it, and the document shows it as a
+ * component under its `$id` (ajv refuses a second schema with the same `$id`).
+ */
+export function bodySchema<S extends NamedSchema>(schema: S): S {
+  checkAnnotations(schema.$id, schema);
+  bodyValidators.set(schema, bodyAjv.compile(schema));
+  return schema;
+}
+
+/** True for a schema declared with `bodySchema`. */
+export const isBodySchema = (value: object): value is NamedSchema => bodyValidators.has(value);
 
 function text(e: ErrorObject): string {
   const custom = (e.parentSchema as { 'x-message'?: string } | undefined)?.['x-message'];
@@ -164,31 +179,55 @@ function checkAnnotations(id: string, schema: object): void {
   walk(schema);
 }
 
-function bodyValidator(schemaId: string): ValidateFunction {
-  const fn = compiled.get(schemaId);
-  if (!fn) throw new Error(`no schema ${schemaId}`);
+function bodyValidator(schema: NamedSchema): ValidateFunction {
+  const fn = bodyValidators.get(schema);
+  if (!fn) throw new Error(`schema ${schema.$id} was not declared with bodySchema()`);
   return fn;
 }
 
-/** The field errors of `data` against the schema `$id`, or undefined when it is valid. */
-export function check(schemaId: string, data: unknown): FieldErrors | undefined {
-  const fn = bodyValidator(schemaId);
+/** The field errors of `data` against the schema, or undefined when it is valid. */
+export function check(schema: NamedSchema, data: unknown): FieldErrors | undefined {
+  const fn = bodyValidator(schema);
   return fn(data) ? undefined : fieldErrors(fn.errors ?? []);
 }
 
-/** Validates `data` against the schema `$id`; throws the contract's 400 validation error, or a mapped error. */
-export function validate<T>(schemaId: string, data: unknown, message = 'failed to parse input'): T {
-  const fn = bodyValidator(schemaId);
+/** Validates `data` against the schema; throws the contract's 400 validation error, or a mapped error. */
+export function validate<T>(schema: NamedSchema, data: unknown, message = 'failed to parse input'): T {
+  const fn = bodyValidator(schema);
   if (fn(data)) return data as T;
   const errs = fn.errors ?? [];
   const plain = errs.filter((e) => mappingOf(e) === undefined);
   if (plain.length > 0) throw errors.validation(fieldErrors(plain), message);
-  const order = (fn.schema as { 'x-error-order'?: string[] })['x-error-order'] ?? [];
+  const order = (schema['x-error-order'] as string[] | undefined) ?? [];
   const first = firstMapped(order, errs)!;
   throw contractError(first.mapping, first.error);
 }
 
 // ---- Queries ----
+
+/**
+ * A route's query parameters as one object schema (the route declares it; shared parameters:
+ * src/schemas/queries.ts). Values arrive as text and are converted by the type each parameter
+ * declares before ajv sees them (`QueryCheck.run`); `x-lenient`, `x-ignores`, `x-error` and
+ * `x-error-order` are described there.
+ */
+export interface QuerySchema {
+  type: 'object';
+  required?: string[];
+  properties: Record<string, QueryParam>;
+  'x-error-order'?: string[];
+}
+
+export interface QueryParam {
+  type?: string;
+  enum?: unknown[];
+  description?: string;
+  /** Values outside `enum` count as absent (the default applies). */
+  'x-lenient'?: boolean;
+  /** A flag's: parameters not read when it is true (`idsOnly`: the page). */
+  'x-ignores'?: string[];
+  [keyword: string]: unknown;
+}
 
 /** A validated query: every declared parameter converted, defaults filled in. */
 export type QueryValues = Readonly<Record<string, unknown>>;
@@ -216,7 +255,7 @@ interface ParamSpec {
   ignores: string[] | undefined;
 }
 
-/** One operation's query: text -> declared types (see src/schemas/queries.ts), then its schema. */
+/** One route's query: text -> declared types, then its schema. */
 export class QueryCheck {
   private readonly params: ParamSpec[];
   private readonly order: readonly string[];
@@ -224,10 +263,7 @@ export class QueryCheck {
   constructor(
     readonly id: string,
     private readonly fn: ValidateFunction,
-    schema: {
-      properties: Record<string, { type?: string; enum?: unknown[]; 'x-lenient'?: boolean; 'x-ignores'?: string[] }>;
-      'x-error-order'?: string[];
-    },
+    schema: QuerySchema,
   ) {
     this.params = Object.entries(schema.properties).map(([name, p]) => ({
       name,
@@ -283,15 +319,8 @@ function isTrue(raw: string): boolean {
   return s === '' || s === 'true' || s === '1';
 }
 
-/** Every query schema compiled with these limits; done once at start. */
-export function compileQueries(limits: QueryLimits): Map<QueryId, QueryCheck> {
-  const ajv = newAjv(true);
-  const out = new Map<QueryId, QueryCheck>();
-  for (const [id, schema] of Object.entries(querySchemas(limits)) as unknown as Array<[QueryId, QueryCheckSchema]>) {
-    checkAnnotations(id, schema);
-    out.set(id, new QueryCheck(id, ajv.compile(schema), schema));
-  }
-  return out;
+/** A route's query schema (its limits filled in), compiled; `id` names it in start errors. */
+export function compileQuery(id: string, schema: QuerySchema): QueryCheck {
+  checkAnnotations(id, schema);
+  return new QueryCheck(id, queryAjv.compile(schema), schema);
 }
-
-type QueryCheckSchema = ConstructorParameters<typeof QueryCheck>[2];

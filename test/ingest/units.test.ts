@@ -9,7 +9,8 @@ import { converterFor, microsToText, parseTimestamp } from '../../src/ingest/val
 import { buildDeviceModel, copyEscape, parseTranslator, renderMessage, type AttrRow } from '../../src/ingest/device-model.js';
 import { historyQueryOf } from '../../src/history/query.js';
 import { seriesKey } from '../../src/history/series.js';
-import { compileQueries } from '../../src/schemas/validator.js';
+import { queryChecks } from '../../src/http/route.js';
+import { historyRoutes } from '../../src/history/routes.js';
 import { DeviceCache } from '../../src/ingest/device-cache.js';
 import type { DeviceModel } from '../../src/ingest/device-model.js';
 import { ShardActor } from '../../src/ingest/shard-actor.js';
@@ -172,8 +173,8 @@ describe('device model and rendering', () => {
 });
 
 describe('history query parsing', () => {
-  // As the route gets it: checked and typed by the `history.query` schema, then turned into the query.
-  const check = compileQueries({ maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 100 }).get('history.query')!;
+  // As the route gets it: checked and typed by its query schema, then turned into the query.
+  const check = queryChecks(historyRoutes, { maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 100 }).get('GET /history/device/{id}/history')!;
   const q = (s: string) => historyQueryOf(check.run(new URLSearchParams(s)).values, 100);
   it('modes and limits', () => {
     expect(q('attr=a')).toMatchObject({ attrs: ['a'], single: true, order: 'desc', limit: 100 });

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { projectRoot } from '../../src/paths.js';
-import { operationKey } from '../../src/openapi/routes.js';
+import { operationKey } from '../../src/http/route.js';
 import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
 import { operationsOf, schemaValidators, type Doc } from './helpers.js';
 
@@ -53,7 +53,7 @@ describe('GET /openapi.json', () => {
 
 describe('routes', () => {
   it('every route served (both listeners) is described, and every description is served, on the same listeners', () => {
-    const fromService = svc.service.routes.map((r) => `${r.listener ?? 'public'} ${operationKey(r)}`).sort();
+    const fromService = svc.service.routes.flatMap((r) => (r.listeners ?? ['public']).map((l) => `${l} ${operationKey(r)}`)).sort();
     const fromDoc = operationsOf(doc)
       .flatMap((o) => o.op['x-listeners'].map((l) => `${l} ${o.method} ${o.path}`))
       .sort();

@@ -3,7 +3,7 @@
 // for errors, equal the documented body. So the description cannot drift from the behaviour.
 //
 // Each example runs in a fresh tenant holding the fixture the examples are written against
-// (src/openapi/operations.ts, docs/api.md); template id 1 in path parameters and in `templates`
+// (src/openapi/examples.ts, docs/api.md); template id 1 in path parameters and in `templates`
 // of request bodies stands for the fixture template's id.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { insertHistory } from '../helpers/registry-fixtures.js';

@@ -1,10 +1,12 @@
-// Unit tests of the query schemas (src/schemas/queries.ts) and their check
-// (src/schemas/validator.ts): conversion of text values, defaults, and the contract's errors in
-// the contract's order.
+// Unit tests of the routes' query schemas (declared with each route; shared parameters in
+// src/schemas/queries.ts) and their check (src/schemas/validator.ts): conversion of text values,
+// defaults, and the contract's errors in the contract's order.
 import { describe, expect, it } from 'vitest';
-import { compileQueries, type QueryResult } from '../../src/schemas/validator.js';
+import { apiRoutes } from '../../src/api.js';
+import { queryChecks } from '../../src/http/route.js';
+import type { QueryResult } from '../../src/schemas/validator.js';
 
-const checks = compileQueries({ maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 10000 });
+const checks = queryChecks(apiRoutes, { maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 10000 });
 const run = (id: Parameters<typeof checks.get>[0], qs: string): QueryResult => checks.get(id)!.run(new URLSearchParams(qs));
 const failure = (id: Parameters<typeof checks.get>[0], qs: string) => {
   const f = run(id, qs).failure;
@@ -14,24 +16,24 @@ const plain = (message: string) => ({ message, status: 400 });
 
 describe('conversion', () => {
   it('defaults fill in; unknown parameters are not read', () => {
-    expect(run('devices.list', 'other=1').values).toEqual({ page_num: 1, page_size: 20, idsOnly: false, attr: [], attr_type: [] });
+    expect(run('GET /device', 'other=1').values).toEqual({ page_num: 1, page_size: 20, idsOnly: false, attr: [], attr_type: [] });
   });
 
   it('integers: digits with an optional sign, blanks around allowed', () => {
-    expect(run('templates.list', 'page_num=%202%20&page_size=+5').values).toMatchObject({ page_num: 2, page_size: 5 });
+    expect(run('GET /template', 'page_num=%202%20&page_size=+5').values).toMatchObject({ page_num: 2, page_size: 5 });
     for (const bad of ['1.5', '1e3', '0x10', '', 'abc', '1 2']) {
-      expect(failure('templates.list', `page_num=${encodeURIComponent(bad)}`), bad).toEqual(plain('page_size and page_num must be integers'));
+      expect(failure('GET /template', `page_num=${encodeURIComponent(bad)}`), bad).toEqual(plain('page_size and page_num must be integers'));
     }
   });
 
   it('flags: true, 1 (any case) or bare are true; anything else false, never an error', () => {
     for (const [qs, v] of [['idsOnly', true], ['idsOnly=TRUE', true], ['idsOnly=1', true], ['idsOnly=yes', false], ['idsOnly=false', false]] as const) {
-      expect(run('devices.list', qs).values.idsOnly, qs).toBe(v);
+      expect(run('GET /device', qs).values.idsOnly, qs).toBe(v);
     }
   });
 
   it('repeated parameters are arrays; others take the first value', () => {
-    expect(run('templates.list', 'attr=a=1&attr=b=2&attr_type=x&attr_type=y&label=p&label=q').values).toMatchObject({
+    expect(run('GET /template', 'attr=a=1&attr=b=2&attr_type=x&attr_type=y&label=p&label=q').values).toMatchObject({
       attr: ['a=1', 'b=2'],
       attr_type: ['x', 'y'],
       label: 'p',
@@ -39,15 +41,15 @@ describe('conversion', () => {
   });
 
   it('lenient enums: an unknown value is the default', () => {
-    expect(run('templates.get', 'attr_format=weird').values).toEqual({ attr_format: 'both' });
-    expect(run('templates.get', 'attr_format=split').values).toEqual({ attr_format: 'split' });
-    expect(run('devices.list', 'sortBy=id').values.sortBy).toBeUndefined();
-    expect(run('devices.list', 'sortBy=label').values.sortBy).toBe('label');
+    expect(run('GET /template/{id}', 'attr_format=weird').values).toEqual({ attr_format: 'both' });
+    expect(run('GET /template/{id}', 'attr_format=split').values).toEqual({ attr_format: 'split' });
+    expect(run('GET /device', 'sortBy=id').values.sortBy).toBeUndefined();
+    expect(run('GET /device', 'sortBy=label').values.sortBy).toBe('label');
   });
 
   it('idsOnly: page_num and page_size are not read', () => {
-    expect(run('devices.list', 'idsOnly&page_size=abc&page_num=0').failure).toBeUndefined();
-    expect(failure('devices.list', 'idsOnly=false&page_size=abc')).toEqual(plain('page_size and page_num must be integers'));
+    expect(run('GET /device', 'idsOnly&page_size=abc&page_num=0').failure).toBeUndefined();
+    expect(failure('GET /device', 'idsOnly=false&page_size=abc')).toEqual(plain('page_size and page_num must be integers'));
   });
 });
 
@@ -59,44 +61,44 @@ describe("the contract's errors, in its order", () => {
     ['page_size=1001', 'page_size must be at most 1000'],
     ['attr=ok=1&attr=nope', 'attr filter "nope" must have the form <label>=<value>'],
   ])('list: %s', (qs, message) => {
-    expect(failure('devices.list', qs)).toEqual(plain(message));
+    expect(failure('GET /device', qs)).toEqual(plain(message));
   });
 
   it('attr and attr_type: at most 16 of each, after the page checks', () => {
     const many = (name: string, n: number, value: (i: number) => string) => Array.from({ length: n }, (_, i) => `${name}=${value(i)}`).join('&');
-    for (const id of ['devices.list', 'templates.list'] as const) {
+    for (const id of ['GET /device', 'GET /template'] as const) {
       expect(run(id, `${many('attr', 16, (i) => `l${i}=v`)}&${many('attr_type', 16, (i) => `t${i}`)}`).failure, id).toBeUndefined();
       expect(failure(id, many('attr', 17, (i) => `l${i}=v`))).toEqual(plain('At most 16 attr filters are allowed in one request'));
       expect(failure(id, many('attr_type', 17, (i) => `t${i}`))).toEqual(plain('At most 16 attr_type filters are allowed in one request'));
       expect(failure(id, `page_size=0&${many('attr_type', 17, (i) => `t${i}`)}`)).toEqual(plain('At least one entry per page is mandatory'));
     }
-    expect(failure('devices.internalList', many('attr', 17, (i) => `l${i}=v`))).toEqual(plain('At most 16 attr filters are allowed in one request'));
+    expect(failure('GET /internal/device', many('attr', 17, (i) => `l${i}=v`))).toEqual(plain('At most 16 attr filters are allowed in one request'));
   });
 
   it('POST /device: count, then its maximum', () => {
-    expect(failure('devices.create', 'count=0')).toEqual(plain('If provided, count must be integer'));
-    expect(failure('devices.create', 'count=')).toEqual(plain('If provided, count must be integer'));
-    expect(failure('devices.create', 'count=10001')).toEqual(plain('count must be at most 10000'));
-    expect(run('devices.create', 'count=3&verbose').values).toEqual({ count: 3, verbose: true });
+    expect(failure('POST /device', 'count=0')).toEqual(plain('If provided, count must be integer'));
+    expect(failure('POST /device', 'count=')).toEqual(plain('If provided, count must be integer'));
+    expect(failure('POST /device', 'count=10001')).toEqual(plain('count must be at most 10000'));
+    expect(run('POST /device', 'count=3&verbose').values).toEqual({ count: 3, verbose: true });
   });
 
   it('gen_psk: a missing key_length is told apart (keyword required) from a bad one', () => {
-    expect(run('psk.generate', 'attrs=a').failure).toMatchObject({ param: 'key_length', keyword: 'required', error: { body: plain('Missing key_length parameter') } });
-    expect(run('psk.generate', 'key_length=1024').failure).toMatchObject({ keyword: 'maximum', error: { body: plain('key_length must be greater than 0 and lesser than 1024') } });
-    expect(run('psk.generate', 'key_length=').failure).toMatchObject({ keyword: 'type' });
-    expect(run('psk.generate', 'key_length=16').values).toEqual({ key_length: 16 });
+    expect(run('POST /device/gen_psk/{id}', 'attrs=a').failure).toMatchObject({ param: 'key_length', keyword: 'required', error: { body: plain('Missing key_length parameter') } });
+    expect(run('POST /device/gen_psk/{id}', 'key_length=1024').failure).toMatchObject({ keyword: 'maximum', error: { body: plain('key_length must be greater than 0 and lesser than 1024') } });
+    expect(run('POST /device/gen_psk/{id}', 'key_length=').failure).toMatchObject({ keyword: 'type' });
+    expect(run('POST /device/gen_psk/{id}', 'key_length=16').values).toEqual({ key_length: 16 });
   });
 
   it('copy: both source parameters, not empty', () => {
     for (const qs of ['', 'from_dev_id=a', 'from_attr_label=b', 'from_dev_id=&from_attr_label=b']) {
-      expect(failure('psk.copy', qs), qs).toEqual(plain('Missing mandatory parameter: from_dev_id or/and from_attr_label'));
+      expect(failure('PUT /device/{id}/attrs/{label}/psk', qs), qs).toEqual(plain('Missing mandatory parameter: from_dev_id or/and from_attr_label'));
     }
-    expect(run('psk.copy', 'from_dev_id=a&from_attr_label=b').failure).toBeUndefined();
+    expect(run('PUT /device/{id}/attrs/{label}/psk', 'from_dev_id=a&from_attr_label=b').failure).toBeUndefined();
   });
 });
 
-describe('GET /history: the history.query schema', () => {
-  const history = compileQueries({ maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 50 }).get('history.query')!;
+describe('GET /history: its query schema', () => {
+  const history = queryChecks(apiRoutes, { maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 50 }).get('GET /history/device/{id}/history')!;
   const values = (qs: string) => history.run(new URLSearchParams(qs)).values;
   const bad = (qs: string) => history.run(new URLSearchParams(qs)).failure?.error.body;
 

@@ -1,5 +1,5 @@
 // PUT /device/{id}/actuate (decisions.md "Actuation"), checked in the contract's order:
-// unknown device (404), body not an object with an object `attrs` (400: the `actuation.body`
+// unknown device (404), body not an object with an object `attrs` (400: the `actuationBody`
 // schema, src/schemas/actuation.ts), labels that are not actuators (403), then the message goes
 // to the device's config topics in both layouts (QoS 1, not retained). 200 only once the broker
 // accepted both; 503 if it is unavailable.
@@ -7,6 +7,7 @@ import type pg from 'pg';
 import { type ApiError, errors } from '../../errors.js';
 import { BrokerUnavailable } from '../../broker/link.js';
 import { configTopics } from '../../broker/topics.js';
+import { actuationBody } from '../../schemas/actuation.js';
 import { validate } from '../../schemas/validator.js';
 import { actuatorLabels } from './repo.js';
 
@@ -14,7 +15,7 @@ export interface ConfigPublisher {
   publish(topics: string[], payload: string): Promise<void>;
 }
 
-/** A body the `actuation.body` schema accepted; other keys (`topic`) are ignored. */
+/** A body the `actuationBody` schema accepted; other keys (`topic`) are ignored. */
 interface ActuationBody {
   attrs: Record<string, unknown>;
 }
@@ -31,7 +32,7 @@ export class ActuationService {
     const actuators = await actuatorLabels(this.pool, tenant, id);
     if (!actuators) throw errors.noSuchDevice(id);
     if (bodyError) throw bodyError;
-    const { attrs } = validate<ActuationBody>('actuation.body', body);
+    const { attrs } = validate<ActuationBody>(actuationBody, body);
     const refused = Object.keys(attrs).filter((label) => !actuators.has(label));
     if (refused.length > 0) throw errors.notConfigurable(refused);
     try {

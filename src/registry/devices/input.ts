@@ -1,11 +1,11 @@
 // Parsing of device requests (decisions.md "Devices"): the create options and the body with
 // its override list. Pure functions: they throw the contract's errors and touch nothing.
 import { errors } from '../../errors.js';
-import type { QueryValues } from '../../schemas/validator.js';
-import { validate } from '../../schemas/validator.js';
+import { deviceCreateBody, deviceUpdateBody } from '../../schemas/devices.js';
+import { validate, type QueryValues } from '../../schemas/validator.js';
 import type { CreateOptions, DeviceInput, OverrideInput } from './types.js';
 
-/** `count` and `verbose`, validated by the `devices.create` query schema; verbose is for single creation only. */
+/** `count` and `verbose`, validated by the query schema of POST /device; verbose is for single creation only. */
 export function createOptions(q: QueryValues): CreateOptions {
   const count = q.count as number;
   const verbose = q.verbose as boolean;
@@ -35,7 +35,7 @@ const text = (v: Scalar | undefined) => (v === undefined ? undefined : String(v)
 /** A POST/PUT /device body; `withId`: the optional client-chosen id is read (POST). */
 export function parseDeviceBody(body: unknown, withId: boolean): DeviceInput {
   // The schemas check `id` (POST only) and that every override has a label.
-  const b = validate<RawBody>(withId ? 'devices.create' : 'devices.update', body);
+  const b = validate<RawBody>(withId ? deviceCreateBody : deviceUpdateBody, body);
   const id = withId && typeof b.id === 'string' ? b.id : undefined;
   const overrides: OverrideInput[] = [];
   const labels = new Set<string>();

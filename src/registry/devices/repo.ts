@@ -1,19 +1,12 @@
 // Device SQL. Every statement is scoped by tenant; callers own transactions and rules.
 import type pg from 'pg';
 import { registryTimeSql } from '../../db/time.js';
-import type { ListFilters, Page } from '../../http/query.js';
+import type { Page } from '../paging.js';
 import { ATTR_COLUMNS, attrFromRow, nestAttrs, type AttrColumns, type AttrRecord } from '../attrs.js';
 import { labelMatchSql, Params } from '../sql.js';
-import type { DeviceRecord, OverrideRow } from './types.js';
+import type { DeviceQuery, DeviceRecord, OverrideRow } from './types.js';
 
 type Db = pg.Pool | pg.PoolClient;
-
-/** Which devices a list request wants. */
-export interface DeviceQuery {
-  filters: ListFilters;
-  /** Only devices built from this template (GET /device/template/{id}). */
-  templateId?: number;
-}
 
 /**
  * How `attr=` filters are evaluated. `walk`: per device, in page order (cheap when most devices

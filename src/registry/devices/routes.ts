@@ -1,11 +1,25 @@
-// Device endpoints (interface.md §4.2 without actuation, §4.4 internal): HTTP in and out.
-import { listFiltersOf, pageOf, pagination, type Page } from '../../http/query.js';
-import type { Request, Route } from '../../http/types.js';
+// Device endpoints (interface.md §4.2 without actuation, §4.4 internal): HTTP in and out, and
+// what the API description says of each; rules live in the service.
+import { listFiltersOf, pageOf, pagination } from '../../http/query.js';
+import type { Request, RouteSpec } from '../../http/types.js';
+import { BODY_ERRORS, DEV, KEY, LIST_ERRORS, T, TIME, bareDevice, device, deviceAttrs, err, page1 } from '../../openapi/examples.js';
+import { deviceCreateBody, deviceUpdateBody } from '../../schemas/devices.js';
+import { deviceIdParam, templateIdParam } from '../../schemas/params.js';
+import { FILTER_ERRORS, PAGE_ERRORS, filterParams, flag, pageParams } from '../../schemas/queries.js';
+import { ref } from '../../schemas/responses.js';
+import type { Page } from '../paging.js';
 import { parseTemplateId } from '../sql.js';
 import { createOptions } from './input.js';
-import type { DeviceQuery } from './repo.js';
 import type { DeviceService } from './service.js';
+import type { DeviceQuery } from './types.js';
 import { deviceView } from './views.js';
+
+type Deps = { devices: DeviceService };
+
+const idsOnly = {
+  ...flag('Answer every matching id (filters apply) as an array; page_size and page_num are then not read.'),
+  'x-ignores': ['page_num', 'page_size'],
+};
 
 /** GET /device and GET /internal/device: `idsOnly` (all ids, no paging) or a page. */
 async function listHandler(devices: DeviceService, req: Request, internal: boolean) {
@@ -23,84 +37,279 @@ async function publicPage(devices: DeviceService, tenant: string, q: DeviceQuery
   return { status: 200, raw: `{"devices":[${views.join(',')}],"pagination":${JSON.stringify(pagination(page, matches))}}` };
 }
 
-export function deviceRoutes(devices: DeviceService): Route[] {
-  return [
-    {
-      method: 'POST',
-      path: '/device',
-      body: 'json',
-      async handler(req) {
-        const opts = createOptions(req.values);
-        const r = await devices.create(req.tenant, opts, req.body);
-        const body = r.verbose
-          ? { message: 'device created', devices: r.devices.map((d) => deviceView(d)) }
-          : { message: 'devices created', devices: r.devices };
-        return { status: 200, body };
-      },
-    },
-    {
-      method: 'GET',
-      path: '/device',
-      handler: (req) => listHandler(devices, req, false),
-    },
-    {
-      method: 'DELETE',
-      path: '/device',
-      async handler(req) {
-        const removed = await devices.removeAll(req.tenant);
-        return { status: 200, body: { removed_devices: removed.map((d) => deviceView(d)), result: 'ok' } };
-      },
-    },
-    {
-      method: 'GET',
-      path: '/device/:id',
-      async handler(req) {
-        return { status: 200, raw: await devices.viewJson(req.tenant, req.params.id!) };
-      },
-    },
-    {
-      method: 'PUT',
-      path: '/device/:id',
-      body: 'json',
-      async handler(req) {
-        const d = await devices.update(req.tenant, req.params.id!, req.body);
-        return { status: 200, body: { message: 'device updated', device: deviceView(d) } };
-      },
-    },
-    {
-      method: 'DELETE',
-      path: '/device/:id',
-      async handler(req) {
-        const d = await devices.remove(req.tenant, req.params.id!);
-        return { status: 200, body: { removed_device: deviceView(d), result: 'ok' } };
-      },
-    },
-    {
-      method: 'GET',
-      path: '/device/template/:template_id',
-      async handler(req) {
-        const page = pageOf(req.values);
-        const templateId = parseTemplateId(req.params.template_id!);
-        // An unknown (or malformed) template id is an empty page, not an error.
-        if (templateId === undefined) return { status: 200, body: { devices: [], pagination: pagination(page, 0) } };
-        return publicPage(devices, req.tenant, { filters: noFilters(), templateId }, page);
-      },
-    },
-    {
-      method: 'GET',
-      path: '/internal/device',
-      listener: 'internal',
-      handler: (req) => listHandler(devices, req, true),
-    },
-    {
-      method: 'GET',
-      path: '/internal/device/:id',
-      listener: 'internal',
-      async handler(req) {
-        return { status: 200, body: deviceView(await devices.getInternal(req.tenant, req.params.id!), 'internal') };
-      },
-    },
-  ];
-}
-
 const noFilters = () => ({ label: undefined, attrs: [], attrTypes: [], sortByLabel: false });
+
+export const deviceRoutes: RouteSpec<Deps>[] = [
+  {
+    method: 'POST',
+    path: '/device',
+    summary: 'Create devices',
+    description:
+      'Checked in this order: the body is JSON, `count`, `verbose`, the body schema, `id`, the override list, the templates (404), ' +
+      'repeated attributes, the override list against the templates. All devices of one request are created in one transaction.',
+    tag: 'devices',
+    query: (l) => ({
+      type: 'object',
+      properties: {
+        count: {
+          type: 'integer',
+          minimum: 1,
+          maximum: l.maxDeviceCount,
+          default: 1,
+          description: `Number of devices to create (at most ${l.maxDeviceCount}, MAX_DEVICE_COUNT), labelled \`<label>_0\` … \`<label>_<count-1>\`, in one transaction.`,
+          'x-error': { type: 'countNotInteger', minimum: 'countNotInteger', maximum: 'countTooLarge' },
+        },
+        verbose: flag('Answer the full device (single creation only).'),
+      },
+      'x-error-order': ['countNotInteger', 'countTooLarge'],
+    }),
+    body: { read: 'json', schema: deviceCreateBody },
+    responses: {
+      200: { description: '`{id, label}` of each device; with verbose=true the full device.', schema: 'DevicesCreated' },
+      400: {
+        description: 'Bad query, body, override list or id.',
+        errors: [
+          ...BODY_ERRORS,
+          'countNotInteger',
+          'countTooLarge',
+          'verboseWithCount',
+          'badDeviceId',
+          'deviceIdWithCount',
+          'deviceIdInUse',
+          'missingOverrideLabel',
+          'repeatedAttributes',
+          'unknownTemplateInAttrList',
+          'pskOverride',
+        ],
+      },
+      404: {
+        description: 'Unknown template, or an unknown attribute of the override list (HTTP 404 with body status 400, as in the reference).',
+        errors: ['noSuchTemplate', 'unknownOverrideAttr', 'unknownOverrideMetadata'],
+      },
+      500: { description: 'No free id after 10 tries, or an unexpected failure.', errors: ['deviceIdGenerationFailed', 'internal'] },
+    },
+    examples: [
+      {
+        name: 'created',
+        summary: 'Two devices of template 1',
+        query: { count: 2 },
+        body: { label: 'sensor', templates: [T] },
+        status: 200,
+        response: { message: 'devices created', devices: [{ id: '7f3a9c', label: 'sensor_0' }, { id: '0b12ee', label: 'sensor_1' }] },
+      },
+      {
+        name: 'verbose',
+        summary: 'One device with a chosen id, answered in full',
+        query: { verbose: 'true' },
+        body: { label: 'kitchen', templates: [T], id: 'c0ffee' },
+        status: 200,
+        response: { message: 'device created', devices: [device('c0ffee', 'kitchen_0')] },
+      },
+      { name: 'unknownTemplate', summary: 'An unknown template', body: { label: 'x', templates: [999999] }, status: 404, response: err('noSuchTemplate', 999999) },
+      { name: 'badCount', summary: 'count not an integer', query: { count: 'abc' }, body: { label: 'x', templates: [T] }, status: 400, response: err('countNotInteger') },
+      { name: 'verboseWithCount', summary: 'verbose with count 2', query: { count: 2, verbose: 'true' }, body: { label: 'x', templates: [T] }, status: 400, response: err('verboseWithCount') },
+      { name: 'badId', summary: 'An id that is not 2-6 hex characters', body: { label: 'x', templates: [T], id: 'xyz' }, status: 400, response: err('badDeviceId') },
+      { name: 'noLabel', summary: 'label missing', body: { templates: [T] }, status: 400, response: err('validation', { label: ['Missing data for required field.'] }) },
+    ],
+    async handler(req, { devices }) {
+      const opts = createOptions(req.values);
+      const r = await devices.create(req.tenant, opts, req.body);
+      const body = r.verbose
+        ? { message: 'device created', devices: r.devices.map((d) => deviceView(d)) }
+        : { message: 'devices created', devices: r.devices };
+      return { status: 200, body };
+    },
+  },
+  {
+    method: 'GET',
+    path: '/device',
+    summary: 'List devices',
+    tag: 'devices',
+    query: (l) => ({
+      type: 'object',
+      properties: { ...pageParams(l), idsOnly, ...filterParams(true) },
+      'x-error-order': [...PAGE_ERRORS, ...FILTER_ERRORS],
+    }),
+    responses: {
+      200: { description: 'One page, or with idsOnly every matching id.', schema: { oneOf: [ref('DeviceList'), ref('DeviceIds')] } },
+      400: { description: 'Bad paging or filter parameters, checked in this order.', errors: LIST_ERRORS },
+    },
+    examples: [
+      { name: 'page', summary: 'The first page of 2, by label', query: { page_size: 2, sortBy: 'label' }, status: 200, response: { devices: [bareDevice, device()], pagination: page1 } },
+      { name: 'ids', summary: 'Every id (bare flag)', query: { idsOnly: '' }, status: 200, response: [DEV, 'd4e5f6'] },
+      { name: 'filtered', summary: 'Devices with serial SN-0 and an actuator', query: { attr: ['serial=SN-0'], attr_type: ['actuator'] }, status: 200, response: { devices: [device()], pagination: page1 } },
+      { name: 'pageTooLarge', summary: 'page_size above MAX_PAGE_SIZE', query: { page_size: 5000 }, status: 400, response: err('pageSizeTooLarge', 1000) },
+    ],
+    handler: (req, { devices }) => listHandler(devices, req, false),
+  },
+  {
+    method: 'DELETE',
+    path: '/device',
+    summary: 'Delete every device',
+    description: 'The MQTT sessions of the removed devices are closed.',
+    tag: 'devices',
+    responses: { 200: { description: 'The removed devices.', schema: 'DevicesRemoved' } },
+    examples: [{ name: 'removed', summary: 'Every device', status: 200, response: { removed_devices: [device(), bareDevice], result: 'ok' } }],
+    async handler(req, { devices }) {
+      const removed = await devices.removeAll(req.tenant);
+      return { status: 200, body: { removed_devices: removed.map((d) => deviceView(d)), result: 'ok' } };
+    },
+  },
+  {
+    method: 'GET',
+    path: '/device/:id',
+    summary: 'Get a device',
+    description: 'A `psk` attribute never shows its key here.',
+    tag: 'devices',
+    params: { id: deviceIdParam },
+    responses: {
+      200: { description: 'The device.', schema: 'Device' },
+      404: { description: 'No such device.', errors: ['noSuchDevice'] },
+    },
+    exampleParams: { id: DEV },
+    examples: [
+      { name: 'found', summary: 'Device a1b2c3', status: 200, response: device() },
+      { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, status: 404, response: err('noSuchDevice', 'ffffff') },
+    ],
+    async handler(req, { devices }) {
+      return { status: 200, raw: await devices.viewJson(req.tenant, req.params.id!) };
+    },
+  },
+  {
+    method: 'PUT',
+    path: '/device/:id',
+    summary: 'Replace a device',
+    description: 'Replaces label, templates and the override list; keys of `psk` attributes still present are kept. The body is checked before the device is looked up.',
+    tag: 'devices',
+    params: { id: deviceIdParam },
+    body: { read: 'json', schema: deviceUpdateBody },
+    responses: {
+      200: { description: 'The device, with `updated`.', schema: 'DeviceUpdated' },
+      400: { description: 'Bad body or override list.', errors: [...BODY_ERRORS, 'missingOverrideLabel', 'repeatedAttributes', 'unknownTemplateInAttrList', 'pskOverride'] },
+      404: {
+        description: 'No such device or template, or an unknown attribute of the override list (HTTP 404 with body status 400).',
+        errors: ['noSuchDevice', 'noSuchTemplate', 'unknownOverrideAttr', 'unknownOverrideMetadata'],
+      },
+    },
+    exampleParams: { id: DEV },
+    examples: [
+      {
+        name: 'updated',
+        summary: 'A new label and its own serial',
+        body: { label: 'sensor-renamed', templates: [T], attrs: [{ label: 'serial', static_value: 'SN-42' }] },
+        status: 200,
+        response: {
+          message: 'device updated',
+          device: {
+            ...device(DEV, 'sensor-renamed'),
+            updated: TIME,
+            attrs: {
+              [String(T)]: deviceAttrs().map((a) => (a.label === 'serial' ? { ...a, static_value: 'SN-42', is_static_overridden: true } : a)),
+            },
+          },
+        },
+      },
+      { name: 'noOverrideLabel', summary: 'An override without label', body: { label: 'x', templates: [T], attrs: [{ static_value: 'SN-1' }] }, status: 400, response: err('missingOverrideLabel') },
+      { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, body: { label: 'x', templates: [T] }, status: 404, response: err('noSuchDevice', 'ffffff') },
+    ],
+    async handler(req, { devices }) {
+      const d = await devices.update(req.tenant, req.params.id!, req.body);
+      return { status: 200, body: { message: 'device updated', device: deviceView(d) } };
+    },
+  },
+  {
+    method: 'DELETE',
+    path: '/device/:id',
+    summary: 'Delete a device',
+    description: 'Its MQTT session is closed.',
+    tag: 'devices',
+    params: { id: deviceIdParam },
+    responses: {
+      200: { description: 'The removed device.', schema: 'DeviceRemoved' },
+      404: { description: 'No such device.', errors: ['noSuchDevice'] },
+    },
+    exampleParams: { id: DEV },
+    examples: [
+      { name: 'removed', summary: 'Device a1b2c3', status: 200, response: { removed_device: device(), result: 'ok' } },
+      { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, status: 404, response: err('noSuchDevice', 'ffffff') },
+    ],
+    async handler(req, { devices }) {
+      const d = await devices.remove(req.tenant, req.params.id!);
+      return { status: 200, body: { removed_device: deviceView(d), result: 'ok' } };
+    },
+  },
+  {
+    method: 'GET',
+    path: '/device/template/:template_id',
+    summary: 'List the devices of a template',
+    description: 'An unknown template is an empty page.',
+    tag: 'devices',
+    params: { template_id: templateIdParam },
+    query: (l) => ({ type: 'object', properties: pageParams(l), 'x-error-order': PAGE_ERRORS }),
+    responses: {
+      200: { description: 'One page.', schema: 'DeviceList' },
+      400: { description: 'Bad paging parameters, checked in this order.', errors: PAGE_ERRORS },
+    },
+    exampleParams: { template_id: T },
+    examples: [
+      { name: 'page', summary: 'Devices of template 1', status: 200, response: { devices: [device()], pagination: page1 } },
+      { name: 'unknown', summary: 'An unknown template: an empty page', params: { template_id: 999999 }, status: 200, response: { devices: [], pagination: { page: 1, total: 0, has_next: false, next_page: null } } },
+      { name: 'pageSizeZero', summary: 'page_size 0', query: { page_size: 0 }, status: 400, response: err('pageSizeTooSmall') },
+    ],
+    async handler(req, { devices }) {
+      const page = pageOf(req.values);
+      const templateId = parseTemplateId(req.params.template_id!);
+      // An unknown (or malformed) template id is an empty page, not an error.
+      if (templateId === undefined) return { status: 200, body: { devices: [], pagination: pagination(page, 0) } };
+      return publicPage(devices, req.tenant, { filters: noFilters(), templateId }, page);
+    },
+  },
+];
+
+/** The internal listener's device endpoints (interface.md §4.4): generated keys show. */
+export const internalDeviceRoutes: RouteSpec<Deps>[] = [
+  {
+    method: 'GET',
+    path: '/internal/device',
+    listeners: ['internal'],
+    summary: 'List devices (internal)',
+    description: 'As GET /device, without attr_type; generated keys show as `static_value`.',
+    tag: 'internal',
+    query: (l) => ({
+      type: 'object',
+      properties: { ...pageParams(l), idsOnly, ...filterParams(false) },
+      'x-error-order': [...PAGE_ERRORS, ...FILTER_ERRORS],
+    }),
+    responses: {
+      200: { description: 'One page, or with idsOnly every matching id.', schema: { oneOf: [ref('InternalDeviceList'), ref('DeviceIds')] } },
+      400: { description: 'Bad paging or filter parameters, checked in this order.', errors: LIST_ERRORS },
+    },
+    examples: [
+      { name: 'page', summary: 'Devices with the label prefix sensor', query: { label: 'sensor' }, status: 200, response: { devices: [device(DEV, 'sensor_0', KEY)], pagination: page1 } },
+      { name: 'ids', summary: 'Every id', query: { idsOnly: 'true' }, status: 200, response: [DEV, 'd4e5f6'] },
+      { name: 'pageZero', summary: 'page_num 0', query: { page_num: 0 }, status: 400, response: err('pageNumTooSmall') },
+    ],
+    handler: (req, { devices }) => listHandler(devices, req, true),
+  },
+  {
+    method: 'GET',
+    path: '/internal/device/:id',
+    listeners: ['internal'],
+    summary: 'Get a device (internal)',
+    description: "As GET /device/{id}; a generated key shows as its attribute's `static_value`.",
+    tag: 'internal',
+    params: { id: deviceIdParam },
+    responses: {
+      200: { description: 'The device with its keys.', schema: 'InternalDevice' },
+      404: { description: 'No such device.', errors: ['noSuchDevice'] },
+    },
+    exampleParams: { id: DEV },
+    examples: [
+      { name: 'found', summary: 'Device a1b2c3 with its key', status: 200, response: device(DEV, 'sensor_0', KEY) },
+      { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, status: 404, response: err('noSuchDevice', 'ffffff') },
+    ],
+    async handler(req, { devices }) {
+      return { status: 200, body: deviceView(await devices.getInternal(req.tenant, req.params.id!), 'internal') };
+    },
+  },
+];

@@ -4,14 +4,14 @@ import crypto from 'node:crypto';
 import type pg from 'pg';
 import { inTransaction } from '../../db/pool.js';
 import { errors } from '../../errors.js';
-import type { Page } from '../../http/query.js';
+import type { Page } from '../paging.js';
 import type { AttrRecord } from '../attrs.js';
 import type { RegistryEvent, RegistryEvents } from '../events.js';
 import { filtersCanMatch, parseTemplateId } from '../sql.js';
 import { countKey, ListCache, TenantCache } from '../tenant-cache.js';
 import { parseDeviceBody } from './input.js';
 import * as repo from './repo.js';
-import type { CreateOptions, DeviceInput, DeviceRecord, OverrideRow } from './types.js';
+import type { CreateOptions, DeviceInput, DeviceQuery, DeviceRecord, OverrideRow } from './types.js';
 import { deviceView } from './views.js';
 
 const ID_TRIES = 10;
@@ -141,14 +141,14 @@ export class DeviceService {
    * A public page: the ids from the database, the views as JSON texts (`viewsJson`), and the
    * number of matches.
    */
-  async listJson(tenant: string, q: repo.DeviceQuery, page: Page): Promise<{ views: string[]; matches: number }> {
+  async listJson(tenant: string, q: DeviceQuery, page: Page): Promise<{ views: string[]; matches: number }> {
     if (!filtersCanMatch(q.filters)) return { views: [], matches: 0 };
     const { items, matches } = await this.findPage(tenant, q, page, true, (plan) => repo.listDevicePageIds(this.pool, tenant, q, page, plan));
     return { views: await this.viewsJson(tenant, items), matches };
   }
 
   /** An internal page (keys opened) and the number of matches. */
-  async listInternal(tenant: string, q: repo.DeviceQuery, page: Page): Promise<{ devices: DeviceRecord[]; matches: number }> {
+  async listInternal(tenant: string, q: DeviceQuery, page: Page): Promise<{ devices: DeviceRecord[]; matches: number }> {
     if (!filtersCanMatch(q.filters)) return { devices: [], matches: 0 };
     const { items, matches } = await this.findPage(tenant, q, page, false, (plan) => repo.listDevices(this.pool, tenant, q, page, plan, true));
     return { devices: items.map((d) => this.openKeys(tenant, d)), matches };
@@ -158,7 +158,7 @@ export class DeviceService {
    * One page and the number of matches (counted only when neither the cache nor the page tells
    * it). `cachePage`: the page is of ids, kept and answered from the cache (ListCache).
    */
-  private findPage<T>(tenant: string, q: repo.DeviceQuery, page: Page, cachePage: boolean, fetch: (plan: repo.AttrPlan) => Promise<T[]>): Promise<{ items: T[]; matches: number }> {
+  private findPage<T>(tenant: string, q: DeviceQuery, page: Page, cachePage: boolean, fetch: (plan: repo.AttrPlan) => Promise<T[]>): Promise<{ items: T[]; matches: number }> {
     // With attr= filters the count comes first: few matches are found best as a set, many by
     // walking the devices in page order.
     return this.lists.page(tenant, {
@@ -172,7 +172,7 @@ export class DeviceService {
     });
   }
 
-  async listIds(tenant: string, q: repo.DeviceQuery): Promise<string[]> {
+  async listIds(tenant: string, q: DeviceQuery): Promise<string[]> {
     return filtersCanMatch(q.filters) ? repo.listDeviceIds(this.pool, tenant, q) : [];
   }
 

@@ -1,4 +1,5 @@
 import type { AttrRecord } from '../attrs.js';
+import type { ListFilters } from '../paging.js';
 
 /** One entry of the override list, as given (ids still as the client wrote them). */
 export interface OverrideInput {
@@ -37,4 +38,11 @@ export interface DeviceRecord {
 export interface OverrideRow {
   attrId: number;
   value: string;
+}
+
+/** Which devices a list request wants. */
+export interface DeviceQuery {
+  filters: ListFilters;
+  /** Only devices built from this template (GET /device/template/{id}). */
+  templateId?: number;
 }

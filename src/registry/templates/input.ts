@@ -1,6 +1,7 @@
 // Parsing of template bodies (decisions.md "Templates"): the body, then each attribute with
 // its own message, then repeated labels. Pure functions: they throw the contract's errors.
 import { errors } from '../../errors.js';
+import { templateAttrBody, templateBody } from '../../schemas/templates.js';
 import { check, validate } from '../../schemas/validator.js';
 import type { AttrInput, TemplateInput } from './types.js';
 
@@ -23,9 +24,9 @@ function repeated(labels: string[]): string | undefined {
   return undefined;
 }
 
-/** One attribute of a template body: 400 `failed to parse attr` with its field errors (schema `templates.attr`). */
+/** One attribute of a template body: 400 `failed to parse attr` with its field errors (schema `templateAttrBody`). */
 function parseAttr(raw: unknown): AttrInput {
-  const errs = check('templates.attr', raw);
+  const errs = check(templateAttrBody, raw);
   if (errs) throw errors.validation(errs, 'failed to parse attr');
   const valid = raw as RawAttr;
   const metadata = valid.metadata ?? [];
@@ -42,7 +43,7 @@ function parseAttr(raw: unknown): AttrInput {
 
 /** A POST/PUT /template body. */
 export function parseTemplateInput(body: unknown): TemplateInput {
-  const b = validate<{ label: string; attrs?: unknown[] }>('templates.body', body);
+  const b = validate<{ label: string; attrs?: unknown[] }>(templateBody, body);
   const attrs = (b.attrs ?? []).map(parseAttr);
   const dup = repeated(attrs.map((a) => a.label));
   if (dup !== undefined) throw errors.validation({ label: [`Repeated attribute label: ${dup}`] }, 'failed to parse attr');

@@ -3,7 +3,7 @@ import type pg from 'pg';
 import { registryTimeSql } from '../../db/time.js';
 import { ATTR_COLUMNS, nestAttrs, type AttrColumns } from '../attrs.js';
 import { labelMatchSql, Params } from '../sql.js';
-import type { ListFilters, Page } from '../../http/query.js';
+import type { ListFilters, Page } from '../paging.js';
 import type { AttrChange, NewAttrRow, TemplateRecord } from './types.js';
 
 type Db = pg.Pool | pg.PoolClient;

@@ -3,7 +3,7 @@
 import type pg from 'pg';
 import { inTransaction } from '../../db/pool.js';
 import { errors } from '../../errors.js';
-import type { ListFilters, Page } from '../../http/query.js';
+import type { ListFilters, Page } from '../paging.js';
 import type { AttrRecord } from '../attrs.js';
 import type { RegistryEvents } from '../events.js';
 import { filtersCanMatch, parseTemplateId } from '../sql.js';
