@@ -3,7 +3,7 @@ import type pg from 'pg';
 import { errors } from '../errors.js';
 import type { Route } from '../http/types.js';
 import { validate } from '../schemas/validator.js';
-import { registryTime } from '../db/time.js';
+import { registryTime } from '../time.js';
 import { verifyPassword } from './passwords.js';
 import type { Tokens } from './tokens.js';
 import { createUser, findUser } from './users.js';

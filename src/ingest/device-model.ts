@@ -4,7 +4,8 @@
 // static values overridden per device) and kept in the worker's cache until a registry event.
 import jsonPatch, { type Operation } from 'fast-json-patch';
 import { seriesKey } from '../history/series.js';
-import { converterFor, parseTimestamp, type Converter } from './values.js';
+import { parseTimestamp } from '../time.js';
+import { converterFor, type Converter } from './values.js';
 
 export interface AttrRow {
   template_id: number;

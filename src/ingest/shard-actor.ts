@@ -10,7 +10,7 @@ import type { DeviceCache } from './device-cache.js';
 import { renderMessage, type DropReason, type MessageOutcome } from './device-model.js';
 import type { HistoryWriter } from './history-writer.js';
 import type { Logger } from '../log.js';
-import { microsToText } from './values.js';
+import { microsToTextCached } from '../time.js';
 import type { ShardTask, WorkerMetricsDelta } from './protocol.js';
 
 interface Deferred {
@@ -43,10 +43,7 @@ export class ShardActor {
   /** Fatal: a payload that is not UTF-8 is refused, not stored with U+FFFD in its place. */
   private readonly decoder = new TextDecoder('utf-8', { fatal: true });
   private metrics = ShardActor.emptyMetrics();
-  private lastUs = -1;
-  private lastTs = '';
-  private lastSecond = -1;
-  private secondPrefix = '';
+  private readonly tsText = microsToTextCached();
 
   constructor(
     private readonly cache: DeviceCache,
@@ -89,20 +86,6 @@ export class ShardActor {
   private drop(reason: DropReason, n = 1): void {
     this.metrics.dropped[reason] = (this.metrics.dropped[reason] ?? 0) + n;
   }
-
-  /** Timestamp text, with the part up to the second formatted once per second. */
-  private tsText = (us: number): string => {
-    if (us === this.lastUs) return this.lastTs;
-    const second = Math.floor(us / 1_000_000);
-    if (second !== this.lastSecond) {
-      this.lastSecond = second;
-      this.secondPrefix = microsToText(second * 1_000_000).slice(0, 20); // 2024-01-02T03:04:05.
-    }
-    const frac = us - second * 1_000_000;
-    this.lastUs = us;
-    this.lastTs = this.secondPrefix + (frac + 1_000_000).toString().slice(1) + 'Z';
-    return this.lastTs;
-  };
 
   private async process(task: ShardTask, done: Deferred): Promise<void> {
     // Registry events (BroadcastChannel) and batches (Piscina's port) arrive on different

@@ -18,7 +18,7 @@
 // them: a request failing several checks gets the first (the same error: the first parameter).
 //
 // Formats of our own (`queryFormats`): `timestamp`.
-import { parseTimestamp } from '../ingest/values.js';
+import { parseTimestamp } from '../time.js';
 import type { NamedSchema } from './index.js';
 
 /** History bounds (decisions.md "History"): ISO 8601 date and time, or epoch milliseconds; blank: no bound. */

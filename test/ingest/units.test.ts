@@ -5,7 +5,8 @@ import { configTopics, parseDeviceName, parseDeviceTopic } from '../../src/broke
 import { shardFor } from '../../src/ingest/shard.js';
 import { pinnedBalancer } from '../../src/ingest/shard-pool.js';
 import { queueOptionsSymbol } from 'piscina';
-import { converterFor, microsToText, parseTimestamp } from '../../src/ingest/values.js';
+import { converterFor } from '../../src/ingest/values.js';
+import { microsToText, parseTimestamp } from '../../src/time.js';
 import { buildDeviceModel, copyEscape, parseTranslator, renderMessage, type AttrRow } from '../../src/ingest/device-model.js';
 import { historyQueryOf } from '../../src/history/query.js';
 import { seriesKey } from '../../src/history/series.js';
