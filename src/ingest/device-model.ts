@@ -6,6 +6,7 @@ import jsonPatch, { type Operation } from 'fast-json-patch';
 import { seriesKey } from '../history/series.js';
 import { parseTimestamp } from '../time.js';
 import { converterFor, type Converter } from './values.js';
+import type { DropReason } from './drop-reasons.js';
 
 export interface AttrRow {
   template_id: number;
@@ -157,19 +158,6 @@ export function buildDeviceModel(
     timestampIsAttr: schema.timestampIsAttr,
   };
 }
-
-export type DropReason =
-  | 'oversized'
-  | 'bad_topic'
-  | 'unknown_device'
-  | 'not_json'
-  | 'not_object'
-  | 'translation_failed'
-  | 'unprocessable'
-  | 'bad_timestamp'
-  | 'unknown_key'
-  | 'wrong_type'
-  | 'db_rejected';
 
 export interface MessageOutcome {
   /** COPY text lines, one per stored value. */

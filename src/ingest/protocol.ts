@@ -1,6 +1,6 @@
 // Shapes that cross thread boundaries: router -> shard worker tasks and their results, and the
 // messages between the main thread and the ingest router thread.
-import type { DropReason } from './device-model.js';
+import type { DropReason } from './drop-reasons.js';
 
 /** A batch of messages for one shard, in arrival order. */
 export interface ShardTask {

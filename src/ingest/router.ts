@@ -7,7 +7,7 @@
 import type { Logger } from '../log.js';
 import type { Acker } from '../broker/subscriber.js';
 import { deviceKey } from '../broker/topics.js';
-import type { DropReason } from './device-model.js';
+import type { DropReason } from './drop-reasons.js';
 import type { IngestMetricsDelta, ShardTask, WorkerMetricsDelta } from './protocol.js';
 import { shardFor } from './shard.js';
 

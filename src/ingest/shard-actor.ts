@@ -7,7 +7,8 @@
 // router acknowledges its messages to the broker only then.
 import { setImmediate } from 'node:timers/promises';
 import type { DeviceCache } from './device-cache.js';
-import { renderMessage, type DropReason, type MessageOutcome } from './device-model.js';
+import { renderMessage, type MessageOutcome } from './device-model.js';
+import type { DropReason } from './drop-reasons.js';
 import type { HistoryWriter } from './history-writer.js';
 import type { Logger } from '../log.js';
 import { microsToTextCached } from '../time.js';
