@@ -24,8 +24,8 @@ pool.on('error', (err) => log.debug('idle database connection failed', { error: 
 const writer = new HistoryWriter(pool, log, new CopyTurn(settings.copyTurn));
 // Devices of the same templates share one schema object (memory: see device-model.ts).
 const schemas = new SchemaPool();
-const cache = new DeviceCache((devices) => loadDeviceModels(pool, devices, log, schemas), settings.cacheDevices);
-const actor = new ShardActor(cache, writer, { batchRows: settings.batchRows, batchMs: settings.batchMs, log });
+const cache = new DeviceCache((devices) => loadDeviceModels(pool, devices, log, schemas), settings.ingestCacheDevices);
+const actor = new ShardActor(cache, writer, { batchRows: settings.ingestBatchRows, batchMs: settings.ingestBatchMs, log });
 
 const channel = new BroadcastChannel(REGISTRY_CHANNEL);
 channel.onmessage = (event) => cache.invalidate((event as { data: RegistryEvent }).data);

@@ -12,7 +12,7 @@ import type { Metrics } from '../metrics.js';
 import { projectRoot } from '../paths.js';
 import { BrokerUnavailable } from '../broker/link.js';
 import { IngestMetrics } from './metrics.js';
-import type { IngestSettings, MainToRouter, RouterToMain } from './protocol.js';
+import { INGEST_CONFIG_KEYS, type IngestSettings, type MainToRouter, type RouterToMain } from './protocol.js';
 
 export const ROUTER_THREAD_FILE = path.join(projectRoot, 'dist/src/ingest/router-thread.js');
 
@@ -26,25 +26,8 @@ export interface Ingest {
 }
 
 export function ingestSettings(config: Config, databaseUrl: string): IngestSettings {
-  return {
-    databaseUrl,
-    logLevel: config.logLevel,
-    mqttUrl: config.mqttUrl,
-    mqttHost: config.mqttHost,
-    mqttPort: config.mqttPort,
-    mqttClientId: config.mqttClientId,
-    mqttSubscriberConnections: config.mqttSubscriberConnections,
-    mqttShareGroup: config.mqttShareGroup,
-    mqttSessionExpirySeconds: config.mqttSessionExpirySeconds,
-    mqttReceiveMaximum: config.mqttReceiveMaximum,
-    workers: config.ingestWorkers,
-    batchRows: config.ingestBatchRows,
-    batchMs: config.ingestBatchMs,
-    maxMessageBytes: config.maxMessageBytes,
-    cacheDevices: config.ingestCacheDevices,
-    maxPending: config.ingestMaxPending,
-    actuationTimeoutMs: config.actuationTimeoutMs,
-  };
+  const picked = Object.fromEntries(INGEST_CONFIG_KEYS.map((key) => [key, config[key]])) as Pick<Config, (typeof INGEST_CONFIG_KEYS)[number]>;
+  return { ...picked, databaseUrl };
 }
 
 export async function startIngest(opts: { config: Config; databaseUrl: string; metrics: Metrics; log: Logger }): Promise<Ingest> {

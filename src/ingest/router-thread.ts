@@ -21,15 +21,22 @@ const port = parentPort!;
 const post = (m: RouterToMain) => port.postMessage(m);
 
 const shards = new ShardPool(
-  settings.workers,
-  { databaseUrl: settings.databaseUrl, logLevel: settings.logLevel, batchRows: settings.batchRows, batchMs: settings.batchMs, cacheDevices: settings.cacheDevices, copyTurn: CopyTurn.shared() },
+  settings.ingestWorkers,
+  {
+    databaseUrl: settings.databaseUrl,
+    logLevel: settings.logLevel,
+    ingestBatchRows: settings.ingestBatchRows,
+    ingestBatchMs: settings.ingestBatchMs,
+    ingestCacheDevices: settings.ingestCacheDevices,
+    copyTurn: CopyTurn.shared(),
+  },
   log,
 );
 let link: BrokerLink | undefined;
 const router = new IngestRouter(shards, {
   maxMessageBytes: settings.maxMessageBytes,
-  maxPending: settings.maxPending,
-  holdMs: settings.batchMs,
+  maxPending: settings.ingestMaxPending,
+  holdMs: settings.ingestBatchMs,
   log,
   onPressure: (paused) => {
     if (paused) {
