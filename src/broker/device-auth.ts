@@ -6,15 +6,28 @@
 //     anything else closes the connection (MQTT 3.1.1 has no negative PUBACK).
 //   - SUBSCRIBE: only to its own config topic; anything else is refused in the SUBACK (0x80).
 //   - A removed device's connections are closed.
-// An accepted attrs message goes to the ingest router; for QoS 1 the broker's PUBACK waits for
-// the router's ack, i.e. for the commit (authorizePublish is the last step before aedes acks).
+// An accepted attrs message goes to the inbox (ingest); for QoS 1 the broker's PUBACK waits for
+// its ack handle, i.e. for the commit (authorizePublish is the last step before aedes acks).
 import type { AedesOptions, AuthenticateError, Client } from 'aedes';
 import type { Logger } from '../log.js';
 import type { DeviceDirectory } from './device-directory.js';
+import { NO_ACK, type AckHandle, type Inbox } from './link.js';
 import { deviceKey, parseDeviceName, parseDeviceTopic, sameDevice, type DeviceRef } from './topics.js';
 
-/** Hands a message to the router; `done` (QoS 1/2) releases the broker's PUBACK after the commit. */
-export type IngestSink = (tenant: string, id: string, payload: Buffer, done: (() => void) | undefined) => void;
+/** authorizePublish's callback: aedes goes on with the publish (its PUBACK) once called. */
+type PublishDone = (error?: Error | null) => void;
+
+/** The ack handle of a QoS 1/2 message: lets aedes go on with the publish, which sends its PUBACK. */
+class AuthorisedPublish implements AckHandle {
+  constructor(private done: PublishDone | undefined) {}
+
+  ack(): void {
+    const done = this.done;
+    if (!done) return;
+    this.done = undefined;
+    done(null);
+  }
+}
 
 // CONNACK return codes (MQTT 3.1.1): 3 server unavailable, 4 bad user name or password, 5 not authorised.
 function refused(returnCode: 3 | 4 | 5, message: string): AuthenticateError {
@@ -27,7 +40,7 @@ export class DeviceAuthorisation {
 
   constructor(
     private readonly directory: DeviceDirectory,
-    private readonly sink: IngestSink,
+    private readonly inbox: Inbox,
     private readonly log: Logger,
   ) {}
 
@@ -65,9 +78,9 @@ export class DeviceAuthorisation {
           const payload = typeof packet.payload === 'string' ? Buffer.from(packet.payload) : packet.payload;
           if (packet.qos === 0) {
             done(null);
-            this.sink(topic.tenant, topic.id, payload, undefined);
+            this.inbox.accept(topic.tenant, topic.id, payload, NO_ACK);
           } else {
-            this.sink(topic.tenant, topic.id, payload, () => done(null));
+            this.inbox.accept(topic.tenant, topic.id, payload, new AuthorisedPublish(done));
           }
         };
         const bound = this.identity.get(client);

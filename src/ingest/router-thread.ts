@@ -53,7 +53,7 @@ const registryPool = settings.mqttUrl ? undefined : new pg.Pool({ connectionStri
 registryPool?.on('error', () => undefined);
 
 const channel = new BroadcastChannel(REGISTRY_CHANNEL);
-channel.onmessage = (event) => link?.onRegistryEvent((event as { data: RegistryEvent }).data);
+channel.onmessage = (event) => link?.registryChanged((event as { data: RegistryEvent }).data);
 channel.unref();
 
 const metricsTimer = setInterval(() => post({ type: 'metrics', delta: router.takeMetrics() }), 250);
@@ -80,7 +80,7 @@ async function start(): Promise<void> {
           port: settings.mqttPort,
           pool: registryPool!,
           log,
-          router,
+          inbox: router,
           maxMessageBytes: settings.maxMessageBytes,
         });
   } catch (err) {

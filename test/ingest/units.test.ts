@@ -235,7 +235,7 @@ describe('the router', () => {
   const quiet = { debug() {}, info() {}, warn() {}, error() {}, child() { return quiet; }, level: 'silent' as const };
   const acker = () => {
     const acked: number[] = [];
-    return { acked, ack: (t: number) => acked.push(t) };
+    return { acked, handle: (t: number) => ({ ack: () => acked.push(t) }) };
   };
 
   it('batches per shard, acknowledges only once the shard reports the batch committed, and sends a failed batch again', async () => {
@@ -248,9 +248,9 @@ describe('the router', () => {
     };
     const router = new IngestRouter(runner as never, { maxMessageBytes: 100, maxPending: 1000, holdMs: 10, log: quiet, onPressure() {} });
     const a = acker();
-    router.accept('t', 'dev1', Buffer.from('{}'), a, 1);
-    router.accept('t', 'dev1', Buffer.from('{}'), a, 2);
-    router.accept('t', 'dev1', Buffer.from('x'.repeat(101)), a, 3); // oversized: dropped and acked at once
+    router.accept('t', 'dev1', Buffer.from('{}'), a.handle(1));
+    router.accept('t', 'dev1', Buffer.from('{}'), a.handle(2));
+    router.accept('t', 'dev1', Buffer.from('x'.repeat(101)), a.handle(3)); // oversized: dropped and acked at once
     expect(a.acked).toEqual([3]);
     await eventuallyTrue(() => calls.length === 1);
     expect(calls[0]!.keys).toEqual(['t/dev1', 't/dev1']);
@@ -271,7 +271,7 @@ describe('the router', () => {
     const pressure: boolean[] = [];
     const router = new IngestRouter(runner as never, { maxMessageBytes: 100, maxPending: 4, holdMs: 10, log: quiet, onPressure: (p) => pressure.push(p) });
     const a = acker();
-    for (let i = 0; i < 4; i++) router.accept('t', 'd', Buffer.from('{}'), a, i);
+    for (let i = 0; i < 4; i++) router.accept('t', 'd', Buffer.from('{}'), a.handle(i));
     expect(pressure).toEqual([true]);
     const drained = router.drain();
     await eventuallyTrue(() => pending.length === 1);
