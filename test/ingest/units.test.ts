@@ -320,9 +320,6 @@ describe('the shard actor', () => {
     const cache = new DeviceCache(async (devices) => new Map(devices.map(({ tenant, id }) => [`${tenant}/${id}`, models[`${tenant}/${id}`]!])), 10);
     const written: string[] = [];
     const writer = {
-      getLayout: async () => ({ timescale: false, chunkUs: 86_400e6 }),
-      chunkOf: (us: number, l: { chunkUs: number }) => Math.floor(us / l.chunkUs),
-      query: <T>(_what: string, fn: () => Promise<T>) => fn(),
       write: async (lines: string[]) => {
         written.push(...lines);
         return { seconds: 0, rejected: 0 };
