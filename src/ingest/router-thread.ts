@@ -59,30 +59,36 @@ channel.unref();
 const metricsTimer = setInterval(() => post({ type: 'metrics', delta: router.takeMetrics() }), 250);
 metricsTimer.unref();
 
+/** The broker link, with the router as its inbox: an external broker (MQTT_URL) or the embedded one. */
+function startLink(): Promise<BrokerLink> {
+  if (settings.mqttUrl) {
+    return ExternalLink.start(
+      {
+        url: settings.mqttUrl,
+        clientId: settings.mqttClientId,
+        connections: settings.mqttSubscriberConnections,
+        shareGroup: settings.mqttShareGroup,
+        sessionExpirySeconds: settings.mqttSessionExpirySeconds,
+        receiveMaximum: settings.mqttReceiveMaximum,
+        publishTimeoutMs: settings.actuationTimeoutMs,
+        log,
+      },
+      router,
+    );
+  }
+  return EmbeddedLink.start({
+    host: settings.mqttHost,
+    port: settings.mqttPort,
+    pool: registryPool!,
+    log,
+    inbox: router,
+    maxMessageBytes: settings.maxMessageBytes,
+  });
+}
+
 async function start(): Promise<void> {
   try {
-    link = settings.mqttUrl
-      ? await ExternalLink.start(
-          {
-            url: settings.mqttUrl,
-            clientId: settings.mqttClientId,
-            connections: settings.mqttSubscriberConnections,
-            shareGroup: settings.mqttShareGroup,
-            sessionExpirySeconds: settings.mqttSessionExpirySeconds,
-            receiveMaximum: settings.mqttReceiveMaximum,
-            publishTimeoutMs: settings.actuationTimeoutMs,
-            log,
-          },
-          router,
-        )
-      : await EmbeddedLink.start({
-          host: settings.mqttHost,
-          port: settings.mqttPort,
-          pool: registryPool!,
-          log,
-          inbox: router,
-          maxMessageBytes: settings.maxMessageBytes,
-        });
+    link = await startLink();
   } catch (err) {
     await shards.close().catch(() => undefined);
     await registryPool?.end().catch(() => undefined);
