@@ -30,9 +30,9 @@ export async function runSink(cfg: SinkConfig, report: (m: { type: 'progress'; r
         sessionExpirySeconds: 60,
         receiveMaximum: cfg.receiveMaximum,
         log,
-        onMessage(_topic, _payload, acker, token) {
+        onMessage(_topic, _payload, ack) {
           received++;
-          acker.ack(token);
+          ack.ack();
         },
       }),
   );

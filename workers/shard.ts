@@ -1,7 +1,7 @@
-// The shard worker (a Piscina worker thread): one ShardActor with its device cache, its
-// database connections and its COPY writer. The router pins each shard to one of these
-// workers; every task is one batch of that shard's messages, and the task's result (sent once
-// the batch is committed) carries this worker's metric deltas.
+// The shard worker (a Piscina worker thread): one ShardActor with its device cache (fed by the
+// registry reader), its database connections and its COPY writer. The router pins each shard
+// to one of these workers; every task is one batch of that shard's messages, and the task's
+// result (sent once the batch is committed) carries this worker's metric deltas.
 import { BroadcastChannel, workerData } from 'node:worker_threads';
 import pg from 'pg';
 import { createLogger } from '../src/log.js';
@@ -9,7 +9,8 @@ import { REGISTRY_CHANNEL, type RegistryEvent } from '../src/registry/events.js'
 import { DeviceCache } from '../src/ingest/device-cache.js';
 import { HistoryWriter } from '../src/ingest/history-writer.js';
 import { CopyTurn } from '../src/ingest/copy-turn.js';
-import { loadDeviceModels } from '../src/ingest/registry-reader.js';
+import { DatabaseRetry } from '../src/ingest/db-retry.js';
+import { RegistryReader } from '../src/ingest/registry-reader.js';
 import { SchemaPool } from '../src/ingest/device-model.js';
 import { ShardActor } from '../src/ingest/shard-actor.js';
 import type { ShardTask, ShardWorkerSettings, WorkerMetricsDelta } from '../src/ingest/protocol.js';
@@ -21,11 +22,12 @@ const log = createLogger(settings.logLevel, { component: 'ingest-shard' });
 const pool = new pg.Pool({ connectionString: settings.databaseUrl, max: 2, idleTimeoutMillis: 60_000, connectionTimeoutMillis: 5000 });
 pool.on('error', (err) => log.debug('idle database connection failed', { error: err.message }));
 
-const writer = new HistoryWriter(pool, log, new CopyTurn(settings.copyTurn));
-// Devices of the same templates share one schema object (memory: see device-model.ts).
-const schemas = new SchemaPool();
-const cache = new DeviceCache((devices) => loadDeviceModels(pool, devices, log, schemas), settings.cacheDevices);
-const actor = new ShardActor(cache, writer, { batchRows: settings.batchRows, batchMs: settings.batchMs, log });
+// One patience for both: a database outage is logged once, whichever of them meets it.
+const retry = new DatabaseRetry(log);
+const writer = new HistoryWriter(pool, log, retry, new CopyTurn(settings.copyTurn));
+const registry = new RegistryReader(pool, retry, log, new SchemaPool());
+const cache = new DeviceCache((devices) => registry.load(devices), settings.ingestCacheDevices);
+const actor = new ShardActor(cache, writer, { batchRows: settings.ingestBatchRows, batchMs: settings.ingestBatchMs, log });
 
 const channel = new BroadcastChannel(REGISTRY_CHANNEL);
 channel.onmessage = (event) => cache.invalidate((event as { data: RegistryEvent }).data);

@@ -5,7 +5,7 @@ import type { RouteSpec } from '../http/types.js';
 import { BODY_ERRORS, TIME, err } from '../openapi/examples.js';
 import { noNul } from '../schemas/templates.js';
 import { bodySchema, validate } from '../schemas/validator.js';
-import { registryTime } from '../db/time.js';
+import { registryTime } from '../time.js';
 import { verifyPassword } from './passwords.js';
 import type { Tokens } from './tokens.js';
 import { createUser, findUser } from './users.js';

@@ -1,39 +1,17 @@
 // The embedded MQTT broker (aedes), used when MQTT_URL is not set. It runs in the ingest router
-// thread; EmbeddedLink installs the device authorisation (device-auth.ts) and feeds accepted
-// attrs messages to the router, whose ack releases the broker's PUBACK.
+// thread; EmbeddedLink installs the device authorisation (device-auth.ts) and hands accepted
+// attrs messages to the inbox, whose use of a message's ack handle releases its PUBACK.
 import net from 'node:net';
 import { Aedes, type AedesOptions, type Client } from 'aedes';
 import type pg from 'pg';
 import { ConfigError } from '../config.js';
 import type { Logger } from '../log.js';
-import { DeviceAuthorisation, type IngestSink } from './device-auth.js';
+import { DeviceAuthorisation } from './device-auth.js';
 import { DeviceDirectory } from './device-directory.js';
-import type { BrokerLink } from './link.js';
+import { NO_ACK, type BrokerLink, type Inbox } from './link.js';
 import type { RegistryEvent } from '../registry/events.js';
-import type { IngestRouter } from '../ingest/router.js';
-import type { Acker } from './subscriber.js';
 
 const PACKET_OVERHEAD_BYTES = 128 * 1024;
-
-/** Acks of the embedded broker: the token names the PUBACK callback aedes is waiting on. */
-class CallbackAcker implements Acker {
-  private readonly callbacks = new Map<number, () => void>();
-  private next = 0;
-
-  register(done: () => void): number {
-    const token = this.next;
-    this.next = (this.next + 1) % 0x7fffffff;
-    this.callbacks.set(token, done);
-    return token;
-  }
-
-  ack(token: number): void {
-    const done = this.callbacks.get(token);
-    if (!done) return;
-    this.callbacks.delete(token);
-    done();
-  }
-}
 
 export interface EmbeddedBroker {
   aedes: Aedes;
@@ -110,7 +88,7 @@ export async function startEmbeddedBroker(opts: {
   };
 }
 
-/** The embedded broker with device authorisation, as the router's broker link. */
+/** The embedded broker with device authorisation, as a broker link. */
 export class EmbeddedLink implements BrokerLink {
   private constructor(
     private readonly broker: EmbeddedBroker,
@@ -127,25 +105,21 @@ export class EmbeddedLink implements BrokerLink {
     port: number;
     pool: pg.Pool;
     log: Logger;
-    router: IngestRouter;
+    inbox: Inbox;
     maxMessageBytes: number;
   }): Promise<EmbeddedLink> {
     const directory = new DeviceDirectory(opts.pool);
-    const acker = new CallbackAcker();
-    const sink: IngestSink = (tenant, id, payload, done) => opts.router.accept(tenant, id, payload, acker, done ? acker.register(done) : -1);
-    const auth = new DeviceAuthorisation(directory, sink, opts.log);
+    const auth = new DeviceAuthorisation(directory, opts.inbox, opts.log);
     const broker = await startEmbeddedBroker({
       host: opts.host,
       port: opts.port,
       log: opts.log,
       hooks: auth.hooks(),
       // Room for the largest topic (65,535 bytes) and MQTT 5 properties beside the payload; a
-      // packet up to this size whose payload is too large is dropped by the router (oversized).
+      // packet up to this size whose payload is too large is the inbox's to refuse.
       maxPacketBytes: opts.maxMessageBytes + PACKET_OVERHEAD_BYTES,
-      onTooLarge: () => {
-        opts.router.countReceived();
-        opts.router.drop('oversized', acker, -1);
-      },
+      // The connection is closed unread: nothing to acknowledge.
+      onTooLarge: () => opts.inbox.refuse('packet_too_large', NO_ACK),
     });
     const forget = (client: Client) => auth.disconnected(client);
     broker.aedes.on('clientDisconnect', forget);
@@ -158,7 +132,7 @@ export class EmbeddedLink implements BrokerLink {
 
   resume(): void {}
 
-  onRegistryEvent(event: RegistryEvent): void {
+  registryChanged(event: RegistryEvent): void {
     this.directory.invalidate(event);
     if (event.type === 'devices.removed') for (const id of event.deviceIds) this.auth.closeDevice(event.tenant, id);
   }

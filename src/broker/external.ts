@@ -10,12 +10,12 @@
 import mqtt from 'mqtt';
 import type { Logger } from '../log.js';
 import { ATTRS_FILTERS, parseDeviceTopic, type DeviceTopic } from './topics.js';
-import { ProtocolRefused, SubscriberConnection, type Acker, type MqttVersion } from './subscriber.js';
-import type { IngestRouter } from '../ingest/router.js';
-import type { BrokerLink } from './link.js';
-import { BrokerUnavailable } from './link.js';
+import { ProtocolRefused, SubscriberConnection, type MqttVersion } from './subscriber.js';
+import { BrokerUnavailable, type AckHandle, type BrokerLink, type Inbox } from './link.js';
 
 const TOPIC_CACHE = 200_000;
+/** How long the start waits for the actuation publisher's first connection. */
+const PUBLISHER_CONNECT_MS = 10_000;
 
 /** Client id of ingest subscriber connection `n` (0-based) of a service whose MQTT_CLIENT_ID is `base`. */
 export function subscriberClientId(base: string, n: number): string {
@@ -33,6 +33,86 @@ export interface ExternalLinkOptions {
   log: Logger;
 }
 
+type OnMessage = (topic: string, payload: Buffer, ack: AckHandle) => void;
+
+/** The subscribers' messages, by topic, to the inbox. Topics repeat (one per device): each is parsed once. */
+function toInbox(inbox: Inbox): OnMessage {
+  const topics = new Map<string, DeviceTopic | null>();
+  return (topic, payload, ack) => {
+    let t = topics.get(topic);
+    if (t === undefined) {
+      const parsed = parseDeviceTopic(topic);
+      t = parsed && parsed.kind === 'attrs' ? parsed : null;
+      if (topics.size >= TOPIC_CACHE) topics.clear();
+      topics.set(topic, t);
+    }
+    if (t === null) inbox.refuse('not_a_device_topic', ack);
+    else inbox.accept(t.tenant, t.id, payload, ack);
+  };
+}
+
+/**
+ * The subscriber connections: MQTT 5 in one shared subscription, or, when the broker refuses
+ * MQTT 5 on the first connection, a single MQTT 3.1.1 one with plain subscriptions.
+ */
+async function connectSubscribers(opts: ExternalLinkOptions, onMessage: OnMessage): Promise<{ subscribers: SubscriberConnection[]; version: MqttVersion }> {
+  const make = (n: number, version: MqttVersion) =>
+    new SubscriberConnection({
+      url: opts.url,
+      clientId: subscriberClientId(opts.clientId, n),
+      version,
+      filters: version === 5 ? ATTRS_FILTERS.map((f) => `$share/${opts.shareGroup}/${f}`) : [...ATTRS_FILTERS],
+      sessionExpirySeconds: opts.sessionExpirySeconds,
+      receiveMaximum: opts.receiveMaximum,
+      log: opts.log,
+      onMessage,
+    });
+  const subscribers: SubscriberConnection[] = [];
+  const first = make(0, 5);
+  try {
+    await first.start();
+    subscribers.push(first);
+    const rest = Array.from({ length: opts.connections - 1 }, (_, i) => make(i + 1, 5));
+    await Promise.all(rest.map((c) => c.start()));
+    subscribers.push(...rest);
+    return { subscribers, version: 5 };
+  } catch (err) {
+    if (!(err instanceof ProtocolRefused) || subscribers.length > 0) {
+      await Promise.all(subscribers.map((c) => c.close()));
+      throw err;
+    }
+  }
+  const only = make(0, 4);
+  await only.start();
+  opts.log.warn('the broker does not speak MQTT 5: one MQTT 3.1.1 subscriber connection without a shared subscription');
+  return { subscribers: [only], version: 4 };
+}
+
+/** The actuation publisher, connected (it reconnects by itself later); rejects if the first connection fails. */
+async function connectPublisher(opts: ExternalLinkOptions, version: MqttVersion): Promise<mqtt.MqttClient> {
+  const publisher = mqtt.connect(opts.url, {
+    clientId: `${opts.clientId}-actuation`,
+    protocolVersion: version,
+    clean: true,
+    reconnectPeriod: 1000,
+    connectTimeout: 5000,
+  });
+  publisher.on('error', (err) => opts.log.debug('actuation publisher error', { error: err.message }));
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`the actuation publisher could not connect to ${new URL(opts.url).host}`)), PUBLISHER_CONNECT_MS);
+      publisher.once('connect', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  } catch (err) {
+    publisher.end(true);
+    throw err;
+  }
+  return publisher;
+}
+
 export class ExternalLink implements BrokerLink {
   readonly mqttPort = undefined;
 
@@ -43,76 +123,13 @@ export class ExternalLink implements BrokerLink {
     private readonly opts: ExternalLinkOptions,
   ) {}
 
-  static async start(opts: ExternalLinkOptions, router: IngestRouter): Promise<ExternalLink> {
-    // Topics repeat (one per device): parse each once.
-    const topics = new Map<string, DeviceTopic | null>();
-    const onMessage = (topic: string, payload: Buffer, acker: Acker, token: number) => {
-      let t = topics.get(topic);
-      if (t === undefined) {
-        const parsed = parseDeviceTopic(topic);
-        t = parsed && parsed.kind === 'attrs' ? parsed : null;
-        if (topics.size >= TOPIC_CACHE) topics.clear();
-        topics.set(topic, t);
-      }
-      if (t === null) {
-        router.countReceived();
-        router.drop('bad_topic', acker, token);
-        return;
-      }
-      router.accept(t.tenant, t.id, payload, acker, token);
-    };
-    const make = (n: number, version: MqttVersion) =>
-      new SubscriberConnection({
-        url: opts.url,
-        clientId: subscriberClientId(opts.clientId, n),
-        version,
-        filters: version === 5 ? ATTRS_FILTERS.map((f) => `$share/${opts.shareGroup}/${f}`) : [...ATTRS_FILTERS],
-        sessionExpirySeconds: opts.sessionExpirySeconds,
-        receiveMaximum: opts.receiveMaximum,
-        log: opts.log,
-        onMessage,
-      });
-
-    let version: MqttVersion = 5;
-    const subscribers: SubscriberConnection[] = [];
-    const first = make(0, 5);
-    try {
-      await first.start();
-      subscribers.push(first);
-      const rest = Array.from({ length: opts.connections - 1 }, (_, i) => make(i + 1, 5));
-      await Promise.all(rest.map((c) => c.start()));
-      subscribers.push(...rest);
-    } catch (err) {
-      if (!(err instanceof ProtocolRefused) || subscribers.length > 0) {
-        await Promise.all(subscribers.map((c) => c.close()));
-        throw err;
-      }
-      version = 4;
-      const only = make(0, 4);
-      await only.start();
-      subscribers.push(only);
-      opts.log.warn('the broker does not speak MQTT 5: one MQTT 3.1.1 subscriber connection without a shared subscription');
-    }
+  static async start(opts: ExternalLinkOptions, inbox: Inbox): Promise<ExternalLink> {
+    const { subscribers, version } = await connectSubscribers(opts, toInbox(inbox));
     for (const c of subscribers) {
       c.on('disconnected', () => opts.log.warn('ingest subscriber lost the broker; reconnecting'));
       c.on('connected', () => opts.log.info('ingest subscriber connected'));
     }
-    const publisher = mqtt.connect(opts.url, {
-      clientId: `${opts.clientId}-actuation`,
-      protocolVersion: version,
-      clean: true,
-      reconnectPeriod: 1000,
-      connectTimeout: 5000,
-    });
-    publisher.on('error', (err) => opts.log.debug('actuation publisher error', { error: err.message }));
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`the actuation publisher could not connect to ${new URL(opts.url).host}`)), 10_000);
-      publisher.once('connect', () => {
-        clearTimeout(timer);
-        resolve();
-      });
-    }).catch(async (err) => {
-      publisher.end(true);
+    const publisher = await connectPublisher(opts, version).catch(async (err: unknown) => {
       await Promise.all(subscribers.map((c) => c.close()));
       throw err;
     });
@@ -149,8 +166,8 @@ export class ExternalLink implements BrokerLink {
     );
   }
 
-  onRegistryEvent(): void {
-    // Sessions on an external broker are the broker's business (revoke the device's account there).
+  registryChanged(): void {
+    // Nothing cached; sessions on an external broker are the broker's business (revoke the device's account there).
   }
 
   stopAccepting(): void {}

@@ -1,19 +1,57 @@
-// The broker link as the ingest router thread sees it: the embedded broker (aedes, with
-// device authorisation) or an external one (MQTT_URL). Both feed the router and publish
-// configuration messages.
+// The broker link: how device messages come in over MQTT and configuration messages go out.
+// Two implementations: the embedded broker (embedded.ts: aedes with device authorisation) and
+// an external broker (external.ts: MQTT_URL). The broker side knows devices, topics and
+// connections, never what becomes of a message: it hands every message it takes to an Inbox
+// (ingest) together with an ack handle, and the message stays the broker's business
+// (unacknowledged, delivered again after a crash) until ingest uses that handle.
 import type { RegistryEvent } from '../registry/events.js';
 
+/**
+ * Acknowledges one message to the broker: its PUBACK goes out (QoS 1; nothing for QoS 0) and
+ * the broker forgets it. The link makes one handle per message, bound to that message alone: a
+ * second call, or a call after the message's connection is gone, sends nothing.
+ */
+export interface AckHandle {
+  ack(): void;
+}
+
+/** The handle of a message that needs no acknowledgement (QoS 0, or a connection already closed). */
+export const NO_ACK: AckHandle = { ack() {} };
+
+/** What the link took from the broker but cannot hand over as a device message. */
+export type Unreadable =
+  /** Published on a topic that is not a device's attrs topic (the external broker's subscription is wide). */
+  | 'not_a_device_topic'
+  /** A packet announcing more bytes than the embedded broker reads: its connection is closed unread. */
+  | 'packet_too_large';
+
+/**
+ * Where the link hands over every message (implemented by ingest). Each message comes in once,
+ * by one of the two calls, and its handle must be used exactly once: after the commit, or when
+ * the message is dropped for good.
+ */
+export interface Inbox {
+  /** A device's attrs message. `payload` may be a view into a socket buffer: copy it during the call. */
+  accept(tenant: string, id: string, payload: Uint8Array, ack: AckHandle): void;
+  /** A message that is no device message. */
+  refuse(why: Unreadable, ack: AckHandle): void;
+}
+
+/** A running broker link, as the ingest router thread uses it. */
 export interface BrokerLink {
   /** The embedded broker's port; undefined for an external broker. */
   readonly mqttPort: number | undefined;
-  /** Stop / restart reading device messages (router backpressure, shutdown). */
+  /** Stop / restart reading device messages (ingest backpressure, shutdown); acks still go out. */
   pause(): void;
   resume(): void;
+  /**
+   * The registry changed: what the link cached of those devices is dropped, and a removed
+   * device's connections are closed (embedded broker; an external broker's sessions are its own).
+   */
+  registryChanged(event: RegistryEvent): void;
   /** Publishes QoS 1, not retained, to every topic; resolves once the broker accepted all. */
   publish(topics: string[], payload: string): Promise<void>;
-  /** Registry changes: caches drop entries; a removed device's sessions are closed (embedded broker). */
-  onRegistryEvent(event: RegistryEvent): void;
-  /** Shutdown: no new connections (embedded broker). */
+  /** Shutdown: no new device connections (embedded broker). */
   stopAccepting(): void;
   close(): Promise<void>;
 }

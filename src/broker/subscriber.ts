@@ -3,7 +3,7 @@
 // time and, with `customHandleAcks`, only reads the next packet after the previous one was
 // acknowledged, so acknowledging after the database commit would serialise a connection to
 // one message per commit. Here acknowledgements are decoupled from reading: every PUBLISH is
-// handed over at once with an `ack` function, and PUBACK goes out when the caller calls it.
+// handed over at once with its ack handle, and PUBACK goes out when the caller uses it.
 //
 // Session: fixed client id, clean start off, a session expiry (MQTT 5) or a persistent session
 // (3.1.1), so the broker keeps the subscription and queues messages while the service is away
@@ -24,8 +24,9 @@ import net from 'node:net';
 import tls from 'node:tls';
 import { EventEmitter } from 'node:events';
 import mqttPacket from 'mqtt-packet';
-import type { Packet } from 'mqtt-packet';
+import type { IConnackPacket, IPubrelPacket, ISubackPacket, Packet } from 'mqtt-packet';
 import type { Logger } from '../log.js';
+import { NO_ACK, type AckHandle } from './link.js';
 
 /** How long the first connection waits for the broker's CONNACK before the start fails. */
 const FIRST_CONNACK_MS = 10_000;
@@ -44,14 +45,9 @@ export interface SubscriberOptions {
   log: Logger;
   /**
    * Called for every PUBLISH. `payload` is a view into the socket's buffer, valid during the
-   * call only (copy it). `acker.ack(token)` sends the PUBACK later (nothing for QoS 0).
+   * call only (copy it). `ack.ack()` sends the PUBACK later (nothing for QoS 0).
    */
-  onMessage(topic: string, payload: Buffer, acker: Acker, token: number): void;
-}
-
-/** Acknowledges a message by its token: one object per connection, no closure per message. */
-export interface Acker {
-  ack(token: number): void;
+  onMessage(topic: string, payload: Buffer, ack: AckHandle): void;
 }
 
 /** The broker refused the protocol version (CONNACK 1 / reason 0x84) or hung up on CONNECT. */
@@ -69,9 +65,38 @@ export class ConnectRefused extends Error {
   }
 }
 
-export class SubscriberConnection extends EventEmitter implements Acker {
-  private socket: net.Socket | undefined;
+/** One network connection to the broker; a reconnect makes a new one. */
+interface Wire {
   /** Increases with every network connection; acks carry the generation they belong to. */
+  readonly generation: number;
+  readonly socket: net.Socket;
+  /** Other packets than PUBLISH (few) go through mqtt-packet, one complete frame at a time. */
+  readonly parser: mqttPacket.Parser;
+  tcpConnected: boolean;
+  connackSeen: boolean;
+  error: Error | undefined;
+}
+
+/** The ack handle of one QoS 1/2 message: bound to its network connection and packet id, used once. */
+class InflightAck implements AckHandle {
+  constructor(
+    private connection: SubscriberConnection | undefined,
+    private readonly generation: number,
+    private readonly qos: number,
+    private readonly packetId: number,
+  ) {}
+
+  ack(): void {
+    const connection = this.connection;
+    if (!connection) return;
+    this.connection = undefined;
+    connection.acknowledge(this.generation, this.qos, this.packetId);
+  }
+}
+
+export class SubscriberConnection extends EventEmitter {
+  private socket: net.Socket | undefined;
+  /** The generation of the current network connection (Wire.generation). */
   private generation = 0;
   private connected = false;
   /** CONNACK accepted on the current network connection. */
@@ -146,147 +171,126 @@ export class SubscriberConnection extends EventEmitter implements Acker {
     });
   }
 
+  /**
+   * Sends the PUBACK (PUBREC for QoS 2) of a message, unless its network connection is gone.
+   * Only a message's InflightAck calls this.
+   */
+  acknowledge(generation: number, qos: number, id: number): void {
+    if (generation !== this.generation || !this.sessionOpen || !this.socket) return;
+    if (qos === 2) {
+      this.write(Buffer.from([0x50, 0x02, id >> 8, id & 0xff]));
+      return;
+    }
+    if (this.state[id] !== 1) return;
+    this.state[id] = 2;
+    if (!this.flushScheduled && this.arrivals[this.head] === id) {
+      this.flushScheduled = true;
+      process.nextTick(() => this.flushAcks());
+    }
+  }
+
+  // ---- connecting ---------------------------------------------------------------------------
+
   private connect(): void {
-    const gen = ++this.generation;
+    const wire = this.open();
+    wire.parser.on('packet', (packet: Packet) => this.onPacket(wire, packet));
+    wire.parser.on('error', (err: Error) => {
+      this.opts.log.warn('malformed packet from the broker; reconnecting', { client: this.opts.clientId, error: err.message });
+      wire.socket.destroy();
+    });
+    wire.socket.on(this.isTls() ? 'secureConnect' : 'connect', () => this.onTransportReady(wire));
+    wire.socket.on('data', (chunk: Buffer) => this.onData(wire, chunk));
+    wire.socket.on('error', (err) => (wire.error = err));
+    wire.socket.on('close', () => this.onClose(wire));
+  }
+
+  /** Opens a network connection; the in-flight messages of the previous one are forgotten (the broker sends them again). */
+  private open(): Wire {
+    const generation = ++this.generation;
     const port = Number(this.url.port || (this.isTls() ? 8883 : 1883));
     const host = this.url.hostname;
     const socket = this.isTls() ? tls.connect({ host, port, servername: host }) : net.connect({ host, port });
     socket.setNoDelay(true);
     this.socket = socket;
-    // Other packets than PUBLISH (few) go through mqtt-packet, one complete frame at a time.
-    const parser = mqttPacket.parser({ protocolVersion: this.opts.version });
-    let connackSeen = false;
-    let tcpConnected = false;
     this.rest = undefined;
     this.sessionOpen = false;
     this.head = 0;
     this.inflight = 0;
     this.state.fill(0);
+    const parser = mqttPacket.parser({ protocolVersion: this.opts.version });
+    return { generation, socket, parser, tcpConnected: false, connackSeen: false, error: undefined };
+  }
 
-    parser.on('packet', (packet: Packet) => {
-      switch (packet.cmd) {
-        case 'connack': {
-          connackSeen = true;
-          const code = (this.opts.version === 5 ? packet.reasonCode : packet.returnCode) ?? 0;
-          if (code !== 0) {
-            const err = code === 1 || code === 0x84 ? new ProtocolRefused(this.opts.version) : new ConnectRefused(code);
-            this.failConnect(err);
-            socket.destroy();
-            return;
-          }
-          // The session is open: a resumed session's unacknowledged messages come at once, even
-          // before the SUBACK, and may be acknowledged from now on.
-          this.sessionOpen = true;
-          this.write(
-            mqttPacket.generate(
-              {
-                cmd: 'subscribe',
-                messageId: 1,
-                subscriptions: this.opts.filters.map((topic) => ({ topic, qos: 1 as const })),
-              },
-              { protocolVersion: this.opts.version },
-            ),
-          );
-          break;
-        }
-        case 'suback': {
-          const refused = (packet.granted as Array<number | { qos: number }>).filter((g) => (typeof g === 'number' ? g : g.qos) >= 0x80);
-          if (refused.length > 0) {
-            this.failConnect(new Error(`the broker refused the subscription to ${this.opts.filters.join(', ')}`));
-            socket.destroy();
-            return;
-          }
-          this.connected = true;
-          this.reconnectDelay = 250;
-          this.emit('connected');
-          if (this.firstConnect) {
-            this.firstConnect.resolve();
-            this.firstConnect = undefined;
-          }
-          break;
-        }
-        case 'pubrel':
-          // QoS 2 is not subscribed; answer to keep a misbehaving broker happy.
-          this.write(mqttPacket.generate({ cmd: 'pubcomp', messageId: packet.messageId }, { protocolVersion: this.opts.version }));
-          break;
-        case 'disconnect':
-          socket.destroy();
-          break;
-        default:
-          break;
-      }
-    });
-    parser.on('error', (err: Error) => {
-      this.opts.log.warn('malformed packet from the broker; reconnecting', { client: this.opts.clientId, error: err.message });
-      socket.destroy();
-    });
+  /** TCP (or TLS) is up: CONNECT, and watch that the broker answers. */
+  private onTransportReady(wire: Wire): void {
+    wire.tcpConnected = true;
+    this.write(this.connectPacket());
+    this.lastReceived = Date.now();
+    if (this.firstConnect) {
+      // Something that accepts TCP but never answers MQTT: say so rather than wait for keepalive.
+      setTimeout(() => {
+        if (wire.connackSeen || !this.firstConnect) return;
+        this.failConnect(new Error(`no MQTT answer from ${this.url.host} within ${FIRST_CONNACK_MS / 1000} s (MQTT_URL)`));
+        wire.socket.destroy();
+      }, FIRST_CONNACK_MS).unref();
+    }
+    clearInterval(this.pingTimer);
+    this.pingTimer = setInterval(() => this.keepAlive(wire.socket), (this.keepalive * 1000) / 2);
+    this.pingTimer.unref();
+    if (this.paused) wire.socket.pause();
+  }
 
-    socket.on(this.isTls() ? 'secureConnect' : 'connect', () => {
-      tcpConnected = true;
-      const properties = this.opts.version === 5
-        ? { sessionExpiryInterval: this.opts.sessionExpirySeconds, receiveMaximum: this.opts.receiveMaximum }
-        : undefined;
-      const username = this.url.username ? decodeURIComponent(this.url.username) : undefined;
-      const password = this.url.password ? Buffer.from(decodeURIComponent(this.url.password)) : undefined;
-      this.write(
-        mqttPacket.generate(
-          {
-            cmd: 'connect',
-            protocolId: 'MQTT',
-            protocolVersion: this.opts.version,
-            clientId: this.opts.clientId,
-            clean: false,
-            keepalive: this.keepalive,
-            ...(username !== undefined ? { username } : {}),
-            ...(password !== undefined ? { password } : {}),
-            ...(properties ? { properties } : {}),
-          },
-          { protocolVersion: this.opts.version },
-        ),
+  private connectPacket(): Buffer {
+    const properties = this.opts.version === 5
+      ? { sessionExpiryInterval: this.opts.sessionExpirySeconds, receiveMaximum: this.opts.receiveMaximum }
+      : undefined;
+    const username = this.url.username ? decodeURIComponent(this.url.username) : undefined;
+    const password = this.url.password ? Buffer.from(decodeURIComponent(this.url.password)) : undefined;
+    return mqttPacket.generate(
+      {
+        cmd: 'connect',
+        protocolId: 'MQTT',
+        protocolVersion: this.opts.version,
+        clientId: this.opts.clientId,
+        clean: false,
+        keepalive: this.keepalive,
+        ...(username !== undefined ? { username } : {}),
+        ...(password !== undefined ? { password } : {}),
+        ...(properties ? { properties } : {}),
+      },
+      { protocolVersion: this.opts.version },
+    );
+  }
+
+  private onData(wire: Wire, chunk: Buffer): void {
+    this.lastReceived = Date.now();
+    if (!this.frames(chunk, wire)) {
+      this.opts.log.warn('malformed packet from the broker; reconnecting', { client: this.opts.clientId });
+      wire.socket.destroy();
+    }
+  }
+
+  private onClose(wire: Wire): void {
+    clearInterval(this.pingTimer);
+    if (this.socket === wire.socket) {
+      this.sessionOpen = false;
+      this.socket = undefined;
+    }
+    const wasConnected = this.connected;
+    this.connected = false;
+    if (wasConnected && !this.closing) this.emit('disconnected');
+    if (this.firstConnect) {
+      // Connected but no CONNACK at all: a broker that cannot parse this protocol version hangs up.
+      this.failConnect(
+        !wire.tcpConnected
+          ? new Error(`cannot reach the broker at ${this.url.host} (MQTT_URL): ${wire.error?.message ?? 'connection closed'}`)
+          : wire.connackSeen
+            ? new Error('the connection closed before the subscription was confirmed')
+            : new ProtocolRefused(this.opts.version),
       );
-      this.lastReceived = Date.now();
-      if (this.firstConnect) {
-        // Something that accepts TCP but never answers MQTT: say so rather than wait for keepalive.
-        setTimeout(() => {
-          if (connackSeen || !this.firstConnect) return;
-          this.failConnect(new Error(`no MQTT answer from ${this.url.host} within ${FIRST_CONNACK_MS / 1000} s (MQTT_URL)`));
-          socket.destroy();
-        }, FIRST_CONNACK_MS).unref();
-      }
-      clearInterval(this.pingTimer);
-      this.pingTimer = setInterval(() => this.keepAlive(socket), (this.keepalive * 1000) / 2);
-      this.pingTimer.unref();
-      if (this.paused) socket.pause();
-    });
-    socket.on('data', (chunk: Buffer) => {
-      this.lastReceived = Date.now();
-      if (!this.frames(chunk, gen, parser)) {
-        this.opts.log.warn('malformed packet from the broker; reconnecting', { client: this.opts.clientId });
-        socket.destroy();
-      }
-    });
-    let socketError: Error | undefined;
-    socket.on('error', (err) => (socketError = err));
-    socket.on('close', () => {
-      clearInterval(this.pingTimer);
-      if (this.socket === socket) this.sessionOpen = false;
-      const wasConnected = this.connected;
-      this.connected = false;
-      if (this.socket === socket) this.socket = undefined;
-      if (wasConnected && !this.closing) this.emit('disconnected');
-      if (this.firstConnect) {
-        // Connected but no CONNACK at all: a broker that cannot parse this protocol version hangs up.
-        this.failConnect(
-          !tcpConnected
-            ? new Error(`cannot reach the broker at ${this.url.host} (MQTT_URL): ${socketError?.message ?? 'connection closed'}`)
-            : connackSeen
-              ? new Error('the connection closed before the subscription was confirmed')
-              : new ProtocolRefused(this.opts.version),
-        );
-        return;
-      }
-      if (!this.closing) this.scheduleReconnect();
-    });
+      return;
+    }
+    if (!this.closing) this.scheduleReconnect();
   }
 
   private failConnect(err: Error): void {
@@ -315,73 +319,92 @@ export class SubscriberConnection extends EventEmitter implements Acker {
     if (this.connected) this.write(PINGREQ);
   }
 
+  // ---- packets from the broker (PUBLISH aside) ----------------------------------------------
+
+  private onPacket(wire: Wire, packet: Packet): void {
+    switch (packet.cmd) {
+      case 'connack':
+        return this.onConnack(wire, packet);
+      case 'suback':
+        return this.onSuback(wire, packet);
+      case 'pubrel':
+        return this.onPubrel(packet);
+      case 'disconnect':
+        wire.socket.destroy();
+        return;
+      default:
+        return;
+    }
+  }
+
+  /** CONNACK: refused (the start fails, or a reconnect follows), or the session is open: subscribe. */
+  private onConnack(wire: Wire, packet: IConnackPacket): void {
+    wire.connackSeen = true;
+    const code = (this.opts.version === 5 ? packet.reasonCode : packet.returnCode) ?? 0;
+    if (code !== 0) {
+      this.failConnect(code === 1 || code === 0x84 ? new ProtocolRefused(this.opts.version) : new ConnectRefused(code));
+      wire.socket.destroy();
+      return;
+    }
+    // The session is open: a resumed session's unacknowledged messages come at once, even
+    // before the SUBACK, and may be acknowledged from now on.
+    this.sessionOpen = true;
+    this.write(
+      mqttPacket.generate(
+        { cmd: 'subscribe', messageId: 1, subscriptions: this.opts.filters.map((topic) => ({ topic, qos: 1 as const })) },
+        { protocolVersion: this.opts.version },
+      ),
+    );
+  }
+
+  /** SUBACK: every filter granted means connected (the first start resolves); a refusal fails. */
+  private onSuback(wire: Wire, packet: ISubackPacket): void {
+    const refused = (packet.granted as Array<number | { qos: number }>).filter((g) => (typeof g === 'number' ? g : g.qos) >= 0x80);
+    if (refused.length > 0) {
+      this.failConnect(new Error(`the broker refused the subscription to ${this.opts.filters.join(', ')}`));
+      wire.socket.destroy();
+      return;
+    }
+    this.connected = true;
+    this.reconnectDelay = 250;
+    this.emit('connected');
+    if (this.firstConnect) {
+      this.firstConnect.resolve();
+      this.firstConnect = undefined;
+    }
+  }
+
+  /** QoS 2 is not subscribed; answer PUBREL all the same to keep a misbehaving broker happy. */
+  private onPubrel(packet: IPubrelPacket): void {
+    this.write(mqttPacket.generate({ cmd: 'pubcomp', messageId: packet.messageId }, { protocolVersion: this.opts.version }));
+  }
+
+  // ---- PUBLISH: the hot path ----------------------------------------------------------------
+
   /**
    * Splits a chunk into MQTT frames. PUBLISH is decoded here without copies (the hot path);
    * anything else goes to mqtt-packet. Returns false on a malformed frame.
    */
-  private frames(chunk: Buffer, gen: number, parser: mqttPacket.Parser): boolean {
+  private frames(chunk: Buffer, wire: Wire): boolean {
     let buf = chunk;
     if (this.rest) {
       buf = Buffer.concat([this.rest, chunk]);
       this.rest = undefined;
     }
-    const v5 = this.opts.version === 5;
     let i = 0;
     const n = buf.length;
     while (n - i >= 2) {
       const header = buf[i]!;
-      let len = 0;
-      let mult = 1;
-      let j = i + 1;
-      let complete = false;
-      for (let k = 0; k < 4 && j < n; k++) {
-        const b = buf[j++]!;
-        len += (b & 0x7f) * mult;
-        mult *= 128;
-        if ((b & 0x80) === 0) {
-          complete = true;
-          break;
-        }
-      }
-      if (!complete) {
-        if (j - i > 4) return false;
+      if (!readVarint(buf, i + 1, n, varint)) {
+        if (varint.next - i > 4) return false;
         break; // the length itself is incomplete
       }
-      const end = j + len;
+      const end = varint.next + varint.value;
       if (end > n) break;
       if (header >> 4 === 3) {
-        const qos = (header >> 1) & 3;
-        let p = j + 2 + buf.readUInt16BE(j);
-        if (p > end) return false;
-        const topic = buf.toString('utf8', j + 2, p);
-        let id = 0;
-        if (qos > 0) {
-          id = buf.readUInt16BE(p);
-          p += 2;
-          // A QoS 1 id already in flight would be a broker resending on the same connection,
-          // which MQTT forbids: its one PUBACK answers both.
-          if (qos === 1 && this.state[id] === 0) {
-            this.state[id] = 1;
-            this.arrivals[(this.head + this.inflight) & 0xffff] = id;
-            this.inflight++;
-          }
-        }
-        if (v5) {
-          // Skip the properties (no topic aliases: none were offered to the broker).
-          let plen = 0;
-          let m = 1;
-          for (let k = 0; k < 4; k++) {
-            const b = buf[p++]!;
-            plen += (b & 0x7f) * m;
-            m *= 128;
-            if ((b & 0x80) === 0) break;
-          }
-          p += plen;
-        }
-        if (p > end) return false;
-        this.opts.onMessage(topic, buf.subarray(p, end), this, qos === 0 ? -1 : (gen * 4 + qos) * 65536 + id);
+        if (!this.publish(buf, header, varint.next, end, wire.generation)) return false;
       } else {
-        parser.parse(buf.subarray(i, end));
+        wire.parser.parse(buf.subarray(i, end));
       }
       i = end;
     }
@@ -389,24 +412,39 @@ export class SubscriberConnection extends EventEmitter implements Acker {
     return true;
   }
 
-  /** Sends the PUBACK (PUBREC for QoS 2) of a message, unless its connection is gone. */
-  ack(token: number): void {
-    if (token < 0) return;
-    const id = token % 65536;
-    const rest = (token - id) / 65536;
-    const qos = rest % 4;
-    const gen = (rest - qos) / 4;
-    if (gen !== this.generation || !this.sessionOpen || !this.socket) return;
-    if (qos === 2) {
-      this.write(Buffer.from([0x50, 0x02, id >> 8, id & 0xff]));
-      return;
+  /** The PUBLISH frame whose variable header starts at `start`: handed over with its ack handle. False if malformed. */
+  private publish(buf: Buffer, header: number, start: number, end: number, generation: number): boolean {
+    const qos = (header >> 1) & 3;
+    let p = start + 2 + buf.readUInt16BE(start);
+    if (p > end) return false;
+    const topic = buf.toString('utf8', start + 2, p);
+    let ack = NO_ACK;
+    if (qos > 0) {
+      const id = buf.readUInt16BE(p);
+      p += 2;
+      if (qos === 1) this.track(id);
+      ack = new InflightAck(this, generation, qos, id);
     }
-    if (this.state[id] !== 1) return;
-    this.state[id] = 2;
-    if (!this.flushScheduled && this.arrivals[this.head] === id) {
-      this.flushScheduled = true;
-      process.nextTick(() => this.flushAcks());
+    if (this.opts.version === 5) {
+      // Skip the properties (no topic aliases: none were offered to the broker). A malformed
+      // length shows below as properties running past the frame.
+      readVarint(buf, p, Infinity, varint);
+      p = varint.next + varint.value;
     }
+    if (p > end) return false;
+    this.opts.onMessage(topic, buf.subarray(p, end), ack);
+    return true;
+  }
+
+  /**
+   * A QoS 1 message joins the arrival order. An id already in flight would be a broker
+   * resending on the same connection, which MQTT forbids: its one PUBACK answers both.
+   */
+  private track(id: number): void {
+    if (this.state[id] !== 0) return;
+    this.state[id] = 1;
+    this.arrivals[(this.head + this.inflight) & 0xffff] = id;
+    this.inflight++;
   }
 
   /**
@@ -445,3 +483,29 @@ export class SubscriberConnection extends EventEmitter implements Acker {
 }
 
 const PINGREQ = Buffer.from([0xc0, 0x00]);
+
+/** readVarint's answer (one shared object: the hot path allocates nothing per frame). */
+const varint = { value: 0, next: 0 };
+
+/**
+ * Reads an MQTT variable byte integer (at most 4 bytes) starting at `at`, not past `limit`:
+ * into `out`, the value and the index after it. False if it did not end within 4 bytes or
+ * before `limit`.
+ */
+function readVarint(buf: Buffer, at: number, limit: number, out: typeof varint): boolean {
+  let value = 0;
+  let mult = 1;
+  for (let k = 0; k < 4 && at < limit; k++) {
+    const b = buf[at++]!;
+    value += (b & 0x7f) * mult;
+    mult *= 128;
+    if ((b & 0x80) === 0) {
+      out.value = value;
+      out.next = at;
+      return true;
+    }
+  }
+  out.value = value;
+  out.next = at;
+  return false;
+}

@@ -4,7 +4,7 @@
 // repeated, or none). lastN/firstN of 0 or absent mean "all", capped at HISTORY_MAX_RESULTS.
 // The values arrive checked and typed by the route's query schema (src/history/routes.ts),
 // which also answers a bad operator value (400) before the handler runs.
-import { microsToText } from '../ingest/values.js';
+import { microsToText } from '../time.js';
 import { timestampOf } from '../schemas/queries.js';
 import type { QueryValues } from '../schemas/validator.js';
 

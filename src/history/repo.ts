@@ -4,7 +4,7 @@
 // (tenant, device_id, attr) (src/history/series.ts): one range scan per chunk/partition,
 // stopping after `limit` rows. Keys may collide, so each row is checked against the texts.
 import type pg from 'pg';
-import { historyTimeSql } from '../db/time.js';
+import { historyTimeSql } from '../time.js';
 import type { HistoryQuery } from './query.js';
 import { seriesKey } from './series.js';
 

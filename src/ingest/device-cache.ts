@@ -9,19 +9,30 @@ import type { DeviceModel } from './device-model.js';
 
 export type DeviceLoader = (devices: Array<{ tenant: string; id: string }>) => Promise<Map<string, DeviceModel>>;
 
+/** Lookups since the previous report, and the devices cached now. */
+export interface DeviceCacheStats {
+  hits: number;
+  misses: number;
+  size: number;
+}
+
 export class DeviceCache {
   private readonly entries = new Map<string, DeviceModel | null>();
   private generation = 0;
-  hits = 0;
-  misses = 0;
+  private hits = 0;
+  private misses = 0;
 
   constructor(
     private readonly load: DeviceLoader,
     private readonly capacity: number,
   ) {}
 
-  get size(): number {
-    return this.entries.size;
+  /** The stats since the previous call. */
+  takeStats(): DeviceCacheStats {
+    const stats = { hits: this.hits, misses: this.misses, size: this.entries.size };
+    this.hits = 0;
+    this.misses = 0;
+    return stats;
   }
 
   /** Models for every device key of a batch (`<tenant>/<id>`); misses are loaded in one query. */

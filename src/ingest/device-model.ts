@@ -4,7 +4,9 @@
 // static values overridden per device) and kept in the worker's cache until a registry event.
 import jsonPatch, { type Operation } from 'fast-json-patch';
 import { seriesKey } from '../history/series.js';
-import { converterFor, parseTimestamp, type Converter } from './values.js';
+import { parseTimestamp } from '../time.js';
+import { converterFor, type Converter } from './values.js';
+import type { DropReason } from './drop-reasons.js';
 
 export interface AttrRow {
   template_id: number;
@@ -157,19 +159,6 @@ export function buildDeviceModel(
   };
 }
 
-export type DropReason =
-  | 'oversized'
-  | 'bad_topic'
-  | 'unknown_device'
-  | 'not_json'
-  | 'not_object'
-  | 'translation_failed'
-  | 'unprocessable'
-  | 'bad_timestamp'
-  | 'unknown_key'
-  | 'wrong_type'
-  | 'db_rejected';
-
 export interface MessageOutcome {
   /** COPY text lines, one per stored value. */
   rows: string[];
@@ -193,16 +182,23 @@ export interface MessageOutcome {
  */
 export function renderMessage(model: DeviceModel, payload: string, receivedUs: number, tsText: (us: number) => string, out: string[]): MessageOutcome {
   const outcome: MessageOutcome = { rows: out, unknownKeys: 0, wrongTypes: 0, values: 0, us: receivedUs };
+  const obj = translatedObject(model, payload, outcome);
+  if (obj) renderValues(model, obj, messageTime(model, obj, outcome), tsText, out, outcome);
+  return outcome;
+}
+
+/** The message as a JSON object after the device's translators; undefined if it is dropped (outcome.dropped says why). */
+function translatedObject(model: DeviceModel, payload: string, outcome: MessageOutcome): Record<string, unknown> | undefined {
   let doc: unknown;
   try {
     doc = JSON.parse(payload);
   } catch {
     outcome.dropped = 'not_json';
-    return outcome;
+    return undefined;
   }
   if (doc === null || typeof doc !== 'object' || Array.isArray(doc)) {
     outcome.dropped = 'not_object';
-    return outcome;
+    return undefined;
   }
   for (const t of model.translators) {
     try {
@@ -210,26 +206,30 @@ export function renderMessage(model: DeviceModel, payload: string, receivedUs: n
     } catch {
       if (t.optional) continue;
       outcome.dropped = 'translation_failed';
-      return outcome;
+      return undefined;
     }
   }
   if (doc === null || typeof doc !== 'object' || Array.isArray(doc)) {
     outcome.dropped = 'not_object';
-    return outcome;
+    return undefined;
   }
-  const obj = doc as Record<string, unknown>;
-  let us = receivedUs;
+  return doc as Record<string, unknown>;
+}
+
+/** The time of the message's values (µs): its `timestamp` key, else the receive time (outcome.us). */
+function messageTime(model: DeviceModel, obj: Record<string, unknown>, outcome: MessageOutcome): number {
   if (!model.timestampIsAttr && Object.prototype.hasOwnProperty.call(obj, 'timestamp')) {
     // A timestamp that is neither epoch ms nor ISO 8601 is no timestamp: the values keep the
     // receive time (decisions.md: "otherwise ts is the receive time"); the key is counted.
     const parsed = parseTimestamp(obj.timestamp);
-    if (parsed === undefined) {
-      outcome.badTimestamp = true;
-    } else {
-      us = parsed;
-      outcome.us = us;
-    }
+    if (parsed === undefined) outcome.badTimestamp = true;
+    else outcome.us = parsed;
   }
+  return outcome.us;
+}
+
+/** One COPY line per key that is a stored attribute of the device and whose value fits its type; the rest counted. */
+function renderValues(model: DeviceModel, obj: Record<string, unknown>, us: number, tsText: (us: number) => string, out: string[], outcome: MessageOutcome): void {
   let ts: string | undefined;
   for (const key of Object.keys(obj)) {
     if (key === 'timestamp' && !model.timestampIsAttr) continue;
@@ -248,5 +248,4 @@ export function renderMessage(model: DeviceModel, payload: string, receivedUs: n
     const series = (model.series[attr.slot] ??= seriesKey(model.tenant, model.id, key));
     out.push(model.prefix + attr.column + series + '\t' + ts + (json.includes('\\') ? json.replace(/\\/g, '\\\\') : json) + '\n');
   }
-  return outcome;
 }

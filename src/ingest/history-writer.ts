@@ -1,15 +1,17 @@
 // Writes COPY batches into `history` and does not give up: a batch is one COPY (one
 // transaction), retried until it commits. While the database is unreachable the writer waits
-// and retries with backoff, so the shard stops acknowledging (its callers wait) and resumes by
-// itself. A missing partition (plain PostgreSQL) is created and the batch retried. A row the
-// database rejects despite validation (a bug, not an outage) is isolated by splitting the
-// batch, dropped and counted, so one bad row cannot stall a shard forever.
+// and retries with backoff (db-retry.ts), so the shard stops acknowledging (its callers wait)
+// and resumes by itself. The partitions a batch needs (plain PostgreSQL) are created first, and
+// again if one went missing meanwhile. A row the database rejects despite validation (a bug,
+// not an outage) is isolated by splitting the batch, dropped and counted, so one bad row
+// cannot stall a shard forever.
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import type { Logger } from '../log.js';
 import type { CopyTurn } from './copy-turn.js';
+import type { DatabaseRetry } from './db-retry.js';
 
-export interface HistoryLayout {
+interface HistoryLayout {
   timescale: boolean;
   /** Chunk interval in microseconds. */
   chunkUs: number;
@@ -21,7 +23,6 @@ export interface CopyOutcome {
 }
 
 const COPY_SQL = 'COPY history (tenant, device_id, attr, series, ts, value) FROM STDIN';
-const MAX_BACKOFF_MS = 5000;
 
 function sqlState(err: unknown): string | undefined {
   const code = (err as { code?: unknown })?.code;
@@ -41,24 +42,33 @@ function isMissingPartition(err: unknown): boolean {
 export class HistoryWriter {
   private layout: HistoryLayout | undefined;
   private readonly knownChunks = new Set<number>();
-  private outage: { since: number; error: string } | undefined;
-  private stopped = false;
 
   constructor(
     private readonly pool: pg.Pool,
     private readonly log: Logger,
+    private readonly retry: DatabaseRetry,
     /** Shared with the other shard workers: one COPY at a time (copy-turn.ts). */
     private readonly turn?: CopyTurn,
   ) {}
 
-  stop(): void {
-    this.stopped = true;
+  /**
+   * Commits `lines` (COPY text rows); `times` holds the time (µs) of each message that has rows
+   * among them, for the partitions they need. Resolves once committed; waits through outages.
+   * Returns the seconds the successful COPY took and the rows the database rejected (dropped).
+   */
+  async write(lines: string[], times: number[]): Promise<CopyOutcome> {
+    const layout = await this.readLayout();
+    const chunks = layout.timescale ? new Set<number>() : chunksOf(times, layout.chunkUs);
+    return this.retry.run('write history', async () => {
+      await this.ensureChunks(chunks, layout);
+      return this.copyWithRecovery(lines, chunks, layout, false);
+    });
   }
 
-  /** Reads the table layout (retrying until the database answers). */
-  async getLayout(): Promise<HistoryLayout> {
+  /** The table layout, read once (retrying until the database answers). */
+  private async readLayout(): Promise<HistoryLayout> {
     if (this.layout) return this.layout;
-    const row = await this.retry('read the history layout', async () => {
+    const row = await this.retry.run('read the history layout', async () => {
       const res = await this.pool.query<{ timescale: boolean; secs: number }>(
         'SELECT timescale, extract(epoch FROM chunk_interval)::float8 AS secs FROM history_settings',
       );
@@ -67,24 +77,6 @@ export class HistoryWriter {
     });
     this.layout = { timescale: row.timescale, chunkUs: row.secs * 1_000_000 };
     return this.layout;
-  }
-
-  /** Chunk index of a time (µs); partitions are aligned to the epoch. */
-  chunkOf(us: number, layout: HistoryLayout): number {
-    return Math.floor(us / layout.chunkUs);
-  }
-
-  /**
-   * Commits `lines` (COPY text rows) whose times fall in `chunks`. Resolves once committed;
-   * waits through outages. Returns the seconds the successful COPY took and the rows the
-   * database rejected (dropped).
-   */
-  async write(lines: string[], chunks: Set<number>): Promise<CopyOutcome> {
-    const layout = await this.getLayout();
-    return this.retry('write history', async () => {
-      await this.ensureChunks(chunks, layout);
-      return this.copyWithRecovery(lines, chunks, layout, false);
-    });
   }
 
   private async copyWithRecovery(lines: string[], chunks: Set<number>, layout: HistoryLayout, partitionsRetried: boolean): Promise<CopyOutcome> {
@@ -163,32 +155,11 @@ export class HistoryWriter {
       this.knownChunks.add(chunk);
     }
   }
+}
 
-  /** Runs `fn` until it succeeds, backing off while the database is unreachable. */
-  private async retry<T>(what: string, fn: () => Promise<T>): Promise<T> {
-    let delay = 100;
-    for (;;) {
-      try {
-        const result = await fn();
-        if (this.outage) {
-          this.log.info('database reachable again; ingest resumed', { downMs: Date.now() - this.outage.since });
-          this.outage = undefined;
-        }
-        return result;
-      } catch (err) {
-        if (this.stopped) throw err;
-        if (!this.outage) {
-          this.outage = { since: Date.now(), error: (err as Error).message };
-          this.log.warn(`could not ${what}; retrying until the database is back`, { error: (err as Error).message });
-        }
-        await new Promise((r) => setTimeout(r, delay));
-        delay = Math.min(delay * 2, MAX_BACKOFF_MS);
-      }
-    }
-  }
-
-  /** Runs a registry query with the same patience (used by the device loader). */
-  query<T>(what: string, fn: () => Promise<T>): Promise<T> {
-    return this.retry(what, fn);
-  }
+/** The chunks (partition indexes, aligned to the epoch) that times in µs fall in. */
+function chunksOf(times: number[], chunkUs: number): Set<number> {
+  const chunks = new Set<number>();
+  for (const us of times) chunks.add(Math.floor(us / chunkUs));
+  return chunks;
 }

@@ -12,7 +12,7 @@ import type { Metrics } from '../metrics.js';
 import { projectRoot } from '../paths.js';
 import { BrokerUnavailable } from '../broker/link.js';
 import { IngestMetrics } from './metrics.js';
-import type { IngestSettings, MainToRouter, RouterToMain } from './protocol.js';
+import { INGEST_CONFIG_KEYS, type IngestSettings, type MainToRouter, type RouterToMain } from './protocol.js';
 
 export const ROUTER_THREAD_FILE = path.join(projectRoot, 'dist/src/ingest/router-thread.js');
 
@@ -26,126 +26,151 @@ export interface Ingest {
 }
 
 export function ingestSettings(config: Config, databaseUrl: string): IngestSettings {
-  return {
-    databaseUrl,
-    logLevel: config.logLevel,
-    mqttUrl: config.mqttUrl,
-    mqttHost: config.mqttHost,
-    mqttPort: config.mqttPort,
-    mqttClientId: config.mqttClientId,
-    mqttSubscriberConnections: config.mqttSubscriberConnections,
-    mqttShareGroup: config.mqttShareGroup,
-    mqttSessionExpirySeconds: config.mqttSessionExpirySeconds,
-    mqttReceiveMaximum: config.mqttReceiveMaximum,
-    workers: config.ingestWorkers,
-    batchRows: config.ingestBatchRows,
-    batchMs: config.ingestBatchMs,
-    maxMessageBytes: config.maxMessageBytes,
-    cacheDevices: config.ingestCacheDevices,
-    maxPending: config.ingestMaxPending,
-    actuationTimeoutMs: config.actuationTimeoutMs,
-  };
+  const picked = Object.fromEntries(INGEST_CONFIG_KEYS.map((key) => [key, config[key]])) as Pick<Config, (typeof INGEST_CONFIG_KEYS)[number]>;
+  return { ...picked, databaseUrl };
 }
 
 export async function startIngest(opts: { config: Config; databaseUrl: string; metrics: Metrics; log: Logger }): Promise<Ingest> {
-  const { config, log } = opts;
   if (!existsSync(ROUTER_THREAD_FILE)) throw new Error(`${ROUTER_THREAD_FILE} is missing; run "npm run build" first`);
-  const settings = ingestSettings(config, opts.databaseUrl);
-  const metrics = new IngestMetrics(opts.metrics);
-  const waiting = new Map<number, { resolve: () => void; reject: (err: Error) => void; timer: NodeJS.Timeout }>();
-  let nextRequest = 1;
-  let worker: Worker | undefined;
-  let ready = false;
-  let stopping = false;
-  let mqttPort: number | undefined;
-  let onStopped: (() => void) | undefined;
+  const thread = new RouterThread(opts.config, ingestSettings(opts.config, opts.databaseUrl), new IngestMetrics(opts.metrics), opts.log);
+  await thread.launch();
+  return thread;
+}
 
-  const launch = () =>
-    new Promise<void>((resolve, reject) => {
-      const w = new Worker(ROUTER_THREAD_FILE, { workerData: settings });
-      worker = w;
-      let started = false;
-      w.on('message', (m: RouterToMain) => {
-        switch (m.type) {
-          case 'ready':
-            started = true;
-            ready = true;
-            mqttPort = m.mqttPort;
-            resolve();
-            break;
-          case 'failed':
-            reject(m.configVariable ? new ConfigError(m.configVariable, m.error) : new Error(`ingest could not start: ${m.error}`));
-            void w.terminate();
-            break;
-          case 'metrics':
-            metrics.apply(m.delta);
-            break;
-          case 'published': {
-            const req = waiting.get(m.requestId);
-            if (!req) break;
-            waiting.delete(m.requestId);
-            clearTimeout(req.timer);
-            if (m.error) req.reject(new BrokerUnavailable(m.error));
-            else req.resolve();
-            break;
-          }
-          case 'stopped':
-            onStopped?.();
-            break;
-        }
-      });
-      w.on('error', (err) => log.error('ingest router thread failed', { error: err }));
-      w.on('exit', (code) => {
-        ready = false;
-        for (const [id, req] of waiting) {
-          clearTimeout(req.timer);
-          req.reject(new BrokerUnavailable('the ingest router stopped'));
-          waiting.delete(id);
-        }
-        if (!started) {
-          reject(new Error(`the ingest router thread exited during start (code ${code})`));
-          return;
-        }
-        if (!stopping) {
-          log.error('ingest router thread exited; starting it again', { code });
-          setTimeout(() => launch().catch((err: Error) => log.error('ingest restart failed', { error: err.message })), 1000).unref();
-        }
-      });
+/** One start of the router thread: settled by its first report ('ready' or 'failed') or its exit. */
+interface Launch {
+  started: boolean;
+  resolve(): void;
+  reject(err: Error): void;
+}
+
+/** The ingest router thread, seen from the main thread; started again if it dies. */
+class RouterThread implements Ingest {
+  private worker: Worker | undefined;
+  private ready = false;
+  private stopping = false;
+  private port: number | undefined;
+  private onStopped: (() => void) | undefined;
+  private readonly requests = new PublishRequests();
+
+  constructor(
+    private readonly config: Config,
+    private readonly settings: IngestSettings,
+    private readonly metrics: IngestMetrics,
+    private readonly log: Logger,
+  ) {}
+
+  get mqttPort(): number | undefined {
+    return this.port;
+  }
+
+  /** Starts the thread; resolves once its broker link runs, rejects if it cannot start. */
+  launch(): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const w = new Worker(ROUTER_THREAD_FILE, { workerData: this.settings });
+      this.worker = w;
+      const launch: Launch = { started: false, resolve, reject };
+      w.on('message', (m: RouterToMain) => this.onReport(w, m, launch));
+      w.on('error', (err) => this.log.error('ingest router thread failed', { error: err }));
+      w.on('exit', (code) => this.onExit(code, launch));
     });
+  }
 
-  await launch();
+  publish(topics: string[], payload: string): Promise<void> {
+    const w = this.worker;
+    if (!w || !this.ready) return Promise.reject(new BrokerUnavailable('the ingest router is not running'));
+    return this.requests.add(this.config.actuationTimeoutMs + 500, (requestId) =>
+      w.postMessage({ type: 'publish', requestId, topics, payload } satisfies MainToRouter),
+    );
+  }
 
-  return {
-    get mqttPort() {
-      return mqttPort;
-    },
-    publish(topics, payload) {
-      if (!worker || !ready) return Promise.reject(new BrokerUnavailable('the ingest router is not running'));
-      const requestId = nextRequest++;
-      const w = worker;
-      return new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => {
-          waiting.delete(requestId);
-          reject(new BrokerUnavailable('the broker did not acknowledge in time'));
-        }, config.actuationTimeoutMs + 500);
-        waiting.set(requestId, { resolve, reject, timer });
-        w.postMessage({ type: 'publish', requestId, topics, payload } satisfies MainToRouter);
-      });
-    },
-    async stop() {
-      stopping = true;
-      const w = worker;
-      if (!w) return;
-      const budget = Math.max(500, Math.floor(config.shutdownTimeoutMs / 2));
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, budget + 2000);
-        onStopped = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-        w.postMessage({ type: 'stop', timeoutMs: budget } satisfies MainToRouter);
-      });
-      await w.terminate();
-    },
-  };
+  async stop(): Promise<void> {
+    this.stopping = true;
+    const w = this.worker;
+    if (!w) return;
+    const budget = Math.max(500, Math.floor(this.config.shutdownTimeoutMs / 2));
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, budget + 2000);
+      this.onStopped = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      w.postMessage({ type: 'stop', timeoutMs: budget } satisfies MainToRouter);
+    });
+    await w.terminate();
+  }
+
+  private onReport(w: Worker, m: RouterToMain, launch: Launch): void {
+    switch (m.type) {
+      case 'ready':
+        launch.started = true;
+        this.ready = true;
+        this.port = m.mqttPort;
+        launch.resolve();
+        break;
+      case 'failed':
+        launch.reject(m.configVariable ? new ConfigError(m.configVariable, m.error) : new Error(`ingest could not start: ${m.error}`));
+        void w.terminate();
+        break;
+      case 'metrics':
+        this.metrics.apply(m.delta);
+        break;
+      case 'published':
+        this.requests.answer(m.requestId, m.error);
+        break;
+      case 'stopped':
+        this.onStopped?.();
+        break;
+    }
+  }
+
+  /** The thread is gone: its publish requests fail; unless it never started or we are stopping, it starts again. */
+  private onExit(code: number, launch: Launch): void {
+    this.ready = false;
+    this.requests.failAll('the ingest router stopped');
+    if (!launch.started) {
+      launch.reject(new Error(`the ingest router thread exited during start (code ${code})`));
+      return;
+    }
+    if (!this.stopping) {
+      this.log.error('ingest router thread exited; starting it again', { code });
+      setTimeout(() => this.launch().catch((err: Error) => this.log.error('ingest restart failed', { error: err.message })), 1000).unref();
+    }
+  }
+}
+
+/** Actuation publish requests waiting for the router thread's answer. */
+class PublishRequests {
+  private readonly waiting = new Map<number, { resolve: () => void; reject: (err: Error) => void; timer: NodeJS.Timeout }>();
+  private next = 1;
+
+  /** Sends a request under a new id; settled by its answer, or rejected after `timeoutMs`. */
+  add(timeoutMs: number, send: (requestId: number) => void): Promise<void> {
+    const requestId = this.next++;
+    return new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiting.delete(requestId);
+        reject(new BrokerUnavailable('the broker did not acknowledge in time'));
+      }, timeoutMs);
+      this.waiting.set(requestId, { resolve, reject, timer });
+      send(requestId);
+    });
+  }
+
+  answer(requestId: number, error: string | undefined): void {
+    const req = this.waiting.get(requestId);
+    if (!req) return;
+    this.waiting.delete(requestId);
+    clearTimeout(req.timer);
+    if (error) req.reject(new BrokerUnavailable(error));
+    else req.resolve();
+  }
+
+  failAll(message: string): void {
+    for (const [id, req] of this.waiting) {
+      clearTimeout(req.timer);
+      req.reject(new BrokerUnavailable(message));
+      this.waiting.delete(id);
+    }
+  }
 }

@@ -2,13 +2,8 @@
 // their own memory, so they count locally and the router sends deltas every 250 ms.
 import client from 'prom-client';
 import type { Metrics } from '../metrics.js';
-import type { DropReason } from './device-model.js';
+import { DROP_REASON_NAMES, dropReasonsHelp } from './drop-reasons.js';
 import type { IngestMetricsDelta } from './protocol.js';
-
-const REASONS: DropReason[] = [
-  'oversized', 'bad_topic', 'unknown_device', 'not_json', 'not_object', 'translation_failed',
-  'bad_timestamp', 'unprocessable', 'unknown_key', 'wrong_type', 'db_rejected',
-];
 
 export class IngestMetrics {
   private readonly received: client.Counter;
@@ -31,11 +26,11 @@ export class IngestMetrics {
     this.valuesStored = new client.Counter({ name: 'ingest_values_stored_total', help: 'Values committed to history', registers });
     this.dropped = new client.Counter({
       name: 'ingest_dropped_total',
-      help: 'Dropped messages (oversized, bad_topic, unknown_device, not_json, not_object, translation_failed, unprocessable) and values (unknown_key, wrong_type, db_rejected, bad_timestamp: an unreadable timestamp key, the values keep the receive time), by reason',
+      help: dropReasonsHelp(),
       labelNames: ['reason'] as const,
       registers,
     });
-    for (const r of REASONS) this.dropped.labels(r).inc(0);
+    for (const r of DROP_REASON_NAMES) this.dropped.labels(r).inc(0);
     this.batchRows = new client.Histogram({
       name: 'ingest_batch_rows',
       help: 'Rows per COPY batch',

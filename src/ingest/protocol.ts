@@ -1,6 +1,7 @@
 // Shapes that cross thread boundaries: router -> shard worker tasks and their results, and the
 // messages between the main thread and the ingest router thread.
-import type { DropReason } from './device-model.js';
+import type { Config } from '../config.js';
+import type { DropReason } from './drop-reasons.js';
 
 /** A batch of messages for one shard, in arrival order. */
 export interface ShardTask {
@@ -36,38 +37,34 @@ export interface IngestMetricsDelta extends WorkerMetricsDelta {
   cachedDevicesByShard: number[];
 }
 
-/** What the router thread needs from the configuration. */
-export interface IngestSettings {
-  databaseUrl: string;
-  logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
-  /** External broker URL; undefined: run the embedded broker. */
-  mqttUrl: string | undefined;
-  mqttHost: string;
-  mqttPort: number;
-  mqttClientId: string;
-  mqttSubscriberConnections: number;
-  mqttShareGroup: string;
-  mqttSessionExpirySeconds: number;
-  mqttReceiveMaximum: number;
-  workers: number;
-  batchRows: number;
-  batchMs: number;
-  maxMessageBytes: number;
-  cacheDevices: number;
-  maxPending: number;
-  actuationTimeoutMs: number;
-}
+/** The configuration the ingest router thread reads (no secrets: they stay in the main thread). */
+export const INGEST_CONFIG_KEYS = [
+  'logLevel',
+  'mqttUrl',
+  'mqttHost',
+  'mqttPort',
+  'mqttClientId',
+  'mqttSubscriberConnections',
+  'mqttShareGroup',
+  'mqttSessionExpirySeconds',
+  'mqttReceiveMaximum',
+  'ingestWorkers',
+  'ingestBatchRows',
+  'ingestBatchMs',
+  'maxMessageBytes',
+  'ingestCacheDevices',
+  'ingestMaxPending',
+  'actuationTimeoutMs',
+] as const satisfies ReadonlyArray<keyof Config>;
 
-/** Settings of a shard worker (Piscina workerData). */
-export interface ShardWorkerSettings {
-  databaseUrl: string;
-  logLevel: IngestSettings['logLevel'];
-  batchRows: number;
-  batchMs: number;
-  cacheDevices: number;
+/** The router thread's workerData: its part of the configuration, and the database URL (an embedded database's is known only once it runs). */
+export type IngestSettings = Pick<Config, (typeof INGEST_CONFIG_KEYS)[number]> & { databaseUrl: string };
+
+/** A shard worker's workerData (Piscina). */
+export type ShardWorkerSettings = Pick<IngestSettings, 'databaseUrl' | 'logLevel' | 'ingestBatchRows' | 'ingestBatchMs' | 'ingestCacheDevices'> & {
   /** The COPY turn shared by the shard workers (copy-turn.ts). */
   copyTurn: SharedArrayBuffer;
-}
+};
 
 export type MainToRouter =
   | { type: 'publish'; requestId: number; topics: string[]; payload: string }

@@ -1,9 +1,11 @@
 // The shard workers' read of the registry: the attributes of many devices in one query
 // (the attributes of each device's templates without a parent, static values overridden by
-// the device). Devices that do not exist are absent from the result.
+// the device), waiting through database outages. Devices that do not exist are absent from
+// the result.
 import type pg from 'pg';
 import { deviceKey } from '../broker/topics.js';
 import { buildDeviceModel, SchemaPool, type AttrRow, type DeviceModel } from './device-model.js';
+import type { DatabaseRetry } from './db-retry.js';
 import type { Logger } from '../log.js';
 
 const SQL = `
@@ -21,7 +23,22 @@ interface Row extends AttrRow {
   id: string;
 }
 
-export async function loadDeviceModels(
+export class RegistryReader {
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly retry: DatabaseRetry,
+    private readonly log: Logger,
+    /** Devices of the same templates share one schema object (memory: see device-model.ts). */
+    private readonly schemas?: SchemaPool,
+  ) {}
+
+  /** The models of those of `devices` that exist; retried until the database answers. */
+  load(devices: Array<{ tenant: string; id: string }>): Promise<Map<string, DeviceModel>> {
+    return this.retry.run('load device attributes', () => loadDeviceModels(this.pool, devices, this.log, this.schemas));
+  }
+}
+
+async function loadDeviceModels(
   pool: pg.Pool,
   devices: Array<{ tenant: string; id: string }>,
   log: Logger,

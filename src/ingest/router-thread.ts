@@ -21,15 +21,22 @@ const port = parentPort!;
 const post = (m: RouterToMain) => port.postMessage(m);
 
 const shards = new ShardPool(
-  settings.workers,
-  { databaseUrl: settings.databaseUrl, logLevel: settings.logLevel, batchRows: settings.batchRows, batchMs: settings.batchMs, cacheDevices: settings.cacheDevices, copyTurn: CopyTurn.shared() },
+  settings.ingestWorkers,
+  {
+    databaseUrl: settings.databaseUrl,
+    logLevel: settings.logLevel,
+    ingestBatchRows: settings.ingestBatchRows,
+    ingestBatchMs: settings.ingestBatchMs,
+    ingestCacheDevices: settings.ingestCacheDevices,
+    copyTurn: CopyTurn.shared(),
+  },
   log,
 );
 let link: BrokerLink | undefined;
 const router = new IngestRouter(shards, {
   maxMessageBytes: settings.maxMessageBytes,
-  maxPending: settings.maxPending,
-  holdMs: settings.batchMs,
+  maxPending: settings.ingestMaxPending,
+  holdMs: settings.ingestBatchMs,
   log,
   onPressure: (paused) => {
     if (paused) {
@@ -46,36 +53,42 @@ const registryPool = settings.mqttUrl ? undefined : new pg.Pool({ connectionStri
 registryPool?.on('error', () => undefined);
 
 const channel = new BroadcastChannel(REGISTRY_CHANNEL);
-channel.onmessage = (event) => link?.onRegistryEvent((event as { data: RegistryEvent }).data);
+channel.onmessage = (event) => link?.registryChanged((event as { data: RegistryEvent }).data);
 channel.unref();
 
 const metricsTimer = setInterval(() => post({ type: 'metrics', delta: router.takeMetrics() }), 250);
 metricsTimer.unref();
 
+/** The broker link, with the router as its inbox: an external broker (MQTT_URL) or the embedded one. */
+function startLink(): Promise<BrokerLink> {
+  if (settings.mqttUrl) {
+    return ExternalLink.start(
+      {
+        url: settings.mqttUrl,
+        clientId: settings.mqttClientId,
+        connections: settings.mqttSubscriberConnections,
+        shareGroup: settings.mqttShareGroup,
+        sessionExpirySeconds: settings.mqttSessionExpirySeconds,
+        receiveMaximum: settings.mqttReceiveMaximum,
+        publishTimeoutMs: settings.actuationTimeoutMs,
+        log,
+      },
+      router,
+    );
+  }
+  return EmbeddedLink.start({
+    host: settings.mqttHost,
+    port: settings.mqttPort,
+    pool: registryPool!,
+    log,
+    inbox: router,
+    maxMessageBytes: settings.maxMessageBytes,
+  });
+}
+
 async function start(): Promise<void> {
   try {
-    link = settings.mqttUrl
-      ? await ExternalLink.start(
-          {
-            url: settings.mqttUrl,
-            clientId: settings.mqttClientId,
-            connections: settings.mqttSubscriberConnections,
-            shareGroup: settings.mqttShareGroup,
-            sessionExpirySeconds: settings.mqttSessionExpirySeconds,
-            receiveMaximum: settings.mqttReceiveMaximum,
-            publishTimeoutMs: settings.actuationTimeoutMs,
-            log,
-          },
-          router,
-        )
-      : await EmbeddedLink.start({
-          host: settings.mqttHost,
-          port: settings.mqttPort,
-          pool: registryPool!,
-          log,
-          router,
-          maxMessageBytes: settings.maxMessageBytes,
-        });
+    link = await startLink();
   } catch (err) {
     await shards.close().catch(() => undefined);
     await registryPool?.end().catch(() => undefined);

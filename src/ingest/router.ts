@@ -1,17 +1,18 @@
-// The ingest router: receives every device message from the broker link with an acker and a
-// token, knows only the device (from the topic or the MQTT session), assigns it to shard
-// hash(tenant/id) % N, collects each shard's messages into one batch (copied into one buffer),
-// and hands the batch to that shard's actor. When the actor reports the batch committed, the
-// router acknowledges its messages (PUBACK). A batch whose worker died is sent again (at least
-// once). Too many unacknowledged messages make it ask the broker link to stop reading.
+// The ingest router, the broker link's inbox: receives every message the link takes, each with
+// its ack handle, knows only the device (from the topic or the MQTT session), assigns it to
+// shard hash(tenant/id) % N, collects each shard's messages into one batch (copied into one
+// buffer), and hands the batch to that shard's actor. A batch whose worker died is sent again
+// (at least once). Too many unacknowledged messages make it ask the broker link to stop reading.
+//
+// What an ack means is decided here, and only here: every message is counted once when it
+// comes in and settled exactly once, acknowledged when the actor reports its batch committed,
+// or, when it is dropped for good (counted by reason), at once.
 import type { Logger } from '../log.js';
-import type { Acker } from '../broker/subscriber.js';
+import type { AckHandle, Inbox, Unreadable } from '../broker/link.js';
 import { deviceKey } from '../broker/topics.js';
-import type { DropReason } from './device-model.js';
+import type { DropReason } from './drop-reasons.js';
 import type { IngestMetricsDelta, ShardTask, WorkerMetricsDelta } from './protocol.js';
 import { shardFor } from './shard.js';
-
-export type { Acker };
 
 export interface ShardRunner {
   readonly shards: number;
@@ -22,12 +23,11 @@ class Pending {
   keys: string[] = [];
   offsets: number[] = [];
   received: number[] = [];
-  ackers: Acker[] = [];
-  tokens: number[] = [];
+  acks: AckHandle[] = [];
   bytes = new Uint8Array(16 * 1024);
   used = 0;
 
-  add(key: string, payload: Uint8Array, receivedUs: number, acker: Acker, token: number): void {
+  add(key: string, payload: Uint8Array, receivedUs: number, ack: AckHandle): void {
     if (this.used + payload.length > this.bytes.length) {
       const grown = new Uint8Array(Math.max(this.bytes.length * 2, this.used + payload.length));
       grown.set(this.bytes.subarray(0, this.used));
@@ -38,8 +38,7 @@ class Pending {
     this.used += payload.length;
     this.keys.push(key);
     this.received.push(receivedUs);
-    this.ackers.push(acker);
-    this.tokens.push(token);
+    this.acks.push(ack);
   }
 
   get count(): number {
@@ -47,13 +46,18 @@ class Pending {
   }
 }
 
-/** A batch in flight: the task and who to acknowledge when it is committed. */
+/** A batch in flight: the task and the messages to acknowledge when it is committed. */
 interface Batch {
   shard: number;
   task: ShardTask;
-  ackers: Acker[];
-  tokens: number[];
+  acks: AckHandle[];
 }
+
+/** The drop reason of what the broker link could not hand over as a device message. */
+const UNREADABLE: Record<Unreadable, DropReason> = {
+  not_a_device_topic: 'bad_topic',
+  packet_too_large: 'oversized',
+};
 
 const FLUSH_AT_MESSAGES = 2000;
 const FLUSH_AT_BYTES = 1 << 20;
@@ -74,7 +78,7 @@ export interface RouterOptions {
   onPressure(paused: boolean): void;
 }
 
-export class IngestRouter {
+export class IngestRouter implements Inbox {
   private readonly pending: Pending[];
   /** Accepted, not yet acknowledged, per shard. */
   private readonly unacked: number[];
@@ -113,14 +117,11 @@ export class IngestRouter {
     };
   }
 
-  /**
-   * A message of device `tenant`/`id`. `payload` is copied at once (it may be a view into a
-   * socket buffer); `acker.ack(token)` is called once the message is committed (or dropped).
-   */
-  accept(tenant: string, id: string, payload: Uint8Array, acker: Acker, token: number): void {
+  /** A message of device `tenant`/`id`. `payload` is copied at once (it may be a view into a socket buffer). */
+  accept(tenant: string, id: string, payload: Uint8Array, ack: AckHandle): void {
     this.delta.messagesReceived++;
     if (payload.length > this.opts.maxMessageBytes) {
-      this.drop('oversized', acker, token);
+      this.drop('oversized', ack);
       return;
     }
     // Receive time in µs, strictly increasing: arrival order is kept even within a millisecond.
@@ -129,7 +130,7 @@ export class IngestRouter {
     const key = deviceKey(tenant, id);
     const shard = shardFor(key, this.runner.shards);
     const p = this.pending[shard]!;
-    p.add(key, payload, this.lastUs, acker, token);
+    p.add(key, payload, this.lastUs, ack);
     this.unacked[shard]!++;
     this.totalUnacked++;
     if (!this.paused && this.totalUnacked >= this.opts.maxPending) {
@@ -146,14 +147,10 @@ export class IngestRouter {
     }
   }
 
-  /** A message dropped before routing (counted, and acknowledged: it will never be stored). */
-  drop(reason: DropReason, acker: Acker, token: number): void {
-    this.delta.dropped[reason] = (this.delta.dropped[reason] ?? 0) + 1;
-    acker.ack(token);
-  }
-
-  countReceived(): void {
+  /** A message that is no device message: counted, and dropped. */
+  refuse(why: Unreadable, ack: AckHandle): void {
     this.delta.messagesReceived++;
+    this.drop(UNREADABLE[why], ack);
   }
 
   /** Metric deltas since the previous call (queue depths and cache sizes are absolute). */
@@ -178,6 +175,12 @@ export class IngestRouter {
     }
   }
 
+  /** A message that will never be stored: counted by reason and acknowledged, so the broker does not send it again. */
+  private drop(reason: DropReason, ack: AckHandle): void {
+    this.delta.dropped[reason] = (this.delta.dropped[reason] ?? 0) + 1;
+    ack.ack();
+  }
+
   /** No more retries (shutdown timed out). */
   stop(): void {
     this.stopped = true;
@@ -196,19 +199,18 @@ export class IngestRouter {
       received: Float64Array.from(p.received),
     };
     this.outstanding++;
-    this.submit({ shard, task, ackers: p.ackers, tokens: p.tokens });
+    this.submit({ shard, task, acks: p.acks });
   }
 
   private submit(batch: Batch): void {
     this.runner.run(batch.shard, batch.task).then(
       (delta) => {
-        const { ackers, tokens } = batch;
-        for (let i = 0; i < ackers.length; i++) ackers[i]!.ack(tokens[i]!);
-        this.settled(batch.shard, ackers.length, delta);
+        for (const ack of batch.acks) ack.ack();
+        this.settled(batch.shard, batch.acks.length, delta);
       },
       (err: Error) => {
         if (this.stopped) return;
-        this.opts.log.warn('a shard batch failed; sending it again', { shard: batch.shard, messages: batch.ackers.length, error: err.message });
+        this.opts.log.warn('a shard batch failed; sending it again', { shard: batch.shard, messages: batch.acks.length, error: err.message });
         setTimeout(() => this.submit(batch), RETRY_MS).unref();
       },
     );

@@ -4,13 +4,16 @@
 // collect in a buffer that is written with one COPY when it reaches INGEST_BATCH_ROWS or
 // INGEST_BATCH_MS after its first row; while a COPY runs the next buffer fills. A batch's
 // promise resolves once every row it produced (and every row before it) is committed; the
-// router acknowledges its messages to the broker only then.
+// router acknowledges its messages to the broker only then. Per batch the actor asks the device
+// cache once (resolve) and, per buffer, the history writer once (write); both wait through
+// database outages themselves.
 import { setImmediate } from 'node:timers/promises';
 import type { DeviceCache } from './device-cache.js';
-import { renderMessage, type DropReason, type MessageOutcome } from './device-model.js';
+import { renderMessage, type DeviceModel, type MessageOutcome } from './device-model.js';
+import type { DropReason } from './drop-reasons.js';
 import type { HistoryWriter } from './history-writer.js';
 import type { Logger } from '../log.js';
-import { microsToText } from './values.js';
+import { microsToTextCached } from '../time.js';
 import type { ShardTask, WorkerMetricsDelta } from './protocol.js';
 
 interface Deferred {
@@ -19,14 +22,15 @@ interface Deferred {
 
 interface RowBuffer {
   lines: string[];
-  chunks: Set<number>;
+  /** The time (µs) of each message with rows in `lines` (the writer prepares their partitions). */
+  times: number[];
   messagesWithRows: number;
   firstAt: number;
   waiters: Deferred[];
 }
 
 function emptyBuffer(): RowBuffer {
-  return { lines: [], chunks: new Set(), messagesWithRows: 0, firstAt: 0, waiters: [] };
+  return { lines: [], times: [], messagesWithRows: 0, firstAt: 0, waiters: [] };
 }
 
 export interface ShardActorOptions {
@@ -43,10 +47,7 @@ export class ShardActor {
   /** Fatal: a payload that is not UTF-8 is refused, not stored with U+FFFD in its place. */
   private readonly decoder = new TextDecoder('utf-8', { fatal: true });
   private metrics = ShardActor.emptyMetrics();
-  private lastUs = -1;
-  private lastTs = '';
-  private lastSecond = -1;
-  private secondPrefix = '';
+  private readonly tsText = microsToTextCached();
 
   constructor(
     private readonly cache: DeviceCache,
@@ -77,11 +78,10 @@ export class ShardActor {
 
   private takeMetrics(): WorkerMetricsDelta {
     const m = this.metrics;
-    m.cacheHits = this.cache.hits;
-    m.cacheMisses = this.cache.misses;
-    m.cachedDevices = this.cache.size;
-    this.cache.hits = 0;
-    this.cache.misses = 0;
+    const cache = this.cache.takeStats();
+    m.cacheHits = cache.hits;
+    m.cacheMisses = cache.misses;
+    m.cachedDevices = cache.size;
     this.metrics = ShardActor.emptyMetrics();
     return m;
   }
@@ -90,72 +90,58 @@ export class ShardActor {
     this.metrics.dropped[reason] = (this.metrics.dropped[reason] ?? 0) + n;
   }
 
-  /** Timestamp text, with the part up to the second formatted once per second. */
-  private tsText = (us: number): string => {
-    if (us === this.lastUs) return this.lastTs;
-    const second = Math.floor(us / 1_000_000);
-    if (second !== this.lastSecond) {
-      this.lastSecond = second;
-      this.secondPrefix = microsToText(second * 1_000_000).slice(0, 20); // 2024-01-02T03:04:05.
-    }
-    const frac = us - second * 1_000_000;
-    this.lastUs = us;
-    this.lastTs = this.secondPrefix + (frac + 1_000_000).toString().slice(1) + 'Z';
-    return this.lastTs;
-  };
-
   private async process(task: ShardTask, done: Deferred): Promise<void> {
     // Registry events (BroadcastChannel) and batches (Piscina's port) arrive on different
     // ports, and Node runs a wake-up's port callbacks in port creation order: Piscina's first.
     // One turn of the loop lets an event that was posted before this batch's messages were even
     // sent reach the cache before the batch reads it.
     await setImmediate();
-    const layout = await this.writer.getLayout();
     const keys = task.keys.split('\0');
-    const model = await this.writer.query('load device attributes', () => this.cache.resolve(keys));
+    const model = await this.cache.resolve(keys);
     const buf = this.current;
-    const n = keys.length;
-    for (let i = 0; i < n; i++) {
+    for (let i = 0; i < keys.length; i++) {
       const m = model(i);
-      if (!m) {
-        this.drop('unknown_device');
-        continue;
-      }
-      let payload: string;
-      try {
-        payload = this.decoder.decode(task.payload.subarray(task.offsets[i]!, task.offsets[i + 1]!));
-      } catch {
-        this.drop('not_json'); // not UTF-8, so not JSON text (RFC 8259 §8.1)
-        continue;
-      }
-      const before = buf.lines.length;
-      let outcome: MessageOutcome;
-      try {
-        outcome = renderMessage(m, payload, task.received[i]!, this.tsText, buf.lines);
-      } catch (err) {
-        // A message no rule foresaw must not fail the batch: the router would send it again
-        // forever, never acknowledging it. Drop it alone (with any rows it had added).
-        buf.lines.length = before;
-        this.drop('unprocessable');
-        this.opts.log?.error('a message could not be processed; dropped', { device: keys[i], error: (err as Error).message });
-        continue;
-      }
-      if (outcome.dropped) {
-        this.drop(outcome.dropped);
-        continue;
-      }
-      this.metrics.valuesReceived += outcome.values;
-      if (outcome.unknownKeys) this.drop('unknown_key', outcome.unknownKeys);
-      if (outcome.wrongTypes) this.drop('wrong_type', outcome.wrongTypes);
-      if (outcome.badTimestamp) this.drop('bad_timestamp');
-      if (buf.lines.length > before) {
-        buf.messagesWithRows++;
-        buf.chunks.add(this.writer.chunkOf(outcome.us, layout));
-        if (buf.firstAt === 0) buf.firstAt = performance.now();
-      }
+      if (!m) this.drop('unknown_device');
+      else this.render(m, task.payload.subarray(task.offsets[i]!, task.offsets[i + 1]!), task.received[i]!, buf);
     }
     buf.waiters.push(done);
     this.schedule();
+  }
+
+  /** One message of a known device: its rows into `buf`, its drops counted. */
+  private render(model: DeviceModel, bytes: Uint8Array, receivedUs: number, buf: RowBuffer): void {
+    let payload: string;
+    try {
+      payload = this.decoder.decode(bytes);
+    } catch {
+      this.drop('not_json'); // not UTF-8, so not JSON text (RFC 8259 §8.1)
+      return;
+    }
+    const before = buf.lines.length;
+    let outcome: MessageOutcome;
+    try {
+      outcome = renderMessage(model, payload, receivedUs, this.tsText, buf.lines);
+    } catch (err) {
+      // A message no rule foresaw must not fail the batch: the router would send it again
+      // forever, never acknowledging it. Drop it alone (with any rows it had added).
+      buf.lines.length = before;
+      this.drop('unprocessable');
+      this.opts.log?.error('a message could not be processed; dropped', { device: `${model.tenant}/${model.id}`, error: (err as Error).message });
+      return;
+    }
+    if (outcome.dropped) {
+      this.drop(outcome.dropped);
+      return;
+    }
+    this.metrics.valuesReceived += outcome.values;
+    if (outcome.unknownKeys) this.drop('unknown_key', outcome.unknownKeys);
+    if (outcome.wrongTypes) this.drop('wrong_type', outcome.wrongTypes);
+    if (outcome.badTimestamp) this.drop('bad_timestamp');
+    if (buf.lines.length > before) {
+      buf.messagesWithRows++;
+      buf.times.push(outcome.us);
+      if (buf.firstAt === 0) buf.firstAt = performance.now();
+    }
   }
 
   private schedule(): void {
@@ -184,7 +170,7 @@ export class ShardActor {
     this.writing = true;
     try {
       if (buf.lines.length > 0) {
-        const { seconds, rejected } = await this.writer.write(buf.lines, buf.chunks);
+        const { seconds, rejected } = await this.writer.write(buf.lines, buf.times);
         this.metrics.copySeconds.push(seconds);
         this.metrics.batchRows.push(buf.lines.length);
         this.metrics.valuesStored += buf.lines.length - rejected;

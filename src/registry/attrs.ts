@@ -1,6 +1,6 @@
 // Attributes as stored (template_attrs rows, metadata nested under their attribute) and their
 // JSON views, shared by the template and device endpoints (decisions.md "Templates", "Devices").
-import { registryTimeSql } from '../db/time.js';
+import { registryTimeSql } from '../time.js';
 
 export interface AttrRecord {
   id: number;

@@ -20,7 +20,7 @@
 //
 // Formats of our own (`queryFormats`): `timestamp`.
 import type { ErrorKey } from '../errors.js';
-import { parseTimestamp } from '../ingest/values.js';
+import { parseTimestamp } from '../time.js';
 
 /** History bounds (decisions.md "History"): ISO 8601 date and time, or epoch milliseconds; blank: no bound. */
 export const timestampOf = (text: string): number | undefined => parseTimestamp(text.trim());

@@ -41,8 +41,8 @@ describe('the ingest subscriber connection', () => {
       sessionExpirySeconds: 60,
       receiveMaximum: 100,
       log: createLogger('silent'),
-      onMessage(_topic, payload, acker, token) {
-        received.push({ payload: payload.toString(), ack: () => acker.ack(token) });
+      onMessage(_topic, payload, handle) {
+        received.push({ payload: payload.toString(), ack: () => handle.ack() });
       },
     });
     await sub.start();

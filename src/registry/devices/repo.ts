@@ -1,6 +1,6 @@
 // Device SQL. Every statement is scoped by tenant; callers own transactions and rules.
 import type pg from 'pg';
-import { registryTimeSql } from '../../db/time.js';
+import { registryTimeSql } from '../../time.js';
 import type { Page } from '../paging.js';
 import { ATTR_COLUMNS, attrFromRow, nestAttrs, type AttrColumns, type AttrRecord } from '../attrs.js';
 import { labelMatchSql, Params } from '../sql.js';

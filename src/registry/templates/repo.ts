@@ -1,6 +1,6 @@
 // Template SQL. Every statement is scoped by tenant; callers own transactions and rules.
 import type pg from 'pg';
-import { registryTimeSql } from '../../db/time.js';
+import { registryTimeSql } from '../../time.js';
 import { ATTR_COLUMNS, nestAttrs, type AttrColumns } from '../attrs.js';
 import { labelMatchSql, Params } from '../sql.js';
 import type { ListFilters, Page } from '../paging.js';

@@ -1,0 +1,105 @@
+// The time rules, in one place (decisions.md "Timestamps", "Device messages (MQTT)", "History"):
+//   - parsing: a message's `timestamp` key and a history bound are epoch milliseconds or ISO 8601;
+//   - formatting: created/updated as UTC `YYYY-MM-DDTHH:MM:SS.ffffff+00:00`, history `ts` as UTC
+//     `...ffffffZ`. PostgreSQL keeps microseconds and JS Dates do not, so queries format
+//     timestamps in SQL; ingest formats microseconds itself.
+// Times in microseconds since the epoch are plain numbers (exact up to year 2255).
+
+// ---- parsing --------------------------------------------------------------------------------
+
+/** Latest accepted timestamp: the end of year 9999 (PostgreSQL and JS both handle it). */
+const MAX_MS = 253402300799999;
+const ISO =
+  /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?)?\s*(Z|z|[+-]\d{2}(?::?\d{2})?)?$/;
+
+function daysIn(year: number, month: number): number {
+  return new Date(Date.UTC(year, month, 0)).getUTCDate();
+}
+
+/**
+ * The `timestamp` key of a message: epoch milliseconds (a number or a string of digits) or
+ * ISO 8601 (no zone means UTC). Returns microseconds since the epoch, or undefined.
+ */
+export function parseTimestamp(value: unknown): number | undefined {
+  if (typeof value === 'number') {
+    return Number.isFinite(value) && value >= 0 && value <= MAX_MS ? Math.round(value * 1000) : undefined;
+  }
+  if (typeof value !== 'string') return undefined;
+  if (/^\d{1,15}$/.test(value)) return parseTimestamp(Number(value));
+  const m = ISO.exec(value.trim());
+  if (!m) return undefined;
+  const [, y, mo, d, h = '0', mi = '0', s = '0', frac = '', zone] = m;
+  const year = Number(y);
+  const month = Number(mo);
+  const day = Number(d);
+  if (year < 1970 || month < 1 || month > 12 || day < 1 || day > daysIn(year, month)) return undefined;
+  if (Number(h) > 23 || Number(mi) > 59 || Number(s) > 59) return undefined;
+  let offsetMin = 0;
+  if (zone && zone !== 'Z' && zone !== 'z') {
+    const sign = zone[0] === '-' ? -1 : 1;
+    const digits = zone.slice(1).replace(':', '');
+    const oh = Number(digits.slice(0, 2));
+    const om = digits.length > 2 ? Number(digits.slice(2)) : 0;
+    if (oh > 23 || om > 59) return undefined;
+    offsetMin = sign * (oh * 60 + om);
+  }
+  const ms = Date.UTC(year, month - 1, day, Number(h), Number(mi), Number(s)) - offsetMin * 60_000;
+  const micros = Number((frac + '000000').slice(0, 6));
+  const us = ms * 1000 + micros;
+  return us >= 0 && us <= MAX_MS * 1000 ? us : undefined;
+}
+
+// ---- formatting: history `ts` ---------------------------------------------------------------
+
+/** Microseconds since the epoch as history `ts` text (UTC, six fractional digits); PostgreSQL reads it as timestamptz. */
+export function microsToText(us: number): string {
+  const ms = Math.floor(us / 1000);
+  const iso = new Date(ms).toISOString(); // 2024-01-02T03:04:05.678Z
+  const micro = us - ms * 1000;
+  return iso.slice(0, 23) + (micro < 10 ? '00' : micro < 100 ? '0' : '') + micro + 'Z';
+}
+
+/**
+ * microsToText for a stream of times that mostly repeat or stay within a second (ingest: one
+ * call per stored message): the part up to the second is formatted once per second.
+ */
+export function microsToTextCached(): (us: number) => string {
+  let lastUs = -1;
+  let lastText = '';
+  let lastSecond = -1;
+  let secondPrefix = '';
+  return (us) => {
+    if (us === lastUs) return lastText;
+    const second = Math.floor(us / 1_000_000);
+    if (second !== lastSecond) {
+      lastSecond = second;
+      secondPrefix = microsToText(second * 1_000_000).slice(0, 20); // 2024-01-02T03:04:05.
+    }
+    const frac = us - second * 1_000_000;
+    lastUs = us;
+    lastText = secondPrefix + (frac + 1_000_000).toString().slice(1) + 'Z';
+    return lastText;
+  };
+}
+
+/** A JS Date in the history `ts` format. */
+export function historyTime(d: Date): string {
+  return d.toISOString().replace('Z', '000Z');
+}
+
+/** SQL expression rendering a timestamptz column as the contract's history `ts` text. */
+export function historyTimeSql(column: string): string {
+  return `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+}
+
+// ---- formatting: registry created/updated ---------------------------------------------------
+
+/** A JS Date in the created/updated format (microseconds are the milliseconds padded). */
+export function registryTime(d: Date): string {
+  return d.toISOString().replace('Z', '000+00:00');
+}
+
+/** SQL expression rendering a timestamptz column as the contract's created/updated text. */
+export function registryTimeSql(column: string): string {
+  return `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')`;
+}
