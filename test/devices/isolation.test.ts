@@ -1,21 +1,20 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
-import { createDevices, createTemplate, getDevice, thermometer } from './fixtures.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { DeviceList, TemplateView } from '../helpers/api.js';
+import { createDevices, createTemplate, getDevice } from '../helpers/registry-api.js';
+import { http, useService } from '../helpers/service.js';
+import { thermometer } from './fixtures.js';
 
-let svc: TestService;
+const svc = useService();
 let first: string;
 let second: string;
-let thermo: any;
+let thermo: TemplateView;
 
 beforeAll(async () => {
-  svc = await startTestService();
-  const admin = await login(svc.base);
-  first = await tenantToken(svc.base, admin, 'tenant-one');
-  second = await tenantToken(svc.base, admin, 'tenant-two');
+  first = (await svc.freshTenant('tenant-one')).token;
+  second = (await svc.freshTenant('tenant-two')).token;
   thermo = await createTemplate(svc.base, first, thermometer);
   await createDevices(svc.base, first, { id: 'cafe', label: 'mine', templates: [thermo.id] });
 });
-afterAll(() => svc?.stop());
 
 describe('tenant isolation of devices', () => {
   it('a second tenant cannot see, list, change or delete the first tenant\'s devices', async () => {
@@ -25,9 +24,9 @@ describe('tenant isolation of devices', () => {
     expect((await http('PUT', `${svc.base}/device/cafe`, { token: second, body: { label: 'x', templates: [] } })).body).toEqual(notFound);
     expect((await http('DELETE', `${svc.base}/device/cafe`, { token: second })).body).toEqual(notFound);
     expect((await http('GET', `${svc.base}/device?idsOnly`, { token: second })).body).toEqual([]);
-    expect((await http('GET', `${svc.base}/device`, { token: second })).body.devices).toEqual([]);
-    expect((await http('GET', `${svc.internal}/internal/device`, { token: second })).body.devices).toEqual([]);
-    expect((await http('GET', `${svc.base}/device/template/${thermo.id}`, { token: second })).body.devices).toEqual([]);
+    expect((await http<DeviceList>('GET', `${svc.base}/device`, { token: second })).body.devices).toEqual([]);
+    expect((await http<DeviceList>('GET', `${svc.internal}/internal/device`, { token: second })).body.devices).toEqual([]);
+    expect((await http<DeviceList>('GET', `${svc.base}/device/template/${thermo.id}`, { token: second })).body.devices).toEqual([]);
     expect((await http('DELETE', `${svc.base}/device`, { token: second })).body).toEqual({ removed_devices: [], result: 'ok' });
     expect((await getDevice(svc.base, first, 'cafe')).label).toBe('mine_0');
   });

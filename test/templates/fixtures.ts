@@ -1,10 +1,9 @@
-// Template bodies and helpers shared by the template (and device) tests.
-import { expect } from 'vitest';
-import { http } from '../helpers/service.js';
+// Template bodies shared by the template (and device) tests.
+import type { TemplateBodyWithAttrs } from '../helpers/api.js';
 
 export const TS = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}\+00:00$/;
 
-export const sensorBody = () => ({
+export const sensorBody = (): TemplateBodyWithAttrs => ({
   label: 'SensorModel',
   attrs: [
     { label: 'temperature', type: 'dynamic', value_type: 'float' },
@@ -19,12 +18,5 @@ export const sensorBody = () => ({
     },
   ],
 });
-
-/** Creates a template and returns the created template (id is an integer). */
-export async function createTemplate(base: string, token: string, body: unknown = sensorBody()): Promise<any> {
-  const res = await http('POST', `${base}/template`, { token, body });
-  expect(res.status, res.text).toBe(200);
-  return res.body.template;
-}
 
 export const labelsOf = (list: Array<{ label: string }>) => list.map((x) => x.label);
