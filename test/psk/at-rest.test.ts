@@ -5,7 +5,8 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { KeySealer } from '../../src/registry/psk/sealer.js';
-import { freshDatabase, http, login, loggedAddress, spawnService, startTestService, tempDir, type SpawnedService, type TestService } from '../helpers/service.js';
+import type { DeviceView } from '../helpers/api.js';
+import { freshDatabase, http, loggedAddress, login, type SpawnedService, spawnService, startTestService, tempDir, type TestService } from '../helpers/service.js';
 import { attrOf, genPsk, keyedDevices } from './fixtures.js';
 
 const started: SpawnedService[] = [];
@@ -62,14 +63,14 @@ describe('keys at rest', () => {
     expect((await fs.stat(file)).mode & 0o777).toBe(0o600);
     let token = await login(first.base);
     const { ids: [id] } = await keyedDevices(first.base, token);
-    const psk = (await genPsk(first.base, token, id!, '?key_length=16&attrs=key')).body[0].psk;
+    const psk = (await genPsk(first.base, token, id!, '?key_length=16&attrs=key')).body[0]!.psk;
     first.s.child.kill('SIGTERM');
     expect(await first.s.exited).toBe(0);
 
     const second = await start();
     token = await login(second.base);
-    const view = (await http('GET', `${second.internal}/internal/device/${id}`, { token })).body;
-    expect(attrOf(view, 'key').static_value).toBe(psk);
+    const view = (await http<DeviceView>('GET', `${second.internal}/internal/device/${id}`, { token })).body;
+    expect(attrOf(view, 'key')!.static_value).toBe(psk);
     second.s.child.kill('SIGTERM');
     expect(await second.s.exited).toBe(0);
   }, 180_000);

@@ -227,8 +227,7 @@ describe('PUT /template/{id}: validation leaves the template unchanged', () => {
     expect(res.body.updated.updated).toMatch(TS);
     expect((await u.get(t.id)).body).toEqual({ ...res.body.updated, id: t.id });
     expect(await u.count()).toBe(before);
-    const rows = await svc.service.pool.query('SELECT count(*)::int AS n FROM template_attrs WHERE tenant = $1 AND template_id = $2', [u.tenant, t.id]);
-    expect(rows.rows[0].n).toBe(0);
+    expect(await countOf(svc.service.pool, 'SELECT count(*)::int AS n FROM template_attrs WHERE tenant = $1 AND template_id = $2', [u.tenant, t.id])).toBe(0);
   });
 
   const attr = (over: Record<string, unknown>) => ({ label: 'x', type: 'dynamic', value_type: 'float', ...over });
