@@ -27,7 +27,7 @@ async function keyedDeviceOfA(): Promise<{ id: string; keys: Record<string, stri
   const id = (await createDevices(svc.base, tokenA, { label: 'a', templates: [templateA.id] }))[0]!.id;
   const res = await genPsk(svc.base, tokenA, id, '?key_length=16');
   expect(res.status).toBe(200);
-  const keys = Object.fromEntries((res.body as Array<{ attribute: string; psk: string }>).map((k) => [k.attribute, k.psk]));
+  const keys = Object.fromEntries(res.body.map((k) => [k.attribute, k.psk]));
   expect(Object.keys(keys).sort()).toEqual(['key', 'spare']);
   return { id, keys };
 }
@@ -94,7 +94,7 @@ describe("tenant B and tenant A's keys", () => {
   it("copying B's own key into A's device: 404 for the destination device; A's keys unchanged", async () => {
     const a = await keyedDeviceOfA();
     const b = await deviceOfB();
-    const keyB = (await genPsk(svc.base, tokenB, b, '?key_length=16&attrs=key')).body[0]!.psk as string;
+    const keyB = (await genPsk(svc.base, tokenB, b, '?key_length=16&attrs=key')).body[0]!.psk;
     const before = await internalOfA(a.id);
     for (const label of ['key', 'spare']) {
       const res = await copyPsk(svc.base, tokenB, a.id, label, `?from_dev_id=${b}&from_attr_label=key`);
@@ -140,7 +140,7 @@ describe('the same device id in both tenants', () => {
 
     const gen = await genPsk(svc.base, tokenB, a.id, '?key_length=16&attrs=key');
     expect(gen.status).toBe(200);
-    const keyB = gen.body[0]!.psk as string;
+    const keyB = gen.body[0]!.psk;
     expect(keyB).not.toBe(a.keys.key);
     // Within B: from the twin's `key` to its `spare`.
     const copy = await copyPsk(svc.base, tokenB, a.id, 'spare', `?from_dev_id=${a.id}&from_attr_label=key`);

@@ -78,7 +78,7 @@ describe('keys and device/template changes', () => {
     const events: unknown[] = [];
     const off = svc.service.events.on((e) => events.push(e));
     const { template, ids: [id] } = await keyedDevices(svc.base, svc.token);
-    const key = (await genPsk(svc.base, svc.token, id!, '?key_length=32&attrs=key')).body[0]!.psk as string;
+    const key = (await genPsk(svc.base, svc.token, id!, '?key_length=32&attrs=key')).body[0]!.psk;
     await http('PUT', `${svc.base}/device/${id}/attrs/spare/psk?from_dev_id=${id}&from_attr_label=key`, { token: svc.token });
     off();
     const pub = await getDevice(svc.base, svc.token, id!);
