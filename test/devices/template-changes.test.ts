@@ -1,12 +1,14 @@
-// A template update or deletion shows at once in every device built from it (issues 3 and 4).
-import { describe, expect, it } from 'vitest';
-import type { DeviceList, TemplateList, TemplateRemoved, TemplatesRemoved } from '../helpers/api.js';
+// A template update or deletion shows at once in every device built from it (issues 3 and 4),
+// and a template update never sets the devices' own `updated`.
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { DeviceList, DeviceUpdated, TemplateList, TemplateRemoved, TemplatesRemoved, TemplateUpdated, TemplateView } from '../helpers/api.js';
 import { countOf } from '../helpers/db.js';
 import { createDevices, createTemplate, getDevice } from '../helpers/registry-api.js';
 import { http, useService } from '../helpers/service.js';
-import { locator, thermometer } from './fixtures.js';
+import { deviceQueries, locator, sensor, thermometer, TS, VIEW_KEYS } from './fixtures.js';
 
 const svc = useService();
+const { idsOf } = deviceQueries(svc);
 
 const putTemplate = (id: number, body: unknown) => http('PUT', `${svc.base}/template/${id}`, { token: svc.token, body });
 
@@ -89,5 +91,65 @@ describe('template deletion and devices', () => {
     expect(res.status).toBe(200);
     expect(res.body.removed.length).toBeGreaterThan(0);
     expect((await http<TemplateList>('GET', `${svc.base}/template`, { token: svc.token })).body.pagination.total).toBe(0);
+  });
+});
+
+describe('a template update changes the devices built from it, but not their `updated`', () => {
+  let token: string;
+  let t: TemplateView;
+  beforeAll(async () => {
+    token = (await svc.freshTenant('tplupd')).token;
+    t = await createTemplate(svc.base, token, sensor());
+    await createDevices(svc.base, token, { id: 'a1', label: 'plain', templates: [t.id] });
+    await createDevices(svc.base, token, { id: 'a2', label: 'own', templates: [t.id], attrs: [{ label: 'serial', static_value: 'mine' }] });
+  });
+
+  it('every view shows the new attributes at once, and none shows `updated`', async () => {
+    const before1 = await getDevice(svc.base, token, 'a1'); // cached now
+    const before2 = await getDevice(svc.base, token, 'a2');
+    expect(Object.keys(before1)).toEqual(VIEW_KEYS);
+
+    const body = sensor();
+    body.attrs[1]!.static_value = 'SN-1';
+    body.attrs.splice(2, 1); // led removed
+    body.attrs.push({ label: 'humidity', type: 'dynamic', value_type: 'float' });
+    const res = await http<TemplateUpdated>('PUT', `${svc.base}/template/${t.id}`, { token, body });
+    expect(res.status, res.text).toBe(200);
+
+    const d1 = await getDevice(svc.base, token, 'a1');
+    const d2 = await getDevice(svc.base, token, 'a2');
+    for (const [d, before] of [[d1, before1], [d2, before2]] as const) {
+      expect(Object.keys(d)).toEqual(VIEW_KEYS); // no `updated`
+      expect(d.created).toBe(before.created);
+      expect(d.label).toBe(before.label);
+      expect(d.attrs[String(t.id)]!.map((a) => a.label)).toEqual(['temperature', 'serial', 'humidity']);
+    }
+    expect(d1.attrs[String(t.id)]![1]).toMatchObject({ static_value: 'SN-1', is_static_overridden: false });
+    expect(d2.attrs[String(t.id)]![1]).toMatchObject({ static_value: 'mine', is_static_overridden: true });
+
+    // the list pages, the per-template list and the internal views say the same
+    const listed = await http<DeviceList>('GET', `${svc.base}/device`, { token });
+    expect(listed.body.devices).toEqual([d1, d2]);
+    expect((await http<DeviceList>('GET', `${svc.base}/device/template/${t.id}`, { token })).body.devices).toEqual([d1, d2]);
+    const internal = await http('GET', `${svc.internal}/internal/device/a1`, { token });
+    expect(internal.body).toEqual(d1);
+    expect((await http<DeviceList>('GET', `${svc.internal}/internal/device`, { token })).body.devices).toEqual([d1, d2]);
+    // and the filters see the new value
+    expect(await idsOf(token, 'attr=serial=SN-1')).toEqual(['a1']);
+    expect(await idsOf(token, 'attr=serial=SN-0')).toEqual([]);
+  });
+
+  it('after a PUT /device the device has `updated`; a later template update does not move it', async () => {
+    const put = await http<DeviceUpdated>('PUT', `${svc.base}/device/a1`, { token, body: { label: 'plain_0', templates: [t.id] } });
+    expect(put.status, put.text).toBe(200);
+    const updated = put.body.device.updated;
+    expect(updated).toMatch(TS);
+    const body = sensor();
+    body.attrs[1]!.static_value = 'SN-2';
+    expect((await http<TemplateUpdated>('PUT', `${svc.base}/template/${t.id}`, { token, body })).status).toBe(200);
+    const d = await getDevice(svc.base, token, 'a1');
+    expect(d.attrs[String(t.id)]![1]!.static_value).toBe('SN-2');
+    expect(d.updated).toBe(updated);
+    expect(Object.keys(await getDevice(svc.base, token, 'a2'))).toEqual(VIEW_KEYS);
   });
 });
