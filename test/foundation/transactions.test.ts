@@ -3,6 +3,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inTransaction } from '../../src/db/pool.js';
+import { countOf } from '../helpers/db.js';
 import { freshDatabase } from '../helpers/service.js';
 
 let pool: pg.Pool;
@@ -54,6 +55,6 @@ describe('inTransaction', () => {
     }).catch((e: unknown) => e);
     expect((err as { code?: string }).code).toBe('22012');
     expect(attempts).toBe(1);
-    expect((await pool.query("SELECT count(*)::int AS n FROM marks WHERE who = 'c'")).rows[0].n).toBe(0);
+    expect(await countOf(pool, "SELECT count(*)::int AS n FROM marks WHERE who = 'c'")).toBe(0);
   });
 });
