@@ -127,6 +127,8 @@ export async function tenantToken(base: string, adminToken: string, tenant: stri
   return login(base, username, 'secret-pw');
 }
 
+type Env = Record<string, string | undefined>;
+
 export interface TenantUser {
   tenant: string;
   token: string;
@@ -146,11 +148,12 @@ export interface ServiceForFile extends TestService {
 }
 
 /**
- * Starts the service (fresh database) before the calling file's tests and logs the admin in;
- * stops it after them. Call it at the top of the file; its fields can be read from the file's
- * own hooks (registered after it, so run after it) and tests on.
+ * Starts the service (fresh database) before the calling file's (or describe block's) tests and
+ * logs the admin in; stops it after them. Its fields can be read from the hooks registered after
+ * it (beforeAll hooks run in order) and from the tests. `overrides` as a function is read when
+ * the service starts, for settings known only then (a broker started by an earlier hook).
  */
-export function useService(overrides: Record<string, string | undefined> = {}): ServiceForFile {
+export function useService(overrides: Env | (() => Env) = {}): ServiceForFile {
   let running: TestService | undefined;
   let adminToken: string | undefined;
   const started = (): TestService => {
@@ -158,7 +161,7 @@ export function useService(overrides: Record<string, string | undefined> = {}): 
     return running;
   };
   beforeAll(async () => {
-    running = await startTestService(overrides);
+    running = await startTestService(typeof overrides === 'function' ? overrides() : overrides);
     adminToken = await login(running.base);
   });
   afterAll(() => running?.stop());
