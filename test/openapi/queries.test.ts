@@ -3,6 +3,7 @@
 // the contract's order.
 import { describe, expect, it } from 'vitest';
 import { compileQueries, type QueryResult } from '../../src/schemas/validator.js';
+import type { ErrorBody } from '../helpers/api.js';
 
 const checks = compileQueries({ maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 10000 });
 const run = (id: Parameters<typeof checks.get>[0], qs: string): QueryResult => checks.get(id)!.run(new URLSearchParams(qs));
@@ -98,7 +99,7 @@ describe("the contract's errors, in its order", () => {
 describe('GET /history: the history.query schema', () => {
   const history = compileQueries({ maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 50 }).get('history.query')!;
   const values = (qs: string) => history.run(new URLSearchParams(qs)).values;
-  const bad = (qs: string) => history.run(new URLSearchParams(qs)).failure?.error.body;
+  const bad = (qs: string) => history.run(new URLSearchParams(qs)).failure?.error.body as ErrorBody | undefined;
 
   it('types the values: counts as integers, bounds as text, every attr value; nothing is defaulted', () => {
     expect(values('lastN=%205%20&firstN=0&dateFrom=2024-05-01T12:00:00Z&dateTo=1714564800000&attr=a,b&attr=c')).toEqual({
