@@ -138,7 +138,7 @@ describe('device pages after changes', () => {
     } finally {
       await plain.stop();
     }
-    expect(JSON.parse(cached[3]!)).toMatchObject({ id: ids[3], label: 'born_3' });
+    expect(JSON.parse(cached[3]!) as DeviceView).toMatchObject({ id: ids[3], label: 'born_3' });
     expect((JSON.parse(cached[3]!) as DeviceView).attrs[String(t.id)]![1]).toMatchObject({ static_value: 'SN-9', is_static_overridden: true });
     // Cached at creation indeed: a change behind the service's back (no event) does not show.
     const [late] = await createDevices(svc.base, svc.token, { label: 'late', templates: [loc.id] }, '?count=2');

@@ -42,7 +42,7 @@ describe('inTransaction', () => {
     expect(await Promise.all([run('a', 1, 2), run('b', 2, 1)])).toEqual(['a', 'b']);
     expect(attempts.a + attempts.b).toBe(3);
     // The victim's first attempt was rolled back: one row each.
-    const { rows } = await pool.query('SELECT who FROM marks ORDER BY who');
+    const { rows } = await pool.query<{ who: string }>('SELECT who FROM marks ORDER BY who');
     expect(rows.map((r) => r.who)).toEqual(['a', 'b']);
   });
 

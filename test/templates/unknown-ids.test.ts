@@ -1,6 +1,7 @@
 // Odd ids on PUT and DELETE /template/{id}: 404 naming the id as given (the body checked
 // first), never 500, nothing changed. Works in a fresh tenant.
 import { beforeAll, describe, expect, it } from 'vitest';
+import type { TemplateView } from '../helpers/api.js';
 import { useService } from '../helpers/service.js';
 import { asStringId, expectRefused, templateTenant, type TemplateTenant } from './fixtures.js';
 
@@ -8,7 +9,7 @@ const svc = useService();
 
 describe('odd ids on PUT and DELETE /template/{id}: 404, never 500, nothing changed', () => {
   let u: TemplateTenant;
-  let t: any;
+  let t: TemplateView;
   beforeAll(async () => {
     u = await templateTenant(svc, 'edges-ids');
     t = await u.create();
