@@ -7,7 +7,7 @@ import type { TemplateCreated, TemplateList } from '../helpers/api.js';
 import { http, useService } from '../helpers/service.js';
 
 describe('token validation (JWT_SECRET set: tokens forged with the service key)', () => {
-  const SECRET = `robustness-${crypto.randomBytes(16).toString('hex')}`;
+  const SECRET = `token-validation-${crypto.randomBytes(16).toString('hex')}`;
   const key = new TextEncoder().encode(SECRET);
   const invalid = { message: 'Invalid authentication token', status: 401 };
   const svc = useService({ JWT_SECRET: SECRET });
