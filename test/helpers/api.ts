@@ -1,25 +1,15 @@
 // The JSON the API answers with and the bodies the tests send, as the tests read them
-// (interface.md §2, §4, §7; decisions.md). Written from the contract, not imported from src/: a
-// test states what a client sees. `http<T>()` (service.ts) casts a body to one of these; the
-// assertions check it. Timestamps are text: `created` / `updated` as `TS` (registry time).
+// (interface.md §2, §4, §7; decisions.md). The service declares the attribute view (AttrView);
+// the other views it builds as plain objects, so their shapes are written here from the contract.
+// `http<T>()` (service.ts) casts a body to one of these; the assertions check it. Timestamps are
+// text: `created` / `updated` as `TS` (registry time).
+import type { AttrView } from '../../src/registry/attrs.js';
 
-/** An attribute (or, without `template_id`, a metadata entry) of a template or device view. */
-export interface AttrView {
-  id: number;
-  label: string;
-  type: string;
-  value_type: string;
-  /** When set; a device's `psk` key only in internal views. */
-  static_value?: string;
-  /** Device views, with `static_value`: true when the device's own value shows. */
-  is_static_overridden?: boolean;
-  /** Absent on metadata entries. */
-  template_id?: string;
-  created: string;
-  updated?: string;
-  /** When non-empty. */
-  metadata?: AttrView[];
-}
+/**
+ * An attribute (or, without `template_id`, a metadata entry) of a template or device view: the
+ * service's own declaration of the view, which the tests hold it to.
+ */
+export type { AttrView };
 
 /** A template with attr_format `both` (the default). `Id` is a string in update/delete answers. */
 export interface TemplateView<Id extends number | string = number> {
