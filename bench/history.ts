@@ -90,15 +90,15 @@ async function main(): Promise<void> {
       if (from % 2000 === 0) log(`  ${from + 1000} devices written`);
     }
     await db.query('VACUUM ANALYZE history');
-    const count = Number((await db.query('SELECT count(*) FROM history')).rows[0].count);
-    const partitions = Number((await db.query('SELECT count(*) FROM history_partitions')).rows[0].count);
+    const count = Number((await db.query<{ count: string }>('SELECT count(*) FROM history')).rows[0]!.count);
+    const partitions = Number((await db.query<{ count: string }>('SELECT count(*) FROM history_partitions')).rows[0]!.count);
     results.storedValues = count;
     results.partitions = partitions;
     results.loadSeconds = Math.round((performance.now() - t0) / 1000);
     log(`${count} values in ${partitions} partitions (${results.loadSeconds} s)`);
     } else {
-      results.storedValues = Number((await db.query('SELECT count(*) FROM history')).rows[0].count);
-      results.partitions = Number((await db.query('SELECT count(*) FROM history_partitions')).rows[0].count);
+      results.storedValues = Number((await db.query<{ count: string }>('SELECT count(*) FROM history')).rows[0]!.count);
+      results.partitions = Number((await db.query<{ count: string }>('SELECT count(*) FROM history_partitions')).rows[0]!.count);
     }
 
     // A user of the tenant.

@@ -493,7 +493,7 @@ async function main(): Promise<void> {
       };
       const cost = async (what: string) => {
         log(`(e) CPU per message at ${rate} msg/s, ${what}: generator, broker, service, PostgreSQL`);
-        const storedBefore = Number((await db.query('SELECT count(*) FROM history')).rows[0].count);
+        const storedBefore = Number((await db.query<{ count: string }>('SELECT count(*) FROM history')).rows[0]!.count);
         const svc = await startService(databaseUrl);
         const gen = child<LoadProgress>('ingest-load.js', loadConfig(DEVICES, rate));
         try {

@@ -5,10 +5,11 @@ import crypto from 'node:crypto';
 import net from 'node:net';
 import { Aedes } from 'aedes';
 import type mqtt from 'mqtt';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../src/net.js';
-import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
+import type { ErrorBody } from '../helpers/api.js';
 import { createDevice, createTemplate, deviceClient, eventually } from '../helpers/registry-fixtures.js';
+import { http, login, startTestService, tenantToken, useService } from '../helpers/service.js';
 
 const tenant = `act${crypto.randomBytes(3).toString('hex')}`;
 const ATTRS = [
@@ -36,21 +37,19 @@ async function listen(client: mqtt.MqttClient, topics: string[]): Promise<Receiv
 const SENT = { ' status': 'configuration sent to device' };
 
 describe('through the external broker (MQTT_URL)', () => {
-  let svc: TestService;
+  const svc = useService();
   let token: string;
   let device: string;
   let templateId: number;
 
   beforeAll(async () => {
-    svc = await startTestService();
-    token = await tenantToken(svc.base, await login(svc.base), tenant);
+    token = await tenantToken(svc.base, svc.token, tenant);
     templateId = await createTemplate(svc.service.pool, tenant, 'thermostat', ATTRS);
     device = await createDevice(svc.service.pool, tenant, [templateId]);
   });
-  afterAll(() => svc?.stop());
 
-  const actuate = (id: string, body: unknown, opts: { raw?: string; as?: string; contentType?: string } = {}) =>
-    http('PUT', `${svc.base}/device/${id}/actuate`, {
+  const actuate = <T = unknown>(id: string, body: unknown, opts: { raw?: string; as?: string; contentType?: string } = {}) =>
+    http<T>('PUT', `${svc.base}/device/${id}/actuate`, {
       token: opts.as ?? token,
       ...(opts.raw !== undefined ? { rawBody: opts.raw, headers: { 'content-type': opts.contentType ?? 'application/json' } } : { body }),
     });
@@ -85,7 +84,7 @@ describe('through the external broker (MQTT_URL)', () => {
     ['no attrs', { body: { setpoint: 1 } }, /"attrs" object/],
     ['attrs not an object', { body: { attrs: ['setpoint'] } }, /"attrs" object/],
   ])('a body that is %s: 400', async (_what, input, message) => {
-    const res = 'raw' in input ? await actuate(device, null, { raw: input.raw!, contentType: (input as { contentType?: string }).contentType }) : await actuate(device, input.body);
+    const res = 'raw' in input ? await actuate<ErrorBody>(device, null, { raw: input.raw!, contentType: (input as { contentType?: string }).contentType }) : await actuate<ErrorBody>(device, input.body);
     expect(res.status).toBe(400);
     expect(res.body.status).toBe(400);
     expect(res.body.message).toMatch(message);
@@ -124,7 +123,7 @@ describe('through the external broker (MQTT_URL)', () => {
 
   it("another tenant's device is unknown; a device with the same id elsewhere gets nothing", async () => {
     const otherTenant = `x${tenant}`;
-    const otherToken = await tenantToken(svc.base, await login(svc.base), otherTenant);
+    const otherToken = await tenantToken(svc.base, svc.token, otherTenant);
     const res = await actuate(device, { attrs: { setpoint: 1 } }, { as: otherToken });
     expect(res.status).toBe(404);
     const t2 = await createTemplate(svc.service.pool, otherTenant, 'thermostat', ATTRS);
@@ -142,14 +141,12 @@ describe('through the external broker (MQTT_URL)', () => {
 });
 
 describe('through the embedded broker', () => {
-  let svc: TestService;
+  const svc = useService({ MQTT_URL: undefined });
   let token: string;
 
   beforeAll(async () => {
-    svc = await startTestService({ MQTT_URL: undefined });
-    token = await tenantToken(svc.base, await login(svc.base), tenant);
+    token = await tenantToken(svc.base, svc.token, tenant);
   });
-  afterAll(() => svc?.stop());
 
   it('a device subscribed in default mode and one in legacy mode each receive the message', async () => {
     const t = await createTemplate(svc.service.pool, tenant, 'thermostat', ATTRS);

@@ -5,8 +5,8 @@
 import crypto from 'node:crypto';
 import type mqtt from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
 import { createDevice, createTemplate, deviceClient, eventually } from '../helpers/registry-fixtures.js';
+import { http, tenantToken, useService } from '../helpers/service.js';
 
 const tenantA = `acea${crypto.randomBytes(3).toString('hex')}`;
 const tenantB = `aceb${crypto.randomBytes(3).toString('hex')}`;
@@ -26,22 +26,20 @@ interface Received {
   retain: boolean;
 }
 
-let svc: TestService;
+const svc = useService();
 let tokenA: string;
 let tokenB: string;
 let templateA: number;
 const clients: mqtt.MqttClient[] = [];
 
 beforeAll(async () => {
-  svc = await startTestService();
-  const admin = await login(svc.base);
-  tokenA = await tenantToken(svc.base, admin, tenantA);
-  tokenB = await tenantToken(svc.base, admin, tenantB);
+  tokenA = await tenantToken(svc.base, svc.token, tenantA);
+  tokenB = await tenantToken(svc.base, svc.token, tenantB);
   templateA = await createTemplate(svc.service.pool, tenantA, 'thermostat', ATTRS);
 });
+// Registered after useService(): the clients end before the service stops.
 afterAll(async () => {
   await Promise.all(clients.map((c) => c.endAsync().catch(() => undefined)));
-  await svc?.stop();
 });
 
 const newDeviceOfA = () => createDevice(svc.service.pool, tenantA, [templateA]);

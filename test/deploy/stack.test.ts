@@ -6,32 +6,34 @@
 import crypto from 'node:crypto';
 import type mqtt from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, type TestService } from '../helpers/service.js';
+import type { HistoryRecord } from '../helpers/api.js';
 import { createDevice, createTemplate, deviceClient, eventually, historyCount } from '../helpers/registry-fixtures.js';
+import { http, tenantToken, useService } from '../helpers/service.js';
 import { mosquittoInstalled, RepoMosquitto } from './repo-mosquitto.js';
 
 describe.skipIf(!mosquittoInstalled())('service + the compose broker configuration', () => {
   const passwords = { MQTT_SERVICE_PASSWORD: crypto.randomBytes(12).toString('hex'), MQTT_ADMIN_PASSWORD: crypto.randomBytes(12).toString('hex') };
   const tenant = `dep${crypto.randomBytes(3).toString('hex')}`;
   let broker: RepoMosquitto;
-  let svc: TestService;
   let token: string;
   let device: string;
   let other: string;
   const clients: mqtt.MqttClient[] = [];
 
+  // The broker starts before the service and is disposed of after it (afterAll runs in reverse).
   beforeAll(async () => {
     broker = await RepoMosquitto.create(passwords);
     await broker.start();
-    svc = await startTestService({
-      MQTT_URL: broker.url('device-registry', passwords.MQTT_SERVICE_PASSWORD),
-      MQTT_SHARE_GROUP: 'device-registry',
-      MQTT_SUBSCRIBER_CONNECTIONS: '2',
-    });
-    const admin = await login(svc.base);
-    const res = await http('POST', `${svc.base}/auth/user`, { token: admin, body: { username: `u-${tenant}`, passwd: 'pw-123456', service: tenant, profile: 'admin' } });
-    expect(res.status).toBe(201);
-    token = await login(svc.base, `u-${tenant}`, 'pw-123456');
+  });
+  afterAll(() => broker?.dispose());
+  const svc = useService(() => ({
+    MQTT_URL: broker.url('device-registry', passwords.MQTT_SERVICE_PASSWORD),
+    MQTT_SHARE_GROUP: 'device-registry',
+    MQTT_SUBSCRIBER_CONNECTIONS: '2',
+  }));
+
+  beforeAll(async () => {
+    token = await tenantToken(svc.base, svc.token, tenant, 'admin');
     const template = await createTemplate(svc.service.pool, tenant, 'thermostat', [
       { label: 'temperature', type: 'dynamic', value_type: 'float' },
       { label: 'setpoint', type: 'actuator', value_type: 'float' },
@@ -42,10 +44,8 @@ describe.skipIf(!mosquittoInstalled())('service + the compose broker configurati
     broker.addDevice(`${tenant}:${other}`, 'other-pw');
   });
 
-  afterAll(async () => {
+  afterAll(() => {
     for (const c of clients) c.end(true);
-    await svc?.stop();
-    await broker?.dispose();
   });
 
   const connectAs = async (id: string, password: string, opts: mqtt.IClientOptions = {}) => {
@@ -55,7 +55,7 @@ describe.skipIf(!mosquittoInstalled())('service + the compose broker configurati
   };
 
   const history = (id: string) =>
-    http<Array<{ value: unknown; attr: string }>>('GET', `${svc.base}/history/device/${id}/history?attr=temperature&lastN=10`, { token });
+    http<HistoryRecord[]>('GET', `${svc.base}/history/device/${id}/history?attr=temperature&lastN=10`, { token });
 
   it('stores a device message that went through the broker ACL and the shared subscription', async () => {
     const client = await connectAs(device, 'device-pw');

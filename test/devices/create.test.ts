@@ -1,22 +1,21 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, type TestService } from '../helpers/service.js';
-import { createDevices, createTemplate, getDevice, locator, thermometer, TS } from './fixtures.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { DeviceRef, DevicesCreated, DeviceView, TemplateView } from '../helpers/api.js';
+import { countOf } from '../helpers/db.js';
+import { createDevices, createTemplate, getDevice } from '../helpers/registry-api.js';
+import { http, useService } from '../helpers/service.js';
+import { locator, thermometer, TS } from './fixtures.js';
 
-let svc: TestService;
-let token: string;
-let thermo: any;
-let loc: any;
+const svc = useService();
+let thermo: TemplateView;
+let loc: TemplateView;
 
 beforeAll(async () => {
-  svc = await startTestService();
-  token = await login(svc.base);
-  thermo = await createTemplate(svc.base, token, thermometer);
-  loc = await createTemplate(svc.base, token, locator);
+  thermo = await createTemplate(svc.base, svc.token, thermometer);
+  loc = await createTemplate(svc.base, svc.token, locator);
 });
-afterAll(() => svc?.stop());
 
-const post = (body: unknown, query = '') => http('POST', `${svc.base}/device${query}`, { token, body });
-const deviceCount = async () => (await svc.service.pool.query('SELECT count(*)::int AS n FROM devices')).rows[0].n as number;
+const post = <D = DeviceRef>(body: unknown, query = '') => http<DevicesCreated<D>>('POST', `${svc.base}/device${query}`, { token: svc.token, body });
+const deviceCount = () => countOf(svc.service.pool, 'SELECT count(*)::int AS n FROM devices');
 
 describe('POST /device', () => {
   it('one device: label suffixed _0, a 6-hex id, message "devices created"', async () => {
@@ -28,85 +27,85 @@ describe('POST /device', () => {
   });
 
   it('the device view: string template ids, attrs keyed by template id, no updated, is_static_overridden', async () => {
-    const [{ id }] = await createDevices(svc.base, token, { label: 'both', templates: [String(loc.id), thermo.id] });
-    const d = await getDevice(svc.base, token, id);
+    const [{ id }] = await createDevices(svc.base, svc.token, { label: 'both', templates: [String(loc.id), thermo.id] });
+    const d = await getDevice(svc.base, svc.token, id);
     expect(Object.keys(d)).toEqual(['id', 'label', 'created', 'templates', 'attrs']);
     expect(d.id).toBe(id);
     expect(d.label).toBe('both_0');
     expect(d.created).toMatch(TS);
     expect(d.templates).toEqual([String(thermo.id), String(loc.id)]);
     expect(Object.keys(d.attrs)).toEqual([String(thermo.id), String(loc.id)]);
-    const [temperature, serial, led] = d.attrs[String(thermo.id)];
+    const [temperature, serial, led] = d.attrs[String(thermo.id)]!;
     expect(temperature).toEqual({ ...thermo.attrs[0] });
     expect(serial).toEqual({
       ...thermo.attrs[1],
       is_static_overridden: false,
-      metadata: [{ ...thermo.attrs[1].metadata[0], is_static_overridden: false }],
+      metadata: [{ ...thermo.attrs[1]!.metadata![0], is_static_overridden: false }],
     });
     expect(led).not.toHaveProperty('is_static_overridden');
-    expect(d.attrs[String(loc.id)].map((a: any) => a.label)).toEqual(['position', 'vendor']);
-    expect(d.attrs[String(loc.id)][1]).toMatchObject({ static_value: 'acme', is_static_overridden: false, template_id: String(loc.id) });
+    expect(d.attrs[String(loc.id)]!.map((a) => a.label)).toEqual(['position', 'vendor']);
+    expect(d.attrs[String(loc.id)]![1]).toMatchObject({ static_value: 'acme', is_static_overridden: false, template_id: String(loc.id) });
   });
 
   it('a template listed more than once (as a number, a string, with leading zeros) counts once', async () => {
-    const [{ id }] = await createDevices(svc.base, token, { label: 'dup', templates: [thermo.id, String(thermo.id), `0${thermo.id}`] });
-    const d = await getDevice(svc.base, token, id);
+    const [{ id }] = await createDevices(svc.base, svc.token, { label: 'dup', templates: [thermo.id, String(thermo.id), `0${thermo.id}`] });
+    const d = await getDevice(svc.base, svc.token, id);
     expect(d.templates).toEqual([String(thermo.id)]);
-    expect(d.attrs[String(thermo.id)].map((a: any) => a.label)).toEqual(thermo.attrs.map((a: any) => a.label));
+    expect(d.attrs[String(thermo.id)]!.map((a) => a.label)).toEqual(thermo.attrs.map((a) => a.label));
   });
 
   it('count=n: n devices labelled _0 .. _n-1 (no zero padding), distinct ids', async () => {
     const res = await post({ label: 'many', templates: [thermo.id] }, '?count=12');
     expect(res.status).toBe(200);
-    expect(res.body.devices.map((d: any) => d.label)).toEqual(Array.from({ length: 12 }, (_, i) => `many_${i}`));
-    expect(new Set(res.body.devices.map((d: any) => d.id)).size).toBe(12);
-    for (const d of res.body.devices.slice(10)) expect((await getDevice(svc.base, token, d.id)).label).toBe(d.label);
+    expect(res.body.devices.map((d) => d.label)).toEqual(Array.from({ length: 12 }, (_, i) => `many_${i}`));
+    expect(new Set(res.body.devices.map((d) => d.id)).size).toBe(12);
+    for (const d of res.body.devices.slice(10)) expect((await getDevice(svc.base, svc.token, d.id)).label).toBe(d.label);
   });
 
   it('verbose=true (also 1, any case) with one device: the full device, message "device created"', async () => {
     for (const v of ['true', '1', 'TRUE']) {
-      const res = await post({ label: 'v', templates: [thermo.id] }, `?verbose=${v}`);
+      const res = await post<DeviceView>({ label: 'v', templates: [thermo.id] }, `?verbose=${v}`);
       expect(res.status).toBe(200);
       expect(res.body.message).toBe('device created');
       const [d] = res.body.devices;
-      expect(d).toEqual(await getDevice(svc.base, token, d.id));
+      expect(d).toEqual(await getDevice(svc.base, svc.token, d!.id));
     }
     const off = await post({ label: 'v', templates: [thermo.id] }, '?verbose=false');
     expect(off.body.message).toBe('devices created');
   });
 
   it('no templates: a device with no attributes', async () => {
-    const [{ id }] = await createDevices(svc.base, token, { label: 'bare', templates: [] });
-    expect(await getDevice(svc.base, token, id)).toMatchObject({ templates: [], attrs: {} });
+    const [{ id }] = await createDevices(svc.base, svc.token, { label: 'bare', templates: [] });
+    expect(await getDevice(svc.base, svc.token, id)).toMatchObject({ templates: [], attrs: {} });
   });
 
   it('a client-chosen id (hex, 2-6 characters)', async () => {
     const res = await post({ label: 'mine', templates: [thermo.id], id: 'C0FFEE' });
     expect(res.body.devices).toEqual([{ id: 'C0FFEE', label: 'mine_0' }]);
-    expect((await getDevice(svc.base, token, 'C0FFEE')).label).toBe('mine_0');
+    expect((await getDevice(svc.base, svc.token, 'C0FFEE')).label).toBe('mine_0');
   });
 
   it('the override list sets the device\'s own static values', async () => {
-    const serial = thermo.attrs[1];
-    const res = await post(
+    const serial = thermo.attrs[1]!;
+    const res = await post<DeviceView>(
       {
         label: 'own',
         templates: [thermo.id, loc.id],
         attrs: [
-          { id: serial.id, template_id: String(thermo.id), label: 'serial', static_value: 'SN-1', metadata: [{ id: serial.metadata[0].id, static_value: 'mm' }] },
+          { id: serial.id, template_id: String(thermo.id), label: 'serial', static_value: 'SN-1', metadata: [{ id: serial.metadata![0]!.id, static_value: 'mm' }] },
           { label: 'vendor', static_value: 'initech' },
         ],
       },
       '?verbose=true',
     );
     expect(res.status).toBe(200);
-    const d = res.body.devices[0];
-    const s = d.attrs[String(thermo.id)][1];
+    const d = res.body.devices[0]!;
+    const s = d.attrs[String(thermo.id)]![1]!;
     expect(s).toMatchObject({ static_value: 'SN-1', is_static_overridden: true });
-    expect(s.metadata[0]).toMatchObject({ static_value: 'mm', is_static_overridden: true });
-    expect(d.attrs[String(loc.id)][1]).toMatchObject({ static_value: 'initech', is_static_overridden: true });
+    expect(s.metadata![0]).toMatchObject({ static_value: 'mm', is_static_overridden: true });
+    expect(d.attrs[String(loc.id)]![1]).toMatchObject({ static_value: 'initech', is_static_overridden: true });
     // the template is untouched
-    expect((await http('GET', `${svc.base}/template/${thermo.id}`, { token })).body).toEqual(thermo);
+    expect((await http('GET', `${svc.base}/template/${thermo.id}`, { token: svc.token })).body).toEqual(thermo);
   });
 });
 
@@ -135,7 +134,7 @@ describe('POST /device: bad input changes nothing', () => {
     ['a negative template id, as a number or a string', { label: 'x', templates: [thermo.id, '-1', -1] }, '', 404, { message: 'No such template: -1', status: 404 }],
     [
       'the same attribute id twice in the override list',
-      { label: 'x', templates: [thermo.id], attrs: [{ id: thermo.attrs[1].id, label: 'a', static_value: 'A' }, { id: thermo.attrs[1].id, label: 'b', static_value: 'B' }] },
+      { label: 'x', templates: [thermo.id], attrs: [{ id: thermo.attrs[1]!.id, label: 'a', static_value: 'A' }, { id: thermo.attrs[1]!.id, label: 'b', static_value: 'B' }] },
       '',
       400,
       { message: ['a device can not have repeated attributes'], status: 400 },
@@ -190,7 +189,7 @@ describe('POST /device: bad input changes nothing', () => {
     ],
     [
       'override of an unknown metadata entry: HTTP 404, body status 400',
-      { label: 'x', templates: [thermo.id], attrs: [{ id: thermo.attrs[1].id, label: 'serial', metadata: [{ id: 2, static_value: 'a' }] }] },
+      { label: 'x', templates: [thermo.id], attrs: [{ id: thermo.attrs[1]!.id, label: 'serial', metadata: [{ id: 2, static_value: 'a' }] }] },
       '',
       404,
       { message: 'Unknown metadata attribute 2 in override list', status: 400 },
@@ -224,7 +223,7 @@ describe('POST /device: bad input changes nothing', () => {
   });
 
   it('templates that would give repeated attributes: 400, nothing created', async () => {
-    const twin = await createTemplate(svc.base, token, { label: 'twin', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'integer' }] });
+    const twin = await createTemplate(svc.base, svc.token, { label: 'twin', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'integer' }] });
     const before = await deviceCount();
     const res = await post({ label: 'x', templates: [thermo.id, twin.id] }, '?count=3');
     expect(res.status).toBe(400);
@@ -233,7 +232,7 @@ describe('POST /device: bad input changes nothing', () => {
   });
 
   it('a client id already in use: 400, nothing created', async () => {
-    await createDevices(svc.base, token, { label: 'first', templates: [], id: 'abcd' });
+    await createDevices(svc.base, svc.token, { label: 'first', templates: [], id: 'abcd' });
     const before = await deviceCount();
     const res = await post({ label: 'second', templates: [thermo.id], id: 'abcd' });
     expect(res.status).toBe(400);
@@ -243,10 +242,10 @@ describe('POST /device: bad input changes nothing', () => {
 
   it('a body that is not JSON, or not sent as JSON: 400', async () => {
     const expected = { message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 };
-    const broken = await http('POST', `${svc.base}/device`, { token, rawBody: '{"label":', headers: { 'content-type': 'application/json' } });
+    const broken = await http('POST', `${svc.base}/device`, { token: svc.token, rawBody: '{"label":', headers: { 'content-type': 'application/json' } });
     expect(broken.status).toBe(400);
     expect(broken.body).toEqual(expected);
-    const plain = await http('POST', `${svc.base}/device`, { token, rawBody: JSON.stringify({ label: 'x', templates: [] }), headers: { 'content-type': 'text/plain' } });
+    const plain = await http('POST', `${svc.base}/device`, { token: svc.token, rawBody: JSON.stringify({ label: 'x', templates: [] }), headers: { 'content-type': 'text/plain' } });
     expect(plain.body).toEqual(expected);
   });
 });

@@ -1,15 +1,15 @@
 // The two plans of attr= filters on devices (walk the devices; collect a set) give the same
 // answers; the service picks one by the count, so both are checked here directly.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { listDevices, type AttrPlan } from '../../src/registry/devices/repo.js';
-import { login, startTestService, type TestService } from '../helpers/service.js';
-import { createDevices, createTemplate, locator, thermometer } from './fixtures.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { type AttrPlan, listDevices } from '../../src/registry/devices/repo.js';
+import { createDevices, createTemplate } from '../helpers/registry-api.js';
+import { useService } from '../helpers/service.js';
+import { locator, thermometer } from './fixtures.js';
 
-let svc: TestService;
+const svc = useService();
 
 beforeAll(async () => {
-  svc = await startTestService();
-  const token = await login(svc.base);
+  const token = svc.token;
   const thermo = await createTemplate(svc.base, token, thermometer);
   const loc = await createTemplate(svc.base, token, locator);
   const twin = await createTemplate(svc.base, token, { label: 'twin', attrs: [{ label: 'vendor', type: 'static', value_type: 'string', static_value: 'initech' }] });
@@ -20,7 +20,6 @@ beforeAll(async () => {
   await createDevices(svc.base, token, { id: 'd5', label: 'e', templates: [thermo.id], attrs: [{ label: 'serial', static_value: 'SN-5' }] });
   await createDevices(svc.base, token, { id: 'd6', label: 'f', templates: [] });
 });
-afterAll(() => svc?.stop());
 
 const ids = async (plan: AttrPlan, attrs: Array<{ label: string; value: string }>, label?: string) =>
   (

@@ -1,10 +1,11 @@
-// Templates and devices shared by the device tests.
+// Templates and queries shared by the device tests.
 import { expect } from 'vitest';
+import type { TemplateBodyWithAttrs } from '../helpers/api.js';
 import { http } from '../helpers/service.js';
 
 export { TS } from '../templates/fixtures.js';
 
-export const thermometer = {
+export const thermometer: TemplateBodyWithAttrs = {
   label: 'Thermometer',
   attrs: [
     { label: 'temperature', type: 'dynamic', value_type: 'float' },
@@ -19,7 +20,7 @@ export const thermometer = {
   ],
 };
 
-export const locator = {
+export const locator: TemplateBodyWithAttrs = {
   label: 'Locator',
   attrs: [
     { label: 'position', type: 'dynamic', value_type: 'geopoint' },
@@ -27,21 +28,28 @@ export const locator = {
   ],
 };
 
-export async function createTemplate(base: string, token: string, body: unknown): Promise<any> {
-  const res = await http('POST', `${base}/template`, { token, body });
-  expect(res.status, res.text).toBe(200);
-  return res.body.template;
-}
+/** A template of three attributes (dynamic, static, actuator), for the tests of device routes at their edges. */
+export const sensor = (): TemplateBodyWithAttrs => ({
+  label: 'Sensor',
+  attrs: [
+    { label: 'temperature', type: 'dynamic', value_type: 'float' },
+    { label: 'serial', type: 'static', value_type: 'string', static_value: 'SN-0' },
+    { label: 'led', type: 'actuator', value_type: 'bool' },
+  ],
+});
 
-/** Creates devices (count 1 by default) and returns `[{id, label}]`. */
-export async function createDevices(base: string, token: string, body: unknown, query = ''): Promise<Array<{ id: string; label: string }>> {
-  const res = await http('POST', `${base}/device${query}`, { token, body });
-  expect(res.status, res.text).toBe(200);
-  return res.body.devices;
-}
+/** The keys of a device view never changed by PUT, gen_psk or a key copy (no `updated`). */
+export const VIEW_KEYS = ['id', 'label', 'created', 'templates', 'attrs'];
 
-export async function getDevice(base: string, token: string, id: string): Promise<any> {
-  const res = await http('GET', `${base}/device/${id}`, { token });
-  expect(res.status, res.text).toBe(200);
-  return res.body;
+export const NOT_JSON = { message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 };
+
+/** The caller's devices as GET /device?idsOnly answers them, over `svc`'s public API. */
+export function deviceQueries(svc: { readonly base: string }) {
+  /** Every id of the caller's tenant that a GET /device query selects, in the order it answers. */
+  async function idsOf(token: string, query = ''): Promise<string[]> {
+    const res = await http<string[]>('GET', `${svc.base}/device?idsOnly${query ? `&${query}` : ''}`, { token });
+    expect(res.status, res.text).toBe(200);
+    return res.body;
+  }
+  return { idsOf, deviceCount: async (token: string) => (await idsOf(token)).length };
 }

@@ -1,22 +1,16 @@
 // Device ids: 6 lowercase hex characters, redrawn on collision up to 10 times, then 500.
 // The generator is replaced here to force collisions; the service is otherwise the real one.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ApiError } from '../../src/errors.js';
 import { DeviceService, randomDeviceId } from '../../src/registry/devices/service.js';
-import { login, startTestService, type TestService } from '../helpers/service.js';
-import { createDevices } from './fixtures.js';
+import { countOf } from '../helpers/db.js';
+import { createDevices } from '../helpers/registry-api.js';
+import { useService } from '../helpers/service.js';
 
-let svc: TestService;
-let token: string;
-
-beforeAll(async () => {
-  svc = await startTestService();
-  token = await login(svc.base);
-});
-afterAll(() => svc?.stop());
+const svc = useService();
 
 const serviceWith = (randomId: () => string) => new DeviceService(svc.service.pool, svc.service.events, { cacheSize: 0, randomId });
-const count = async () => (await svc.service.pool.query('SELECT count(*)::int AS n FROM devices')).rows[0].n as number;
+const count = () => countOf(svc.service.pool, 'SELECT count(*)::int AS n FROM devices');
 
 describe('device id generation', () => {
   it('draws 6 lowercase hex characters', () => {
@@ -24,7 +18,7 @@ describe('device id generation', () => {
   });
 
   it('a taken id is drawn again', async () => {
-    await createDevices(svc.base, token, { id: 'aaaaaa', label: 'taken', templates: [] });
+    await createDevices(svc.base, svc.token, { id: 'aaaaaa', label: 'taken', templates: [] });
     const draws = ['aaaaaa', 'aaaaaa', 'bbbbbb'];
     const r = await serviceWith(() => draws.shift() ?? 'cccccc').create('admin', { count: 1, verbose: false }, { label: 'new', templates: [] });
     expect(r.devices).toEqual([{ id: 'bbbbbb', label: 'new_0' }]);

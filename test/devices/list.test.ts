@@ -1,21 +1,20 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, type TestService } from '../helpers/service.js';
-import { createDevices, createTemplate, getDevice, locator, thermometer } from './fixtures.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { DeviceList, OverrideBody, TemplateView } from '../helpers/api.js';
+import { createDevices, createTemplate, getDevice } from '../helpers/registry-api.js';
+import { type ApiResponse, http, useService } from '../helpers/service.js';
+import { locator, thermometer } from './fixtures.js';
 
-let svc: TestService;
-let token: string;
-let thermo: any;
-let loc: any;
+const svc = useService();
+let thermo: TemplateView;
+let loc: TemplateView;
 const ids: Record<string, string> = {};
 
 beforeAll(async () => {
-  svc = await startTestService();
-  token = await login(svc.base);
-  thermo = await createTemplate(svc.base, token, thermometer);
-  loc = await createTemplate(svc.base, token, locator);
+  thermo = await createTemplate(svc.base, svc.token, thermometer);
+  loc = await createTemplate(svc.base, svc.token, locator);
   // Client-chosen ids in ascending order, so that id order is creation order.
-  const make = async (id: string, label: string, templates: number[], attrs?: unknown[]) => {
-    await createDevices(svc.base, token, { id, label, templates, attrs });
+  const make = async (id: string, label: string, templates: number[], attrs?: OverrideBody[]) => {
+    await createDevices(svc.base, svc.token, { id, label, templates, attrs });
     ids[`${label}_0`] = id;
   };
   await make('a1', 'kitchen', [thermo.id]);
@@ -24,10 +23,9 @@ beforeAll(async () => {
   await make('a4', 'big%kitchen', [loc.id]);
   await make('a5', 'bare', []);
 });
-afterAll(() => svc?.stop());
 
-const list = (query = '') => http('GET', `${svc.base}/device${query}`, { token });
-const labels = (res: any) => res.body.devices.map((d: any) => d.label);
+const list = (query = '') => http<DeviceList>('GET', `${svc.base}/device${query}`, { token: svc.token });
+const labels = (res: ApiResponse<DeviceList>) => res.body.devices.map((d) => d.label);
 
 describe('GET /device', () => {
   it('default: by id, {devices, pagination}, each device as GET /device/{id} shows it', async () => {
@@ -35,7 +33,7 @@ describe('GET /device', () => {
     expect(res.status).toBe(200);
     expect(labels(res)).toEqual(['kitchen_0', 'Attic_0', 'garage_0', 'big%kitchen_0', 'bare_0']);
     expect(res.body.pagination).toEqual({ page: 1, total: 1, has_next: false, next_page: null });
-    expect(res.body.devices[2]).toEqual(await getDevice(svc.base, token, 'a3'));
+    expect(res.body.devices[2]).toEqual(await getDevice(svc.base, svc.token, 'a3'));
   });
 
   it('sortBy=label: byte order, ties by id', async () => {
@@ -88,21 +86,21 @@ describe('GET /device', () => {
 
 describe('GET /device/template/{template_id}', () => {
   it('the devices built from the template, paginated', async () => {
-    const res = await http('GET', `${svc.base}/device/template/${loc.id}?page_size=2`, { token });
+    const res = await http<DeviceList>('GET', `${svc.base}/device/template/${loc.id}?page_size=2`, { token: svc.token });
     expect(res.status).toBe(200);
     expect(labels(res)).toEqual(['Attic_0', 'garage_0']);
     expect(res.body.pagination).toEqual({ page: 1, total: 2, has_next: true, next_page: 2 });
-    expect(res.body.devices[1]).toEqual(await getDevice(svc.base, token, 'a3'));
+    expect(res.body.devices[1]).toEqual(await getDevice(svc.base, svc.token, 'a3'));
   });
 
   it.each(['999999', 'abc'])('unknown template %s: 200 with an empty page', async (id) => {
-    const res = await http('GET', `${svc.base}/device/template/${id}`, { token });
+    const res = await http('GET', `${svc.base}/device/template/${id}`, { token: svc.token });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ devices: [], pagination: { page: 1, total: 0, has_next: false, next_page: null } });
   });
 
   it('pagination errors apply', async () => {
-    const res = await http('GET', `${svc.base}/device/template/${loc.id}?page_num=0`, { token });
+    const res = await http('GET', `${svc.base}/device/template/${loc.id}?page_num=0`, { token: svc.token });
     expect(res.body).toEqual({ message: 'Page numbers must be greater than 1', status: 400 });
   });
 });
@@ -117,7 +115,7 @@ describe('odd input is never a 500', () => {
     expect(all.body.devices).toEqual([]);
     const over = await list(`?${types}&attr_type=t16`);
     expect(over.body).toEqual({ message: 'At most 16 attr_type filters are allowed in one request', status: 400 });
-    expect((await http('GET', `${svc.base}/template?${attrs}&attr=l16=v`, { token })).body).toEqual({
+    expect((await http('GET', `${svc.base}/template?${attrs}&attr=l16=v`, { token: svc.token })).body).toEqual({
       message: 'At most 16 attr filters are allowed in one request',
       status: 400,
     });
@@ -130,10 +128,10 @@ describe('odd input is never a 500', () => {
   });
 
   it('NUL in a body: 400 in the validation body', async () => {
-    const res = await http('POST', `${svc.base}/device`, { token, body: { label: 'a\u0000b', templates: [] } });
+    const res = await http('POST', `${svc.base}/device`, { token: svc.token, body: { label: 'a\u0000b', templates: [] } });
     expect(res.status).toBe(400);
     expect(res.body).toEqual({ message: 'failed to parse input', errors: { label: ['Must not contain the NUL character.'] } });
-    const t = await http('POST', `${svc.base}/template`, { token, body: { label: 'x', attrs: [{ label: 'a', type: 'dyn\u0000', value_type: 'float' }] } });
+    const t = await http('POST', `${svc.base}/template`, { token: svc.token, body: { label: 'x', attrs: [{ label: 'a', type: 'dyn\u0000', value_type: 'float' }] } });
     expect(t.body).toEqual({ message: 'failed to parse attr', errors: { type: ['Must not contain the NUL character.'] } });
   });
 });

@@ -1,30 +1,28 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, type TestService } from '../helpers/service.js';
-import { createDevices, createTemplate, getDevice, locator, thermometer, TS } from './fixtures.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { DeviceUpdated, TemplateView } from '../helpers/api.js';
+import { createDevices, createTemplate, getDevice } from '../helpers/registry-api.js';
+import { http, useService } from '../helpers/service.js';
+import { locator, thermometer, TS } from './fixtures.js';
 
-let svc: TestService;
-let token: string;
-let thermo: any;
-let loc: any;
+const svc = useService();
+let thermo: TemplateView;
+let loc: TemplateView;
 
 beforeAll(async () => {
-  svc = await startTestService();
-  token = await login(svc.base);
-  thermo = await createTemplate(svc.base, token, thermometer);
-  loc = await createTemplate(svc.base, token, locator);
+  thermo = await createTemplate(svc.base, svc.token, thermometer);
+  loc = await createTemplate(svc.base, svc.token, locator);
 });
-afterAll(() => svc?.stop());
 
-const put = (id: string, body: unknown) => http('PUT', `${svc.base}/device/${id}`, { token, body });
+const put = (id: string, body: unknown) => http<DeviceUpdated>('PUT', `${svc.base}/device/${id}`, { token: svc.token, body });
 
 describe('PUT /device/{id}', () => {
   it('replaces label, templates and overrides: {message, device} with updated', async () => {
-    const [{ id }] = await createDevices(svc.base, token, {
+    const [{ id }] = await createDevices(svc.base, svc.token, {
       label: 'dev',
       templates: [thermo.id],
       attrs: [{ label: 'serial', static_value: 'SN-1' }],
     });
-    const before = await getDevice(svc.base, token, id);
+    const before = await getDevice(svc.base, svc.token, id);
     const res = await put(id, { label: 'renamed', templates: [thermo.id, loc.id], attrs: [{ label: 'vendor', template_id: loc.id, static_value: 'initech' }] });
     expect(res.status).toBe(200);
     expect(Object.keys(res.body).sort()).toEqual(['device', 'message']);
@@ -35,13 +33,13 @@ describe('PUT /device/{id}', () => {
     expect(d.updated).toMatch(TS);
     expect(d.templates).toEqual([String(thermo.id), String(loc.id)]);
     // the serial override was not in the new list: gone
-    expect(d.attrs[String(thermo.id)][1]).toMatchObject({ static_value: 'undefined', is_static_overridden: false });
-    expect(d.attrs[String(loc.id)][1]).toMatchObject({ static_value: 'initech', is_static_overridden: true });
-    expect(await getDevice(svc.base, token, id)).toEqual(d);
+    expect(d.attrs[String(thermo.id)]![1]).toMatchObject({ static_value: 'undefined', is_static_overridden: false });
+    expect(d.attrs[String(loc.id)]![1]).toMatchObject({ static_value: 'initech', is_static_overridden: true });
+    expect(await getDevice(svc.base, svc.token, id)).toEqual(d);
   });
 
   it('removing a template removes its attributes from the device', async () => {
-    const [{ id }] = await createDevices(svc.base, token, { label: 'dev', templates: [thermo.id, loc.id] });
+    const [{ id }] = await createDevices(svc.base, svc.token, { label: 'dev', templates: [thermo.id, loc.id] });
     const d = (await put(id, { label: 'dev', templates: [loc.id] })).body.device;
     expect(d.templates).toEqual([String(loc.id)]);
     expect(Object.keys(d.attrs)).toEqual([String(loc.id)]);
@@ -51,7 +49,7 @@ describe('PUT /device/{id}', () => {
     const res = await put('doesnotexist', { templates: [] });
     expect(res.status).toBe(400);
     expect(res.body).toEqual({ message: 'failed to parse input', errors: { label: ['Missing data for required field.'] } });
-    const bad = await http('PUT', `${svc.base}/device/doesnotexist`, { token, rawBody: 'nope', headers: { 'content-type': 'application/json' } });
+    const bad = await http('PUT', `${svc.base}/device/doesnotexist`, { token: svc.token, rawBody: 'nope', headers: { 'content-type': 'application/json' } });
     expect(bad.body).toEqual({ message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 });
   });
 
@@ -85,13 +83,13 @@ describe('PUT /device/{id}', () => {
       ],
       [
         'an unknown metadata entry: HTTP 404, body status 400',
-        { label: 'x', templates: [thermo.id], attrs: [{ id: thermo.attrs[1].id, label: 'serial', metadata: [{ id: 2, static_value: 'a' }] }] },
+        { label: 'x', templates: [thermo.id], attrs: [{ id: thermo.attrs[1]!.id, label: 'serial', metadata: [{ id: 2, static_value: 'a' }] }] },
         404,
         { message: 'Unknown metadata attribute 2 in override list', status: 400 },
       ],
       [
         'the same attribute twice in the override list',
-        { label: 'x', templates: [thermo.id], attrs: [{ id: thermo.attrs[1].id, label: 'a', static_value: 'A' }, { id: thermo.attrs[1].id, label: 'b', static_value: 'B' }] },
+        { label: 'x', templates: [thermo.id], attrs: [{ id: thermo.attrs[1]!.id, label: 'a', static_value: 'A' }, { id: thermo.attrs[1]!.id, label: 'b', static_value: 'B' }] },
         400,
         { message: ['a device can not have repeated attributes'], status: 400 },
       ],
@@ -100,7 +98,7 @@ describe('PUT /device/{id}', () => {
         {
           label: 'x',
           templates: [thermo.id],
-          attrs: [{ id: thermo.attrs[1].id, label: 'serial', metadata: [{ id: thermo.attrs[1].metadata[0].id, static_value: 'A' }, { id: thermo.attrs[1].metadata[0].id, static_value: 'B' }] }],
+          attrs: [{ id: thermo.attrs[1]!.id, label: 'serial', metadata: [{ id: thermo.attrs[1]!.metadata![0]!.id, static_value: 'A' }, { id: thermo.attrs[1]!.metadata![0]!.id, static_value: 'B' }] }],
         },
         400,
         { message: ['a device can not have repeated attributes'], status: 400 },
@@ -111,22 +109,22 @@ describe('PUT /device/{id}', () => {
       'the same attribute twice in the override list', 'the same metadata attribute twice in one entry'];
     it.each(names)('%s', async (name) => {
       const [, body, status, expected] = cases().find((c) => c[0] === name)!;
-      const [{ id }] = await createDevices(svc.base, token, { label: 'keep', templates: [thermo.id], attrs: [{ label: 'serial', static_value: 'S' }] });
-      const before = await getDevice(svc.base, token, id);
+      const [{ id }] = await createDevices(svc.base, svc.token, { label: 'keep', templates: [thermo.id], attrs: [{ label: 'serial', static_value: 'S' }] });
+      const before = await getDevice(svc.base, svc.token, id);
       const res = await put(id, body);
       expect(res.status).toBe(status);
       expect(res.body).toEqual(expected);
-      expect(await getDevice(svc.base, token, id)).toEqual(before);
+      expect(await getDevice(svc.base, svc.token, id)).toEqual(before);
     });
 
     it('templates that would give the device repeated attributes: 400', async () => {
-      const twin = await createTemplate(svc.base, token, { label: 'twin', attrs: [{ label: 'vendor', type: 'dynamic', value_type: 'string' }] });
-      const [{ id }] = await createDevices(svc.base, token, { label: 'keep', templates: [loc.id] });
-      const before = await getDevice(svc.base, token, id);
+      const twin = await createTemplate(svc.base, svc.token, { label: 'twin', attrs: [{ label: 'vendor', type: 'dynamic', value_type: 'string' }] });
+      const [{ id }] = await createDevices(svc.base, svc.token, { label: 'keep', templates: [loc.id] });
+      const before = await getDevice(svc.base, svc.token, id);
       const res = await put(id, { label: 'x', templates: [loc.id, twin.id] });
       expect(res.status).toBe(400);
       expect(res.body).toEqual({ message: ['a device can not have repeated attributes'], status: 400 });
-      expect(await getDevice(svc.base, token, id)).toEqual(before);
+      expect(await getDevice(svc.base, svc.token, id)).toEqual(before);
     });
   });
 });

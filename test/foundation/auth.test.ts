@@ -1,20 +1,26 @@
 import crypto from 'node:crypto';
 import { SignJWT, UnsecuredJWT } from 'jose';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, type TestService } from '../helpers/service.js';
+import { describe, expect, it } from 'vitest';
+import type { ErrorBody, TokenAnswer, UserAnswer } from '../helpers/api.js';
+import { http, login, useService } from '../helpers/service.js';
 
 const SECRET = 'test-secret-that-is-long-enough-0123456789';
 
-let svc: TestService;
-let admin: string;
+const svc = useService({ JWT_SECRET: SECRET, TOKEN_TTL_SECONDS: '120' });
 
-beforeAll(async () => {
-  svc = await startTestService({ JWT_SECRET: SECRET, TOKEN_TTL_SECONDS: '120' });
-  admin = await login(svc.base);
-});
-afterAll(() => svc?.stop());
+/** The claims of a token the service issued. */
+interface Claims {
+  service: string;
+  username: string;
+  userid: number;
+  profile: string;
+  iss: string;
+  jti: string;
+  iat: number;
+  exp: number;
+}
 
-const claimsOf = (jwt: string) => JSON.parse(Buffer.from(jwt.split('.')[1]!, 'base64url').toString());
+const claimsOf = (jwt: string) => JSON.parse(Buffer.from(jwt.split('.')[1]!, 'base64url').toString()) as Claims;
 
 function forge(claims: Record<string, unknown>, key = SECRET, iss = 'device-registry') {
   return new SignJWT(claims).setProtectedHeader({ alg: 'HS256' }).setIssuer(iss).setJti(crypto.randomUUID()).sign(new TextEncoder().encode(key));
@@ -23,7 +29,7 @@ const validClaims = { service: 'admin', username: 'admin', userid: 1, profile: '
 
 describe('POST /auth', () => {
   it('issues a token with the listed claims and the configured lifetime', async () => {
-    const res = await http('POST', `${svc.base}/auth`, { body: { username: 'admin', passwd: 'admin' } });
+    const res = await http<TokenAnswer>('POST', `${svc.base}/auth`, { body: { username: 'admin', passwd: 'admin' } });
     expect(res.status).toBe(200);
     expect(Object.keys(res.body)).toEqual(['jwt']);
     const c = claimsOf(res.body.jwt);
@@ -76,9 +82,9 @@ describe('POST /auth', () => {
   });
 
   it('stores passwords as salted slow hashes, never in clear', async () => {
-    const { rows } = await svc.service.pool.query('SELECT password_hash FROM users WHERE username = $1', ['admin']);
-    expect(rows[0].password_hash).toMatch(/^scrypt\$/);
-    expect(rows[0].password_hash).not.toContain('admin');
+    const { rows } = await svc.service.pool.query<{ password_hash: string }>('SELECT password_hash FROM users WHERE username = $1', ['admin']);
+    expect(rows[0]!.password_hash).toMatch(/^scrypt\$/);
+    expect(rows[0]!.password_hash).not.toContain('admin');
   });
 });
 
@@ -92,7 +98,7 @@ describe('token verification', () => {
   });
 
   it('a valid token passes (to routing: 405 here, since /auth/user is POST only)', async () => {
-    expect((await probe({ authorization: `Bearer ${admin}` })).status).toBe(405);
+    expect((await probe({ authorization: `Bearer ${svc.token}` })).status).toBe(405);
   });
 
   const invalid = { message: 'Invalid authentication token', status: 401 };
@@ -109,7 +115,7 @@ describe('token verification', () => {
   });
 
   it.each([' junk', ' x y', ',x'])('a valid token followed by "%s": 401 invalid token', async (tail) => {
-    const res = await probe({ authorization: `Bearer ${admin}${tail}` });
+    const res = await probe({ authorization: `Bearer ${svc.token}${tail}` });
     expect(res.status).toBe(401);
     expect(res.body).toEqual(invalid);
   });
@@ -149,7 +155,7 @@ describe('token verification', () => {
 
 describe('POST /auth/user', () => {
   it('an admin creates a user in any tenant: 201 without any password field', async () => {
-    const res = await http('POST', `${svc.base}/auth/user`, { token: admin, body: { username: 'alice', passwd: 'pw-alice', service: 'acme', profile: 'user' } });
+    const res = await http<UserAnswer>('POST', `${svc.base}/auth/user`, { token: svc.token, body: { username: 'alice', passwd: 'pw-alice', service: 'acme', profile: 'user' } });
     expect(res.status).toBe(201);
     expect(res.body).toMatchObject({ username: 'alice', service: 'acme', profile: 'user' });
     expect(typeof res.body.id).toBe('number');
@@ -161,16 +167,16 @@ describe('POST /auth/user', () => {
 
   it('duplicate username: 409', async () => {
     const body = { username: 'bob', passwd: 'pw', service: 'acme', profile: 'user' };
-    expect((await http('POST', `${svc.base}/auth/user`, { token: admin, body })).status).toBe(201);
-    const res = await http('POST', `${svc.base}/auth/user`, { token: admin, body });
+    expect((await http('POST', `${svc.base}/auth/user`, { token: svc.token, body })).status).toBe(201);
+    const res = await http('POST', `${svc.base}/auth/user`, { token: svc.token, body });
     expect(res.status).toBe(409);
     expect(res.body).toEqual({ message: 'User bob already exists', status: 409 });
   });
 
   it('non-admin profile: 403', async () => {
-    await http('POST', `${svc.base}/auth/user`, { token: admin, body: { username: 'carol', passwd: 'pw', service: 'acme', profile: 'user' } });
+    await http('POST', `${svc.base}/auth/user`, { token: svc.token, body: { username: 'carol', passwd: 'pw', service: 'acme', profile: 'user' } });
     const carol = await login(svc.base, 'carol', 'pw');
-    const res = await http('POST', `${svc.base}/auth/user`, { token: carol, body: { username: 'dave', passwd: 'pw', service: 'acme', profile: 'admin' } });
+    const res = await http<ErrorBody>('POST', `${svc.base}/auth/user`, { token: carol, body: { username: 'dave', passwd: 'pw', service: 'acme', profile: 'admin' } });
     expect(res.status).toBe(403);
     expect(res.body.status).toBe(403);
     expect((await http('POST', `${svc.base}/auth`, { body: { username: 'dave', passwd: 'pw' } })).status).toBe(401);
@@ -180,7 +186,7 @@ describe('POST /auth/user', () => {
   });
 
   it('invalid body: 400 with the validation body, nothing created', async () => {
-    const res = await http('POST', `${svc.base}/auth/user`, { token: admin, body: { username: 'erin', passwd: 5, profile: 'user' } });
+    const res = await http('POST', `${svc.base}/auth/user`, { token: svc.token, body: { username: 'erin', passwd: 5, profile: 'user' } });
     expect(res.status).toBe(400);
     expect(res.body).toEqual({
       message: 'failed to parse input',
@@ -192,7 +198,7 @@ describe('POST /auth/user', () => {
   it('each field failure has its own text; NUL anywhere is a 400, never a database error', async () => {
     const long = 'u'.repeat(129);
     const res = await http('POST', `${svc.base}/auth/user`, {
-      token: admin,
+      token: svc.token,
       body: { username: long, passwd: 'a\u0000b', service: 'bad tenant', profile: 'a\u0000b' },
     });
     expect(res.status).toBe(400);
@@ -205,12 +211,12 @@ describe('POST /auth/user', () => {
         profile: ['Must not contain the NUL character.'],
       },
     });
-    const pattern = await http('POST', `${svc.base}/auth/user`, { token: admin, body: { username: 'a b', passwd: 'x', service: 'acme', profile: 'user' } });
+    const pattern = await http('POST', `${svc.base}/auth/user`, { token: svc.token, body: { username: 'a b', passwd: 'x', service: 'acme', profile: 'user' } });
     expect(pattern.body).toEqual({ message: 'failed to parse input', errors: { username: ['Usernames may contain letters, numbers and .@_-'] } });
   });
 
   it('body not JSON: 400 with the contract message', async () => {
-    const res = await http('POST', `${svc.base}/auth/user`, { token: admin, rawBody: 'x', headers: { 'content-type': 'application/json' } });
+    const res = await http('POST', `${svc.base}/auth/user`, { token: svc.token, rawBody: 'x', headers: { 'content-type': 'application/json' } });
     expect(res.body).toEqual({ message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 });
   });
 

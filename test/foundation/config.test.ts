@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError, readConfig } from '../../src/config.js';
-import { spawnService, tempDir } from '../helpers/service.js';
+import { tempDir, useSpawnedServices } from '../helpers/service.js';
+
+const spawned = useSpawnedServices();
 
 const KEY = 'a'.repeat(64);
 
@@ -56,7 +58,7 @@ describe('configuration', () => {
   });
 
   it('a bad value stops the process with one line naming the variable', async () => {
-    const svc = spawnService({ PORT: 'http', DATA_DIR: await tempDir() });
+    const svc = spawned.spawn({ PORT: 'http', DATA_DIR: await tempDir() });
     expect(await svc.exited).toBe(2);
     const lines = svc.output.filter((l) => l.trim() !== '');
     expect(lines).toEqual(['configuration error: PORT must be an integer between 0 and 65535, got "http"']);

@@ -1,20 +1,15 @@
 import net from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { http, login, startTestService, type TestService } from '../helpers/service.js';
+import type { DevicesCreated, ErrorBody, UserAnswer } from '../helpers/api.js';
+import { countOf } from '../helpers/db.js';
+import { http, useService } from '../helpers/service.js';
 
-let svc: TestService;
-let token: string;
-
-beforeAll(async () => {
-  svc = await startTestService({ MAX_BODY_BYTES: '2048' });
-  token = await login(svc.base);
-});
-afterAll(() => svc?.stop());
+const svc = useService({ MAX_BODY_BYTES: '2048' });
 
 describe('routing', () => {
   it('unknown route: 404 (after authentication)', async () => {
-    const res = await http('GET', `${svc.base}/no/such/thing`, { token });
+    const res = await http('GET', `${svc.base}/no/such/thing`, { token: svc.token });
     expect(res.status).toBe(404);
     expect(res.body).toEqual({ message: 'Invalid endpoint requested', status: 404 });
     expect(res.headers.get('content-type')).toBe('application/json');
@@ -41,19 +36,19 @@ describe('routing', () => {
     expect(health).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
     expect(health).toMatch(/\r\nContent-Length: 15\r\n/i);
     expect(health.endsWith('\r\n\r\n')).toBe(true);
-    const list = await raw(`HEAD /template HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\n\r\n`);
+    const list = await raw(`HEAD /template HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${svc.token}\r\n\r\n`);
     expect(list).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
     expect(list.endsWith('\r\n\r\n')).toBe(true);
     const noToken = await raw('HEAD /template HTTP/1.1\r\nHost: x\r\n\r\n');
     expect(noToken).toMatch(/^HTTP\/1\.1 401 Unauthorized\r\n/);
     expect(noToken.endsWith('\r\n\r\n')).toBe(true);
-    const postOnly = await raw(`HEAD /auth/user HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token}\r\n\r\n`);
+    const postOnly = await raw(`HEAD /auth/user HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${svc.token}\r\n\r\n`);
     expect(postOnly).toMatch(/^HTTP\/1\.1 405 Method Not Allowed\r\n/);
     expect(postOnly.endsWith('\r\n\r\n')).toBe(true);
   });
 
   it('known path, wrong method: 405 with a JSON body', async () => {
-    const res = await http('DELETE', `${svc.base}/auth/user`, { token });
+    const res = await http<ErrorBody>('DELETE', `${svc.base}/auth/user`, { token: svc.token });
     expect(res.status).toBe(405);
     expect(res.body.status).toBe(405);
     expect(res.headers.get('allow')).toBe('POST');
@@ -67,7 +62,7 @@ describe('routing', () => {
 describe('request bodies', () => {
   it('over MAX_BODY_BYTES: 413 with a JSON body', async () => {
     const big = JSON.stringify({ username: 'x'.repeat(4000), passwd: 'y', service: 's', profile: 'p' });
-    const res = await http('POST', `${svc.base}/auth/user`, { token, rawBody: big, headers: { 'content-type': 'application/json' } });
+    const res = await http('POST', `${svc.base}/auth/user`, { token: svc.token, rawBody: big, headers: { 'content-type': 'application/json' } });
     expect(res.status).toBe(413);
     expect(res.body).toEqual({ message: 'Payload too large: the limit is 2048 bytes', status: 413 });
     // the service is still fine
@@ -75,7 +70,7 @@ describe('request bodies', () => {
   });
 
   it('missing Content-Type: 400 with the contract message', async () => {
-    const res = await http('POST', `${svc.base}/auth/user`, { token, rawBody: '{}' });
+    const res = await http('POST', `${svc.base}/auth/user`, { token: svc.token, rawBody: '{}' });
     expect(res.status).toBe(400);
     expect(res.body).toEqual({ message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 });
   });
@@ -84,11 +79,11 @@ describe('request bodies', () => {
     const json = { 'content-type': 'application/json' };
     const user = (name: string) => Buffer.from(`{"username":"${name}","passwd":"pw","service":"t","profile":"user"}`);
     const latin1 = Buffer.concat([Buffer.from('{"username":"caf'), Buffer.from([0xe9]), Buffer.from('","passwd":"pw","service":"t","profile":"user"}')]);
-    const res = await http('POST', `${svc.base}/auth/user`, { token, rawBody: latin1, headers: json });
+    const res = await http('POST', `${svc.base}/auth/user`, { token: svc.token, rawBody: latin1, headers: json });
     expect(res.status).toBe(400);
     expect(res.body).toEqual({ message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 });
-    expect((await svc.service.pool.query("SELECT count(*)::int AS n FROM users WHERE username LIKE 'caf%'")).rows[0].n).toBe(0);
-    const withBom = await http('POST', `${svc.base}/auth/user`, { token, rawBody: Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), user('bom-user')]), headers: json });
+    expect(await countOf(svc.service.pool, "SELECT count(*)::int AS n FROM users WHERE username LIKE 'caf%'")).toBe(0);
+    const withBom = await http<UserAnswer>('POST', `${svc.base}/auth/user`, { token: svc.token, rawBody: Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), user('bom-user')]), headers: json });
     expect(withBom.status, withBom.text).toBe(201);
     expect(withBom.body.username).toBe('bom-user');
   });
@@ -96,12 +91,12 @@ describe('request bodies', () => {
   it('a lone surrogate escape (not Unicode text) is not JSON either; a surrogate pair is fine', async () => {
     const json = { 'content-type': 'application/json' };
     for (const raw of ['{"label":"\\ud800","templates":[]}', '{"label":"x\\uDC00","templates":[]}', '{"label":"x","templates":[],"\\ud83d":1}', '{"label":"x","templates":[],"attrs":[{"label":"a","static_value":"\\udbff"}]}']) {
-      const res = await http('POST', `${svc.base}/device`, { token, rawBody: raw, headers: json });
+      const res = await http('POST', `${svc.base}/device`, { token: svc.token, rawBody: raw, headers: json });
       expect(res.body, raw).toEqual({ message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 });
     }
-    const pair = await http('POST', `${svc.base}/device`, { token, rawBody: '{"label":"\\ud83d\\ude00 \\\\ud800","templates":[]}', headers: json });
+    const pair = await http<DevicesCreated>('POST', `${svc.base}/device`, { token: svc.token, rawBody: '{"label":"\\ud83d\\ude00 \\\\ud800","templates":[]}', headers: json });
     expect(pair.status, pair.text).toBe(200);
-    expect(pair.body.devices[0].label).toBe('\u{1F600} \\ud800_0');
+    expect(pair.body.devices[0]!.label).toBe('\u{1F600} \\ud800_0');
   });
 
   it('a client that goes away mid-body does not hurt the service', async () => {
@@ -124,7 +119,7 @@ describe('request bodies', () => {
 describe('observability', () => {
   it('GET /metrics: Prometheus text with default and HTTP metrics, labelled by route pattern', async () => {
     await http('GET', `${svc.base}/health`);
-    await http('GET', `${svc.base}/no/such/thing`, { token });
+    await http('GET', `${svc.base}/no/such/thing`, { token: svc.token });
     const res = await http('GET', `${svc.base}/metrics`);
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toMatch(/^text\/plain/);
@@ -133,7 +128,7 @@ describe('observability', () => {
     expect(res.text).toMatch(/http_requests_total\{method="GET",route="<unmatched>",status="404"\}/);
     expect(res.text).toMatch(/http_request_duration_seconds_bucket\{le="0.005",method="GET",route="\/health"\}/);
     expect(res.text).not.toContain('/no/such/thing');
-    expect(res.text).not.toContain(token);
+    expect(res.text).not.toContain(svc.token);
   });
 
   it('GET /health: 200 when the database answers, 503 when it does not', async () => {
@@ -154,7 +149,7 @@ describe('observability', () => {
       // Every other route that needs the database answers the same 503 (not a 500): retry later.
       const auth = await http('POST', `${svc.base}/auth`, { body: { username: 'admin', passwd: 'admin' } });
       expect(auth.body).toEqual({ message: 'Database unavailable', status: 503 });
-      const write = await http('POST', `${svc.base}/template`, { token, body: { label: 'while-down', attrs: [] } });
+      const write = await http('POST', `${svc.base}/template`, { token: svc.token, body: { label: 'while-down', attrs: [] } });
       expect(write.status).toBe(503);
       expect(write.body).toEqual({ message: 'Database unavailable', status: 503 });
     } finally {

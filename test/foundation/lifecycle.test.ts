@@ -5,14 +5,12 @@ import net from 'node:net';
 import path from 'node:path';
 import { execSync } from 'node:child_process';
 import pg from 'pg';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { freePort } from '../../src/net.js';
-import { http, loggedAddress, spawnService, tempDir, type SpawnedService } from '../helpers/service.js';
+import type { TokenAnswer } from '../helpers/api.js';
+import { http, loggedAddress, type SpawnedService, tempDir, useSpawnedServices } from '../helpers/service.js';
 
-const started: SpawnedService[] = [];
-afterAll(() => {
-  for (const s of started) s.child.kill('SIGKILL');
-});
+const spawned = useSpawnedServices();
 
 function postgresRunningFor(dir: string): boolean {
   try {
@@ -24,16 +22,12 @@ function postgresRunningFor(dir: string): boolean {
 
 /** Spawns the service on free ports (any of them overridable); killed after the suite. */
 function spawnOnFreePorts(env: Record<string, string>): SpawnedService {
-  const svc = spawnService({ PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', HOST: '127.0.0.1', ...env });
-  started.push(svc);
-  return svc;
+  return spawned.spawn({ PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', HOST: '127.0.0.1', ...env });
 }
 
-async function start(env: Record<string, string>) {
-  const svc = spawnOnFreePorts(env);
-  await svc.waitFor(/"msg":"ready"/, 60_000);
-  const base = loggedAddress(await svc.waitFor(/public HTTP API listening/));
-  return { svc, base };
+/** Spawns on free ports and waits until ready. */
+function start(env: Record<string, string>) {
+  return spawned.ready({ PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', HOST: '127.0.0.1', ...env }, 60_000);
 }
 
 const logInStatus = async (base: string, username = 'admin', passwd = 'admin') => (await http('POST', `${base}/auth`, { body: { username, passwd } })).status;
@@ -51,7 +45,7 @@ describe('zero-setup start', () => {
     for (const msg of ['embedded PostgreSQL listening', 'embedded MQTT broker listening', 'public HTTP API listening', 'internal HTTP API listening']) {
       expect(first.svc.output.filter((l) => l.includes(msg))).toHaveLength(1);
     }
-    const auth = await http('POST', `${first.base}/auth`, { body: { username: 'admin', passwd: 'admin' } });
+    const auth = await http<TokenAnswer>('POST', `${first.base}/auth`, { body: { username: 'admin', passwd: 'admin' } });
     expect(auth.status).toBe(200);
     // Create a user so the restart can show the data survived.
     await http('POST', `${first.base}/auth/user`, { token: auth.body.jwt, body: { username: 'kept', passwd: 'pw', service: 't1', profile: 'user' } });
@@ -65,13 +59,13 @@ describe('zero-setup start', () => {
     expect(second.svc.output.some((l) => l.includes('initialising'))).toBe(false);
     expect(await logInStatus(second.base, 'kept', 'pw')).toBe(200);
     // The embedded server runs with its tuned defaults and the settings given.
-    const pgAddress = JSON.parse((await second.svc.waitFor(/embedded PostgreSQL listening/)).trim()).address as string;
+    const pgAddress = loggedAddress(await second.svc.waitFor(/embedded PostgreSQL listening/));
     const password = (await fs.readFile(path.join(dataDir, 'pg-password'), 'utf8')).trim();
     const client = new pg.Client({ connectionString: `postgres://postgres:${password}@${pgAddress}/postgres` });
     await client.connect();
-    expect((await client.query('SHOW shared_buffers')).rows[0].shared_buffers).toBe('48MB');
-    expect((await client.query('SHOW work_mem')).rows[0].work_mem).toBe('8MB');
-    expect((await client.query('SHOW max_wal_size')).rows[0].max_wal_size).toBe('4GB');
+    expect((await client.query<{ shared_buffers: string }>('SHOW shared_buffers')).rows[0]!.shared_buffers).toBe('48MB');
+    expect((await client.query<{ work_mem: string }>('SHOW work_mem')).rows[0]!.work_mem).toBe('8MB');
+    expect((await client.query<{ max_wal_size: string }>('SHOW max_wal_size')).rows[0]!.max_wal_size).toBe('4GB');
     await client.end();
     await stopCleanly(second.svc, 'SIGINT');
     expect(postgresRunningFor(dataDir)).toBe(false);
@@ -129,7 +123,7 @@ describe('zero-setup start', () => {
     const cluster = await fs.readlink(path.join(dataDir, 'pg'));
     try {
       expect(cluster).toMatch(/^\/var\/lib\/device-registry\/[0-9a-f]{16}\/pg$/);
-      const auth = await http('POST', `${first.base}/auth`, { body: { username: 'admin', passwd: 'admin' } });
+      const auth = await http<TokenAnswer>('POST', `${first.base}/auth`, { body: { username: 'admin', passwd: 'admin' } });
       expect(auth.status).toBe(200);
       await http('POST', `${first.base}/auth/user`, { token: auth.body.jwt, body: { username: 'kept', passwd: 'pw', service: 't1', profile: 'user' } });
       await stopCleanly(first.svc);
@@ -148,8 +142,7 @@ describe('zero-setup start', () => {
     const blocker = net.createServer();
     await new Promise<void>((r) => blocker.listen(port, '127.0.0.1', r));
     try {
-      const svc = spawnService({ DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_HOST: '127.0.0.1', MQTT_PORT: String(port) });
-      started.push(svc);
+      const svc = spawned.spawn({ DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_HOST: '127.0.0.1', MQTT_PORT: String(port) });
       expect(await svc.exited).toBe(2);
       const last = svc.output.filter((l) => l.trim()).at(-1)!;
       expect(last).toMatch(/^configuration error: MQTT_PORT \d+ is already in use .*MQTT_URL/);
@@ -160,11 +153,10 @@ describe('zero-setup start', () => {
 
   it('a DATABASE_URL that cannot be used stops the start with one line naming it, without its password', async () => {
     const port = await freePort();
-    const svc = spawnService({
+    const svc = spawned.spawn({
       DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', DATABASE_URL: `postgres://u:s3cret-pw@127.0.0.1:${port}/registry`,
       PSK_ENCRYPTION_KEY: 'b'.repeat(64), ADMIN_PASSWORD: 'x',
     });
-    started.push(svc);
     expect(await svc.exited).toBe(2);
     const lines = svc.output.filter((l) => l.trim());
     expect(lines.at(-1)).toMatch(new RegExp(`^start failed: cannot use the database 127.0.0.1:${port}/registry \\(DATABASE_URL\\): connect ECONNREFUSED`));
@@ -174,8 +166,7 @@ describe('zero-setup start', () => {
   it('a DATA_DIR that is a file stops the start with one line naming DATA_DIR', async () => {
     const file = path.join(await tempDir(), 'a-file');
     await fs.writeFile(file, 'x');
-    const svc = spawnService({ DATA_DIR: file, PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0' });
-    started.push(svc);
+    const svc = spawned.spawn({ DATA_DIR: file, PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0' });
     expect(await svc.exited).toBe(2);
     expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(new RegExp(`^start failed: DATA_DIR ${file} cannot be used as a writable directory: EEXIST`));
   });
@@ -183,8 +174,7 @@ describe('zero-setup start', () => {
   it('a DATA_DIR that cannot be created stops the start with one line naming DATA_DIR (inside /proc, too)', async () => {
     for (const dir of ['/proc/nonexistent/data', path.join(await tempDir(), 'a-file', 'data')]) {
       if (dir.includes('a-file')) await fs.writeFile(path.dirname(dir), 'x');
-      const svc = spawnService({ DATA_DIR: dir, PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0' });
-      started.push(svc);
+      const svc = spawned.spawn({ DATA_DIR: dir, PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0' });
       expect(await svc.exited).toBe(2);
       expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(new RegExp(`^start failed: DATA_DIR ${dir} cannot be used as a writable directory: E`));
     }
@@ -192,11 +182,10 @@ describe('zero-setup start', () => {
 
   it('with DATABASE_URL and no users, a missing ADMIN_PASSWORD stops the start with a clear message', async () => {
     const { freshDatabase } = await import('../helpers/service.js');
-    const svc = spawnService({
+    const svc = spawned.spawn({
       DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', DATABASE_URL: await freshDatabase(),
       PSK_ENCRYPTION_KEY: 'b'.repeat(64),
     });
-    started.push(svc);
     expect(await svc.exited).toBe(2);
     expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(/^configuration error: ADMIN_PASSWORD must be set when DATABASE_URL is set/);
   });

@@ -3,6 +3,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inTransaction } from '../../src/db/pool.js';
+import { countOf } from '../helpers/db.js';
 import { freshDatabase } from '../helpers/service.js';
 
 let pool: pg.Pool;
@@ -41,7 +42,7 @@ describe('inTransaction', () => {
     expect(await Promise.all([run('a', 1, 2), run('b', 2, 1)])).toEqual(['a', 'b']);
     expect(attempts.a + attempts.b).toBe(3);
     // The victim's first attempt was rolled back: one row each.
-    const { rows } = await pool.query('SELECT who FROM marks ORDER BY who');
+    const { rows } = await pool.query<{ who: string }>('SELECT who FROM marks ORDER BY who');
     expect(rows.map((r) => r.who)).toEqual(['a', 'b']);
   });
 
@@ -54,6 +55,6 @@ describe('inTransaction', () => {
     }).catch((e: unknown) => e);
     expect((err as { code?: string }).code).toBe('22012');
     expect(attempts).toBe(1);
-    expect((await pool.query("SELECT count(*)::int AS n FROM marks WHERE who = 'c'")).rows[0].n).toBe(0);
+    expect(await countOf(pool, "SELECT count(*)::int AS n FROM marks WHERE who = 'c'")).toBe(0);
   });
 });

@@ -1,16 +1,18 @@
 // Test helpers: a fresh database per test file, the service started in-process against it
-// (or spawned as a real process when a test needs signals or restarts), and a small HTTP client.
+// (or spawned as a real process when a test needs signals or restarts), a small HTTP client,
+// and users of fresh tenants.
 import { spawn, type ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { inject } from 'vitest';
+import { afterAll, beforeAll, inject } from 'vitest';
 import { readConfig } from '../../src/config.js';
 import { createLogger } from '../../src/log.js';
 import { startService, type Service } from '../../src/service.js';
 import { projectRoot } from '../../src/paths.js';
+import type { TokenAnswer } from './api.js';
 
 let dbCounter = 0;
 
@@ -78,7 +80,8 @@ export async function startTestService(overrides: Record<string, string | undefi
   };
 }
 
-export interface ApiResponse<T = any> {
+/** An answer; `body` is the parsed JSON (else the text) cast to `T`: the test's assertions check it. */
+export interface ApiResponse<T = unknown> {
   status: number;
   headers: Headers;
   body: T;
@@ -86,7 +89,7 @@ export interface ApiResponse<T = any> {
 }
 
 /** One HTTP request; JSON bodies are sent with `application/json` unless headers say otherwise. */
-export async function http<T = any>(
+export async function http<T = unknown>(
   method: string,
   url: string,
   opts: { token?: string; body?: unknown; rawBody?: string | Buffer; headers?: Record<string, string> } = {},
@@ -111,7 +114,7 @@ export async function http<T = any>(
 
 /** A token for `username`/`passwd` (admin/admin by default). */
 export async function login(base: string, username = 'admin', passwd = 'admin'): Promise<string> {
-  const res = await http<{ jwt: string }>('POST', `${base}/auth`, { body: { username, passwd } });
+  const res = await http<TokenAnswer>('POST', `${base}/auth`, { body: { username, passwd } });
   if (res.status !== 200) throw new Error(`login ${username} failed: ${res.status} ${res.text}`);
   return res.body.jwt;
 }
@@ -122,6 +125,66 @@ export async function tenantToken(base: string, adminToken: string, tenant: stri
   const res = await http('POST', `${base}/auth/user`, { token: adminToken, body: { username, passwd: 'secret-pw', service: tenant, profile } });
   if (res.status !== 201) throw new Error(`create user failed: ${res.status} ${res.text}`);
   return login(base, username, 'secret-pw');
+}
+
+type Env = Record<string, string | undefined>;
+
+export interface TenantUser {
+  tenant: string;
+  token: string;
+}
+
+/** A user of a tenant no other test uses (`<prefix>-<6 hex>`), created by the admin. */
+export async function freshTenant(base: string, adminToken: string, prefix: string, profile = 'user'): Promise<TenantUser> {
+  const tenant = `${prefix}-${crypto.randomBytes(3).toString('hex')}`;
+  return { tenant, token: await tenantToken(base, adminToken, tenant, profile) };
+}
+
+/** The in-process service of a test file; `token` is the admin user's (tenant `admin`). */
+export interface ServiceForFile extends TestService {
+  readonly token: string;
+  /** A user of a fresh tenant (`<prefix>-<6 hex>`). */
+  freshTenant(prefix: string, profile?: string): Promise<TenantUser>;
+}
+
+/**
+ * Starts the service (fresh database) before the calling file's (or describe block's) tests and
+ * logs the admin in; stops it after them. Its fields can be read from the hooks registered after
+ * it (beforeAll hooks run in order) and from the tests. `overrides` as a function is read when
+ * the service starts, for settings known only then (a broker started by an earlier hook).
+ */
+export function useService(overrides: Env | (() => Env) = {}): ServiceForFile {
+  let running: TestService | undefined;
+  let adminToken: string | undefined;
+  const started = (): TestService => {
+    if (!running) throw new Error('useService(): the service starts in beforeAll; read it from hooks or tests');
+    return running;
+  };
+  beforeAll(async () => {
+    running = await startTestService(typeof overrides === 'function' ? overrides() : overrides);
+    adminToken = await login(running.base);
+  });
+  afterAll(() => running?.stop());
+  return {
+    get service() {
+      return started().service;
+    },
+    get env() {
+      return started().env;
+    },
+    get base() {
+      return started().base;
+    },
+    get internal() {
+      return started().internal;
+    },
+    get token() {
+      started();
+      return adminToken!;
+    },
+    stop: () => started().stop(),
+    freshTenant: (prefix, profile) => freshTenant(started().base, adminToken!, prefix, profile),
+  };
 }
 
 export interface SpawnedService {
@@ -188,4 +251,48 @@ export function spawnService(env: Record<string, string | undefined>): SpawnedSe
 /** The address a listener logged, e.g. `{"msg":"public HTTP API listening","address":"http://..."}`. */
 export function loggedAddress(line: string): string {
   return (JSON.parse(line) as { address: string }).address;
+}
+
+/** A spawned service that said it is ready, with the addresses its listeners logged. */
+export interface ReadyService {
+  svc: SpawnedService;
+  base: string;
+  internal: string;
+}
+
+/** Spawns services for the calling file; each still running after the file's tests is killed (SIGKILL). */
+export function useSpawnedServices() {
+  const spawned: SpawnedService[] = [];
+  afterAll(() => {
+    for (const s of spawned) if (s.child.exitCode === null && s.child.signalCode === null) s.child.kill('SIGKILL');
+  });
+  const spawnOne = (env: Record<string, string | undefined>): SpawnedService => {
+    const s = spawnService(env);
+    spawned.push(s);
+    return s;
+  };
+  return {
+    spawn: spawnOne,
+    /** Spawns with `env` and waits until it is ready (`readyMs` at most). */
+    async ready(env: Record<string, string | undefined>, readyMs = 60_000): Promise<ReadyService> {
+      const svc = spawnOne(env);
+      await svc.waitFor(/"msg":"ready"/, readyMs);
+      const base = loggedAddress(await svc.waitFor(/public HTTP API listening/));
+      const internal = loggedAddress(await svc.waitFor(/internal HTTP API listening/));
+      return { svc, base, internal };
+    },
+  };
+}
+
+/** Zero-setup environment: embedded PostgreSQL under a fresh DATA_DIR and the embedded broker, free ports. */
+export async function zeroSetupEnv(extra: Record<string, string> = {}): Promise<Record<string, string>> {
+  return { DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', HOST: '127.0.0.1', MQTT_PORT: '0', MQTT_HOST: '127.0.0.1', ...extra };
+}
+
+/** SIGTERM, then the exit code and how long the process took to exit. */
+export async function terminate(svc: SpawnedService): Promise<{ code: number | null; ms: number }> {
+  const t0 = Date.now();
+  svc.child.kill('SIGTERM');
+  const code = await svc.exited;
+  return { code, ms: Date.now() - t0 };
 }

@@ -2,28 +2,26 @@
 // docs/api.md "How requests are validated"): bounds as epoch milliseconds, a repeated lastN,
 // lastN beyond 2^53, labels that are names of Object.prototype members, and another tenant's
 // device on every response path. Rows are written directly with known times.
-import crypto from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { ErrorBody, HistoryByLabel, HistoryRecord } from '../helpers/api.js';
 import { createDevice, createTemplate, insertHistory } from '../helpers/registry-fixtures.js';
+import { useService } from '../helpers/service.js';
+import { getHistory, ts, valuesOf } from './fixtures.js';
 
-let svc: TestService;
+const svc = useService({ HISTORY_MAX_RESULTS: '50' });
+let tenant: string;
 let token: string;
+let otherTenant: string;
 let otherToken: string;
-const tenant = `hie${crypto.randomBytes(3).toString('hex')}`;
-const otherTenant = `hio${crypto.randomBytes(3).toString('hex')}`;
 let device: string;
 let proto: string;
 let foreign: string;
 
-const ts = (minute: number) => `2024-05-01T12:${String(minute).padStart(2, '0')}:00.000000Z`;
 const ms = (minute: number) => Date.parse(ts(minute));
 
 beforeAll(async () => {
-  svc = await startTestService({ HISTORY_MAX_RESULTS: '50' });
-  const admin = await login(svc.base);
-  token = await tenantToken(svc.base, admin, tenant);
-  otherToken = await tenantToken(svc.base, admin, otherTenant);
+  ({ tenant, token } = await svc.freshTenant('hie'));
+  ({ tenant: otherTenant, token: otherToken } = await svc.freshTenant('hio'));
   const pool = svc.service.pool;
   const t = await createTemplate(pool, tenant, 'sensor', [
     { label: 'temperature', type: 'dynamic', value_type: 'float' },
@@ -53,13 +51,9 @@ beforeAll(async () => {
   rows.push({ tenant: otherTenant, device: foreign, attr: 'temperature', ts: ts(1), value: '99' });
   await insertHistory(pool, rows);
 });
-afterAll(() => svc?.stop());
 
-async function get(query: string, as = token, id = device) {
-  return http('GET', `${svc.base}/history/device/${id}/history${query}`, { token: as });
-}
-
-const values = (rows: any[]) => rows.map((r) => r.value);
+/** The history of `id` (the device by default) as `as` sees it. */
+const get = <T = HistoryRecord[]>(query: string, as = token, id = device) => getHistory<T>(svc.base, as, id, query);
 
 describe('dateFrom / dateTo as epoch milliseconds', () => {
   it('select the same rows as the ISO forms, bounds inclusive', async () => {
@@ -67,7 +61,7 @@ describe('dateFrom / dateTo as epoch milliseconds', () => {
     const epoch = await get(`?attr=temperature&dateFrom=${ms(2)}&dateTo=${ms(4)}`);
     expect(iso.status).toBe(200);
     expect(epoch.status).toBe(200);
-    expect(values(epoch.body)).toEqual([24, 23, 22]);
+    expect(valuesOf(epoch.body)).toEqual([24, 23, 22]);
     expect(epoch.body).toEqual(iso.body);
     // mixed forms
     expect((await get(`?attr=temperature&dateFrom=${ms(2)}&dateTo=${ts(4)}`)).body).toEqual(iso.body);
@@ -75,24 +69,24 @@ describe('dateFrom / dateTo as epoch milliseconds', () => {
   });
 
   it('are exact to the millisecond: one ms inside a bound leaves that row out', async () => {
-    expect(values((await get(`?attr=temperature&dateFrom=${ms(2) + 1}&dateTo=${ms(4)}`)).body)).toEqual([24, 23]);
-    expect(values((await get(`?attr=temperature&dateFrom=${ms(2)}&dateTo=${ms(4) - 1}`)).body)).toEqual([23, 22]);
-    expect(values((await get(`?attr=temperature&dateFrom=${ms(4)}&dateTo=${ms(4)}`)).body)).toEqual([24]);
+    expect(valuesOf((await get(`?attr=temperature&dateFrom=${ms(2) + 1}&dateTo=${ms(4)}`)).body)).toEqual([24, 23]);
+    expect(valuesOf((await get(`?attr=temperature&dateFrom=${ms(2)}&dateTo=${ms(4) - 1}`)).body)).toEqual([23, 22]);
+    expect(valuesOf((await get(`?attr=temperature&dateFrom=${ms(4)}&dateTo=${ms(4)}`)).body)).toEqual([24]);
     // rows 1 ms outside [minute 2, minute 4] are not selected; ones inside are
-    expect(values((await get(`?attr=mode&dateFrom=${ms(2)}&dateTo=${ms(4)}`)).body)).toEqual(['eco']);
-    expect(values((await get(`?attr=mode&dateFrom=${ms(2) - 1}&dateTo=${ms(4) + 1}`)).body)).toEqual(['after', 'eco', 'before']);
+    expect(valuesOf((await get(`?attr=mode&dateFrom=${ms(2)}&dateTo=${ms(4)}`)).body)).toEqual(['eco']);
+    expect(valuesOf((await get(`?attr=mode&dateFrom=${ms(2) - 1}&dateTo=${ms(4) + 1}`)).body)).toEqual(['after', 'eco', 'before']);
   });
 
   it('one bound alone, with lastN / firstN, and for several attributes (the object form)', async () => {
-    expect(values((await get(`?attr=temperature&dateFrom=${ms(7)}`)).body)).toEqual([29, 28, 27]);
-    expect(values((await get(`?attr=temperature&dateTo=${ms(1)}`)).body)).toEqual([21, 20]);
-    expect(values((await get(`?attr=temperature&dateFrom=${ms(2)}&firstN=2`)).body)).toEqual([22, 23]);
-    expect(values((await get(`?attr=temperature&dateTo=${ms(4)}&lastN=2`)).body)).toEqual([24, 23]);
+    expect(valuesOf((await get(`?attr=temperature&dateFrom=${ms(7)}`)).body)).toEqual([29, 28, 27]);
+    expect(valuesOf((await get(`?attr=temperature&dateTo=${ms(1)}`)).body)).toEqual([21, 20]);
+    expect(valuesOf((await get(`?attr=temperature&dateFrom=${ms(2)}&firstN=2`)).body)).toEqual([22, 23]);
+    expect(valuesOf((await get(`?attr=temperature&dateTo=${ms(4)}&lastN=2`)).body)).toEqual([24, 23]);
     const iso = await get(`?attr=temperature,mode&dateFrom=${ts(3)}&dateTo=${ts(7)}`);
-    const epoch = await get(`?attr=temperature,mode&dateFrom=${ms(3)}&dateTo=${ms(7)}`);
+    const epoch = await get<HistoryByLabel>(`?attr=temperature,mode&dateFrom=${ms(3)}&dateTo=${ms(7)}`);
     expect(epoch.body).toEqual(iso.body);
-    expect(values(epoch.body.temperature)).toEqual([27, 26, 25, 24, 23]);
-    expect(values(epoch.body.mode)).toEqual(['boost', 'after', 'eco']);
+    expect(valuesOf(epoch.body.temperature!)).toEqual([27, 26, 25, 24, 23]);
+    expect(valuesOf(epoch.body.mode!)).toEqual(['boost', 'after', 'eco']);
     // no attr: every label of the device
     expect((await get(`?dateFrom=${ms(3)}&dateTo=${ms(7)}`)).body).toEqual(iso.body);
   });
@@ -100,18 +94,18 @@ describe('dateFrom / dateTo as epoch milliseconds', () => {
   it('0 is the epoch itself (everything here is after it); blanks around the digits are allowed', async () => {
     expect((await get('?attr=temperature&dateFrom=0')).body).toHaveLength(10);
     expect((await get('?attr=temperature&dateTo=0')).body).toEqual([]);
-    expect(values((await get(`?attr=temperature&dateFrom=%20${ms(8)}%20`)).body)).toEqual([29, 28]);
+    expect(valuesOf((await get(`?attr=temperature&dateFrom=%20${ms(8)}%20`)).body)).toEqual([29, 28]);
   });
 });
 
 describe('lastN', () => {
   it('repeated: the first value counts', async () => {
-    expect(values((await get('?attr=temperature&lastN=2&lastN=5')).body)).toEqual([29, 28]);
-    expect(values((await get('?attr=temperature&lastN=5&lastN=2')).body)).toEqual([29, 28, 27, 26, 25]);
+    expect(valuesOf((await get('?attr=temperature&lastN=2&lastN=5')).body)).toEqual([29, 28]);
+    expect(valuesOf((await get('?attr=temperature&lastN=5&lastN=2')).body)).toEqual([29, 28, 27, 26, 25]);
     // the later value is not read at all, not even checked
     const later = await get('?attr=temperature&lastN=1&lastN=abc');
     expect(later.status).toBe(200);
-    expect(values(later.body)).toEqual([29]);
+    expect(valuesOf(later.body)).toEqual([29]);
     const first = await get('?attr=temperature&lastN=abc&lastN=1');
     expect(first.status).toBe(400);
     expect(first.body).toEqual({ message: 'lastN must be a non-negative integer, got "abc"', status: 400 });
@@ -121,7 +115,7 @@ describe('lastN', () => {
     'beyond 2^53 − 1 (%s): 400 naming lastN, never 500',
     async (n) => {
       for (const id of [device, 'ffffff']) {
-        const res = await get(`?attr=temperature&lastN=${n}`, token, id);
+        const res = await get<ErrorBody>(`?attr=temperature&lastN=${n}`, token, id);
         expect(res.status).toBe(400);
         expect(res.body.status).toBe(400);
         expect(res.body.message).toMatch(/^lastN must be /);
@@ -131,7 +125,7 @@ describe('lastN', () => {
   );
 
   it('firstN beyond 2^53 − 1 names firstN', async () => {
-    const res = await get('?attr=temperature&firstN=9007199254740993&lastN=1');
+    const res = await get<ErrorBody>('?attr=temperature&firstN=9007199254740993&lastN=1');
     expect(res.status).toBe(400);
     expect(res.body.message).toMatch(/^firstN must be /);
   });
@@ -148,11 +142,11 @@ describe('labels named like Object.prototype members', () => {
   });
 
   it('with several attrs: the object has those labels as its own keys with [], nothing else changes', async () => {
-    const res = await get('?attr=__proto__,constructor,temperature&lastN=1');
+    const res = await get<Record<string, unknown>>('?attr=__proto__,constructor,temperature&lastN=1');
     expect(res.status).toBe(200);
     expect(res.text).toContain('"__proto__":[]');
     expect(res.text).toContain('"constructor":[]');
-    const body = res.body as Record<string, unknown>;
+    const body = res.body;
     expect(Object.keys(body)).toEqual(['__proto__', 'constructor', 'temperature']);
     expect(Object.getPrototypeOf(body)).toBe(Object.prototype);
     expect(Object.getOwnPropertyDescriptor(body, '__proto__')?.value).toEqual([]);
@@ -163,7 +157,7 @@ describe('labels named like Object.prototype members', () => {
     expect(repeated.status).toBe(200);
     expect(repeated.text).toBe('{"__proto__":[],"constructor":[]}');
     // and the service keeps answering normally afterwards
-    expect(values((await get('?attr=temperature&lastN=1')).body)).toEqual([29]);
+    expect(valuesOf((await get('?attr=temperature&lastN=1')).body)).toEqual([29]);
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
   });
 
@@ -172,10 +166,10 @@ describe('labels named like Object.prototype members', () => {
     expect(one.status).toBe(200);
     expect(one.text).toBe(`[{"device_id":"${proto}","ts":"${ts(1)}","value":{"polluted":true},"attr":"__proto__"}]`);
     expect((await get('?attr=constructor', token, proto)).body).toEqual([{ device_id: proto, ts: ts(2), value: 'ctor', attr: 'constructor' }]);
-    const all = await get('', token, proto);
+    const all = await get<Record<string, unknown>>('', token, proto);
     expect(all.status).toBe(200);
     expect(all.text).toContain(`"__proto__":[{"device_id":"${proto}"`);
-    const body = all.body as Record<string, unknown>;
+    const body = all.body;
     expect(Object.keys(body).sort()).toEqual(['__proto__', 'constructor', 'toString']);
     expect(Object.getPrototypeOf(body)).toBe(Object.prototype);
     expect(Object.getOwnPropertyDescriptor(body, 'constructor')?.value).toEqual([{ device_id: proto, ts: ts(2), value: 'ctor', attr: 'constructor' }]);
@@ -188,7 +182,7 @@ describe('labels named like Object.prototype members', () => {
   it('query parameters named __proto__ / constructor are ignored like any unknown parameter', async () => {
     const res = await get('?attr=temperature&lastN=1&__proto__=5&constructor=x&__proto__%5BlastN%5D=3');
     expect(res.status).toBe(200);
-    expect(values(res.body)).toEqual([29]);
+    expect(valuesOf(res.body)).toEqual([29]);
   });
 });
 

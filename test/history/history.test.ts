@@ -1,27 +1,24 @@
 // GET /history/device/{id}/history: every operator and response mode, errors, tenant isolation.
 // Rows are written directly with known times, so every expectation is exact.
-import crypto from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
-import { createDevice, createTemplate, insertHistory } from '../helpers/registry-fixtures.js';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { seriesKey } from '../../src/history/series.js';
+import type { ErrorBody, HistoryByLabel, HistoryRecord } from '../helpers/api.js';
+import { createDevice, createTemplate, insertHistory } from '../helpers/registry-fixtures.js';
+import { http, tenantToken, useService } from '../helpers/service.js';
+import { getHistory, ts, valuesOf } from './fixtures.js';
 
-let svc: TestService;
+const svc = useService({ HISTORY_MAX_RESULTS: '50' });
+let tenant: string;
 let token: string;
+let otherTenant: string;
 let otherToken: string;
-const tenant = `his${crypto.randomBytes(3).toString('hex')}`;
-const otherTenant = `oth${crypto.randomBytes(3).toString('hex')}`;
 let device: string;
 let empty: string;
 let bare: string;
 
-const ts = (minute: number) => `2024-05-01T12:${String(minute).padStart(2, '0')}:00.000000Z`;
-
 beforeAll(async () => {
-  svc = await startTestService({ HISTORY_MAX_RESULTS: '50' });
-  const admin = await login(svc.base);
-  token = await tenantToken(svc.base, admin, tenant);
-  otherToken = await tenantToken(svc.base, admin, otherTenant);
+  ({ tenant, token } = await svc.freshTenant('his'));
+  ({ tenant: otherTenant, token: otherToken } = await svc.freshTenant('oth'));
   const pool = svc.service.pool;
   const t = await createTemplate(pool, tenant, 'sensor', [
     { label: 'temperature', type: 'dynamic', value_type: 'float' },
@@ -45,13 +42,9 @@ beforeAll(async () => {
   rows.push({ tenant, device, attr: 'mode', ts: '2023-01-01T00:00:00.000000Z', value: '"old"' });
   await insertHistory(pool, rows);
 });
-afterAll(() => svc?.stop());
 
-async function get(query: string, as = token, id = device) {
-  return http('GET', `${svc.base}/history/device/${id}/history${query}`, { token: as });
-}
-
-const temps = (rows: any[]) => rows.map((r) => r.value);
+/** The history of `id` (the device by default) as `as` sees it. */
+const get = <T = HistoryRecord[]>(query: string, as = token, id = device) => getHistory<T>(svc.base, as, id, query);
 
 describe('one attribute: an array of records', () => {
   it('lastN: newest first, records as in the contract', async () => {
@@ -65,29 +58,29 @@ describe('one attribute: an array of records', () => {
   });
 
   it('firstN: oldest first, and it wins over lastN', async () => {
-    expect(temps((await get('?firstN=2&attr=temperature')).body)).toEqual([20, 21]);
-    expect(temps((await get('?firstN=2&lastN=5&attr=temperature')).body)).toEqual([20, 21]);
+    expect(valuesOf((await get('?firstN=2&attr=temperature')).body)).toEqual([20, 21]);
+    expect(valuesOf((await get('?firstN=2&lastN=5&attr=temperature')).body)).toEqual([20, 21]);
   });
 
   it('dateFrom and dateTo are inclusive and combine with lastN / firstN', async () => {
-    expect(temps((await get(`?attr=temperature&dateFrom=${ts(2)}&dateTo=${ts(4)}`)).body)).toEqual([24, 23, 22]);
-    expect(temps((await get(`?attr=temperature&dateFrom=${ts(2)}&firstN=2`)).body)).toEqual([22, 23]);
-    expect(temps((await get(`?attr=temperature&dateTo=${ts(4)}&lastN=2`)).body)).toEqual([24, 23]);
-    expect(temps((await get(`?attr=temperature&dateFrom=2024-05-01T14:00:00%2B02:00&dateTo=2024-05-01T12:01:00Z`)).body)).toEqual([21, 20]);
+    expect(valuesOf((await get(`?attr=temperature&dateFrom=${ts(2)}&dateTo=${ts(4)}`)).body)).toEqual([24, 23, 22]);
+    expect(valuesOf((await get(`?attr=temperature&dateFrom=${ts(2)}&firstN=2`)).body)).toEqual([22, 23]);
+    expect(valuesOf((await get(`?attr=temperature&dateTo=${ts(4)}&lastN=2`)).body)).toEqual([24, 23]);
+    expect(valuesOf((await get(`?attr=temperature&dateFrom=2024-05-01T14:00:00%2B02:00&dateTo=2024-05-01T12:01:00Z`)).body)).toEqual([21, 20]);
   });
 
   it('without lastN/firstN (or with 0): every value, newest first, up to HISTORY_MAX_RESULTS', async () => {
-    expect(temps((await get('?attr=temperature')).body)).toEqual([29, 28, 27, 26, 25, 24, 23, 22, 21, 20]);
+    expect(valuesOf((await get('?attr=temperature')).body)).toEqual([29, 28, 27, 26, 25, 24, 23, 22, 21, 20]);
     expect((await get('?attr=temperature&lastN=0')).body).toHaveLength(10);
   });
 
   it('values keep their JSON type', async () => {
-    expect((await get('?attr=mode&lastN=1')).body[0].value).toBe('boost');
-    expect((await get('?attr=flag')).body[0].value).toBe(true);
+    expect((await get('?attr=mode&lastN=1')).body[0]!.value).toBe('boost');
+    expect((await get('?attr=flag')).body[0]!.value).toBe(true);
   });
 
   it('across partitions (an old value in its own partition)', async () => {
-    expect((await get('?attr=mode&firstN=1')).body.map((r: any) => [r.value, r.ts])).toEqual([['old', '2023-01-01T00:00:00.000000Z']]);
+    expect((await get('?attr=mode&firstN=1')).body.map((r) => [r.value, r.ts])).toEqual([['old', '2023-01-01T00:00:00.000000Z']]);
   });
 
   it('an attribute without data, or a label the device does not have: []', async () => {
@@ -111,11 +104,11 @@ describe('values of a label the device no longer has', () => {
 
 describe('several attributes, or none: an object by label', () => {
   it('comma-separated', async () => {
-    const res = await get('?attr=temperature,mode&lastN=2');
+    const res = await get<HistoryByLabel>('?attr=temperature,mode&lastN=2');
     expect(res.status).toBe(200);
     expect(Object.keys(res.body)).toEqual(['temperature', 'mode']);
-    expect(temps(res.body.temperature)).toEqual([29, 28]);
-    expect(temps(res.body.mode)).toEqual(['boost', 'eco']);
+    expect(valuesOf(res.body.temperature!)).toEqual([29, 28]);
+    expect(valuesOf(res.body.mode!)).toEqual(['boost', 'eco']);
   });
 
   it('the same label written twice is "several": an object, the label once', async () => {
@@ -165,9 +158,9 @@ describe('errors and isolation', () => {
   it('a device of another tenant is not visible; the same id in another tenant has its own data', async () => {
     const mine = await get('?attr=temperature&firstN=1', token);
     const theirs = await get('?attr=temperature', otherToken);
-    expect(temps(mine.body)).toEqual([20]);
-    expect(temps(theirs.body)).toEqual([99]);
-    const stranger = await tenantToken(svc.base, await login(svc.base), `x${tenant}`);
+    expect(valuesOf(mine.body)).toEqual([20]);
+    expect(valuesOf(theirs.body)).toEqual([99]);
+    const stranger = await tenantToken(svc.base, svc.token, `x${tenant}`);
     expect((await get('?attr=temperature', stranger)).status).toBe(404);
   });
 
@@ -179,7 +172,7 @@ describe('errors and isolation', () => {
     ['dateFrom=yesterday', /dateFrom must be an ISO 8601 date/],
     ['dateTo=2024-13-01', /dateTo must be an ISO 8601 date/],
   ])('a bad operator (%s): 400 with a clear message', async (query, message) => {
-    const res = await get(`?${query}&attr=temperature`);
+    const res = await get<ErrorBody>(`?${query}&attr=temperature`);
     expect(res.status).toBe(400);
     expect(res.body.status).toBe(400);
     expect(res.body.message).toMatch(message);
@@ -197,7 +190,7 @@ describe('errors and isolation', () => {
   });
 
   it('blank dateFrom / dateTo: no bound', async () => {
-    expect(temps((await get('?attr=temperature&dateFrom=&dateTo=%20')).body)).toHaveLength(10);
+    expect(valuesOf((await get('?attr=temperature&dateFrom=&dateTo=%20')).body)).toHaveLength(10);
   });
 
   it('needs a token like every route', async () => {

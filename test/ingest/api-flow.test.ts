@@ -4,6 +4,7 @@
 // MQTT session.
 import crypto from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { DevicesCreated, HistoryRecord, TemplateCreated } from '../helpers/api.js';
 import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
 import { closedByPeer, deviceClient, eventually } from '../helpers/registry-fixtures.js';
 
@@ -23,12 +24,12 @@ describe('through the public API', () => {
       { label: 'temperature', type: 'dynamic', value_type: 'float' },
       { label: 'setpoint', type: 'actuator', value_type: 'float' },
     ];
-    const t = await http('POST', `${svc.base}/template`, { token, body: { label: 'thermostat', attrs } });
+    const t = await http<TemplateCreated>('POST', `${svc.base}/template`, { token, body: { label: 'thermostat', attrs } });
     expect(t.status).toBe(200);
     const templateId = t.body.template.id;
-    const d = await http('POST', `${svc.base}/device`, { token, body: { label: 'living-room', templates: [templateId] } });
+    const d = await http<DevicesCreated>('POST', `${svc.base}/device`, { token, body: { label: 'living-room', templates: [templateId] } });
     expect(d.status).toBe(200);
-    const id: string = d.body.devices[0].id;
+    const id: string = d.body.devices[0]!.id;
 
     const url = `mqtt://127.0.0.1:${svc.service.mqttPort}`;
     const device = await deviceClient(url, { username: `${tenant}:${id}` });
@@ -51,7 +52,7 @@ describe('through the public API', () => {
     });
     expect(updated.status).toBe(200);
     await device.publishAsync(`${tenant}:${id}/attrs`, JSON.stringify({ humidity: 41 }), { qos: 1 });
-    expect((await http('GET', `${svc.base}/history/device/${id}/history?attr=humidity`, { token })).body.map((r: any) => r.value)).toEqual([41]);
+    expect((await http<HistoryRecord[]>('GET', `${svc.base}/history/device/${id}/history?attr=humidity`, { token })).body.map((r) => r.value)).toEqual([41]);
 
     const act = await http('PUT', `${svc.base}/device/${id}/actuate`, { token, body: { attrs: { setpoint: 19 } } });
     expect(act.status).toBe(200);

@@ -69,7 +69,7 @@ describe.each([
     const db = reader(svc);
     try {
       await eventually(async () => (await historyCount(db, tenant, device)) === during + 1 || undefined, 'every value after the outage', 30_000);
-      const values = (await db.query('SELECT value::int AS n FROM history WHERE tenant = $1 AND device_id = $2 ORDER BY n', [tenant, device])).rows.map((r) => r.n);
+      const values = (await db.query<{ n: number }>('SELECT value::int AS n FROM history WHERE tenant = $1 AND device_id = $2 ORDER BY n', [tenant, device])).rows.map((r) => r.n);
       expect(values).toEqual([...Array(during + 1).keys()]);
       // And ingest goes on.
       await client.publishAsync(topic, JSON.stringify({ n: 1000 }), { qos: 1 });

@@ -6,6 +6,7 @@
 import crypto from 'node:crypto';
 import type mqtt from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { HistoryByLabel, HistoryRecord } from '../helpers/api.js';
 import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
 import { createDevice, createTemplate, deviceClient, eventually, historyCount, metric, type AttrSpec } from '../helpers/registry-fixtures.js';
 
@@ -57,13 +58,13 @@ describe('through the run broker (MQTT_URL), MAX_MESSAGE_BYTES=256', () => {
 
   const send = (device: string, payload: string | Buffer) => publisher.publishAsync(`${tenant}:${device}/attrs`, payload, { qos: 1 });
 
-  async function history(device: string, query = ''): Promise<any> {
-    const res = await http('GET', `${svc.base}/history/device/${device}/history${query}`, { token });
+  async function history<T = HistoryByLabel>(device: string, query = ''): Promise<T> {
+    const res = await http<T>('GET', `${svc.base}/history/device/${device}/history${query}`, { token });
     expect(res.status, res.text).toBe(200);
     return res.body;
   }
 
-  async function stored(device: string, n: number): Promise<any> {
+  async function stored(device: string, n: number): Promise<HistoryByLabel> {
     await eventually(async () => (await historyCount(svc.service.pool, tenant, device)) >= n || undefined, `${n} values of ${device}`);
     return history(device);
   }
@@ -95,8 +96,8 @@ describe('through the run broker (MQTT_URL), MAX_MESSAGE_BYTES=256', () => {
       const d = await newDevice();
       await send(d, Buffer.concat([BOM, Buffer.from('{"temperature":7.5,"name":"bom"}')]));
       const all = await stored(d, 2);
-      expect(all.temperature.map((r: any) => r.value)).toEqual([7.5]);
-      expect(all.name.map((r: any) => r.value)).toEqual(['bom']);
+      expect(all.temperature!.map((r) => r.value)).toEqual([7.5]);
+      expect(all.name!.map((r) => r.value)).toEqual(['bom']);
       await settle();
       expect(dropped(await metrics(), 'not_json')).toBe(before);
     });
@@ -117,19 +118,19 @@ describe('through the run broker (MQTT_URL), MAX_MESSAGE_BYTES=256', () => {
       await send(d, over);
       await send(d, atLimit);
       const all = await stored(d, 2);
-      expect(all.temperature.map((r: any) => r.value)).toEqual([256]);
-      expect(all.name.map((r: any) => r.value)).toEqual([JSON.parse(atLimit.toString('utf8')).name]);
+      expect(all.temperature!.map((r) => r.value)).toEqual([256]);
+      expect(all.name!.map((r) => r.value)).toEqual([(JSON.parse(atLimit.toString('utf8')) as { name: string }).name]);
       await droppedAtLeast('oversized', dropped(before, 'oversized') + 1);
       await settle();
       // The oversized message left nothing behind (and the valid one is stored once).
       expect(await historyCount(svc.service.pool, tenant, d)).toBe(2);
-      expect((await history(d, '?attr=temperature')).map((r: any) => r.value)).toEqual([256]);
+      expect((await history<HistoryRecord[]>(d, '?attr=temperature')).map((r) => r.value)).toEqual([256]);
     });
 
     it('MAX_MESSAGE_BYTES - 1 bytes is processed too', async () => {
       const d = await newDevice();
       await send(d, payloadOf(MAX - 1, 255));
-      expect((await stored(d, 2)).temperature.map((r: any) => r.value)).toEqual([255]);
+      expect((await stored(d, 2)).temperature!.map((r) => r.value)).toEqual([255]);
     });
   });
 
@@ -139,7 +140,7 @@ describe('through the run broker (MQTT_URL), MAX_MESSAGE_BYTES=256', () => {
       await send(d, JSON.stringify({ position: ' 10 , 20 ' }));
       await send(d, JSON.stringify({ position: '-10.5 ,  20' }));
       await stored(d, 2);
-      expect((await history(d, '?attr=position&firstN=5')).map((r: any) => r.value)).toEqual([' 10 , 20 ', '-10.5 ,  20']);
+      expect((await history<HistoryRecord[]>(d, '?attr=position&firstN=5')).map((r) => r.value)).toEqual([' 10 , 20 ', '-10.5 ,  20']);
     });
 
     it('a geopoint whose blanks split a number does not fit (wrong_type)', async () => {
@@ -162,8 +163,8 @@ describe('through the run broker (MQTT_URL), MAX_MESSAGE_BYTES=256', () => {
       await send(d, JSON.stringify({ temperature: 1, timestamp: '1970-01-01T00:00:00Z' }));
       await send(d, JSON.stringify({ name: 'zero', timestamp: 0 }));
       const all = await stored(d, 2);
-      expect(all.temperature.map((r: any) => r.ts)).toEqual(['1970-01-01T00:00:00.000000Z']);
-      expect(all.name.map((r: any) => r.ts)).toEqual(['1970-01-01T00:00:00.000000Z']);
+      expect(all.temperature!.map((r) => r.ts)).toEqual(['1970-01-01T00:00:00.000000Z']);
+      expect(all.name!.map((r) => r.ts)).toEqual(['1970-01-01T00:00:00.000000Z']);
     });
 
     it('a timestamp before 1970 (ISO, a date alone, negative epoch ms) is ignored as bad_timestamp: values keep the receive time', async () => {
@@ -174,8 +175,8 @@ describe('through the run broker (MQTT_URL), MAX_MESSAGE_BYTES=256', () => {
       await send(d, JSON.stringify({ temperature: 2, timestamp: '1969-07-20' }));
       await send(d, JSON.stringify({ temperature: 3, timestamp: -1 }));
       const all = await stored(d, 3);
-      expect(all.temperature.map((r: any) => r.value).sort()).toEqual([1, 2, 3]);
-      for (const r of all.temperature) expect(Math.abs(Date.parse(r.ts) - sent)).toBeLessThan(60_000);
+      expect(all.temperature!.map((r) => r.value).sort()).toEqual([1, 2, 3]);
+      for (const r of all.temperature!) expect(Math.abs(Date.parse(r.ts) - sent)).toBeLessThan(60_000);
       await droppedAtLeast('bad_timestamp', before + 3);
     });
   });
@@ -210,8 +211,8 @@ describe('through the run broker (MQTT_URL), MAX_MESSAGE_BYTES=256', () => {
       const d = await translated({ op: 'move', from: '/inner', path: '' });
       await send(d, JSON.stringify({ inner: { temperature: 6, name: 'inner' }, temperature: 1 }));
       const all = await stored(d, 2);
-      expect(all.temperature.map((r: any) => r.value)).toEqual([6]);
-      expect(all.name.map((r: any) => r.value)).toEqual(['inner']);
+      expect(all.temperature!.map((r) => r.value)).toEqual([6]);
+      expect(all.name!.map((r) => r.value)).toEqual(['inner']);
     });
   });
 });

@@ -168,7 +168,7 @@ describe('oversized packets', () => {
     const d = await newDevice();
     const oversized = async () => metric((await http('GET', `${svc.base}/metrics`)).text, 'ingest_dropped_total{reason="oversized"}');
     const before = await oversized();
-    const sock = net.connect(svc.service.mqttPort, '127.0.0.1');
+    const sock = net.connect(svc.service.mqttPort!, '127.0.0.1');
     await new Promise<void>((resolve, reject) => sock.once('connect', resolve).once('error', reject));
     const closed = new Promise<void>((resolve) => sock.once('close', () => resolve()));
     sock.on('error', () => undefined);

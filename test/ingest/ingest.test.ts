@@ -4,6 +4,7 @@
 import crypto from 'node:crypto';
 import type mqtt from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { HistoryByLabel, HistoryRecord } from '../helpers/api.js';
 import { http, login, startTestService, type TestService } from '../helpers/service.js';
 import {
   addTemplateAttrs,
@@ -60,14 +61,14 @@ async function send(device: string, payload: unknown, opts: { legacy?: boolean; 
   await publisher.publishAsync(topic, opts.raw ?? JSON.stringify(payload), { qos: 1 });
 }
 
-async function history(device: string, query = ''): Promise<any> {
-  const res = await http('GET', `${svc.base}/history/device/${device}/history${query}`, { token });
+async function history<T = HistoryByLabel>(device: string, query = ''): Promise<T> {
+  const res = await http<T>('GET', `${svc.base}/history/device/${device}/history${query}`, { token });
   expect(res.status).toBe(200);
   return res.body;
 }
 
 /** Waits until the device has `n` stored values, then returns all of them by label. */
-async function stored(device: string, n: number): Promise<Record<string, Array<{ value: unknown; ts: string }>>> {
+async function stored(device: string, n: number): Promise<HistoryByLabel> {
   await eventually(async () => (await historyCount(svc.service.pool, tenant, device)) >= n || undefined, `${n} values of ${device}`);
   return history(device);
 }
@@ -77,11 +78,11 @@ async function metrics(): Promise<string> {
 }
 
 /** A message that must produce nothing; a second, valid message proves the first was handled. */
-async function sendThenMarker(device: string, first: () => Promise<void>): Promise<Record<string, any[]>> {
+async function sendThenMarker(device: string, first: () => Promise<void>): Promise<HistoryByLabel> {
   await first();
   await send(device, { name: 'marker' });
   const all = await stored(device, 1);
-  expect(all.name.map((r: any) => r.value)).toEqual(['marker']);
+  expect(all.name!.map((r) => r.value)).toEqual(['marker']);
   return all;
 }
 
@@ -91,13 +92,13 @@ describe('topics', () => {
     await send(d, { temperature: 21.5 });
     const all = await stored(d, 1);
     expect(all.temperature).toHaveLength(1);
-    expect(all.temperature[0]).toEqual({ device_id: d, ts: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/), value: 21.5, attr: 'temperature' });
+    expect(all.temperature![0]).toEqual({ device_id: d, ts: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/), value: 21.5, attr: 'temperature' });
   });
 
   it('legacy layout /<tenant>/<id>/attrs', async () => {
     const d = await newDevice();
     await send(d, { temperature: 3 }, { legacy: true });
-    expect((await stored(d, 1)).temperature.map((r: any) => r.value)).toEqual([3]);
+    expect((await stored(d, 1)).temperature!.map((r) => r.value)).toEqual([3]);
   });
 
   it('a device of another tenant, or no device at all, stores nothing and counts unknown_device', async () => {
@@ -116,8 +117,8 @@ describe('values', () => {
     const d = await newDevice();
     await send(d, { temperature: 1.25, target: 7, serial: 'X', nope: 1 });
     const all = await stored(d, 2);
-    expect(all.temperature.map((r: any) => r.value)).toEqual([1.25]);
-    expect(all.target.map((r: any) => r.value)).toEqual([7]);
+    expect(all.temperature!.map((r) => r.value)).toEqual([1.25]);
+    expect(all.target!.map((r) => r.value)).toEqual([7]);
     expect(all.serial).toEqual([]);
     expect(Object.keys(all)).not.toContain('nope');
   });
@@ -131,7 +132,7 @@ describe('values', () => {
     await send(d, { temperature: -4 });
     await send(d, { name: 'done' });
     await stored(d, 3);
-    const values = (await history(d, '?attr=temperature&firstN=10')).map((r: any) => r.value);
+    const values = (await history<HistoryRecord[]>(d, '?attr=temperature&firstN=10')).map((r) => r.value);
     expect(values).toEqual([22.75, -4]);
   });
 
@@ -140,7 +141,7 @@ describe('values', () => {
     for (const v of [5, '6', 2.5, '2.5', 'x', 7.0]) await send(d, { count: v });
     await send(d, { name: 'done' });
     await stored(d, 4);
-    expect((await history(d, '?attr=count&firstN=10')).map((r: any) => r.value)).toEqual([5, 6, 7]);
+    expect((await history<HistoryRecord[]>(d, '?attr=count&firstN=10')).map((r) => r.value)).toEqual([5, 6, 7]);
   });
 
   it('bool: only booleans', async () => {
@@ -148,14 +149,14 @@ describe('values', () => {
     for (const v of [true, 'true', 1, false]) await send(d, { on: v });
     await send(d, { name: 'done' });
     await stored(d, 3);
-    expect((await history(d, '?attr=on&firstN=10')).map((r: any) => r.value)).toEqual([true, false]);
+    expect((await history<HistoryRecord[]>(d, '?attr=on&firstN=10')).map((r) => r.value)).toEqual([true, false]);
   });
 
   it('string: only strings, kept as strings (also ones that look like numbers)', async () => {
     const d = await newDevice();
     for (const v of ['hello', 12, '12', { a: 1 }, 'tab\there "quoted" \\ back']) await send(d, { name: v });
     await stored(d, 3);
-    expect((await history(d, '?attr=name&firstN=10')).map((r: any) => r.value)).toEqual(['hello', '12', 'tab\there "quoted" \\ back']);
+    expect((await history<HistoryRecord[]>(d, '?attr=name&firstN=10')).map((r) => r.value)).toEqual(['hello', '12', 'tab\there "quoted" \\ back']);
   });
 
   it('geopoint: "lat,lon" within range', async () => {
@@ -163,7 +164,7 @@ describe('values', () => {
     for (const v of ['-22.81,-47.06', '91,0', 'here', [1, 2], '10.5, 20']) await send(d, { position: v });
     await send(d, { name: 'done' });
     await stored(d, 3);
-    expect((await history(d, '?attr=position&firstN=10')).map((r: any) => r.value)).toEqual(['-22.81,-47.06', '10.5, 20']);
+    expect((await history<HistoryRecord[]>(d, '?attr=position&firstN=10')).map((r) => r.value)).toEqual(['-22.81,-47.06', '10.5, 20']);
   });
 
   it('other value types take any JSON value and keep its type', async () => {
@@ -172,14 +173,14 @@ describe('values', () => {
     await send(d, { extra: [1, 2] });
     await send(d, { extra: 'text' });
     await stored(d, 3);
-    expect((await history(d, '?attr=extra&firstN=10')).map((r: any) => r.value)).toEqual([{ nested: [1, 'two', null] }, [1, 2], 'text']);
+    expect((await history<HistoryRecord[]>(d, '?attr=extra&firstN=10')).map((r) => r.value)).toEqual([{ nested: [1, 'two', null] }, [1, 2], 'text']);
   });
 
   it('wrong types and unknown keys are counted; the other values of the message are stored', async () => {
     const before = await metrics();
     const d = await newDevice();
     await send(d, { temperature: 'hot', count: 1, nope: 2, other: 3 });
-    expect((await stored(d, 1)).count.map((r: any) => r.value)).toEqual([1]);
+    expect((await stored(d, 1)).count!.map((r) => r.value)).toEqual([1]);
     await eventually(async () => {
       const after = await metrics();
       return (
@@ -194,8 +195,8 @@ describe('values', () => {
     const d = await newDevice();
     // 40 KB, under MAX_MESSAGE_BYTES: JSON.parse takes it, JSON.stringify overflows the stack.
     await send(d, undefined, { raw: '{"extra":' + '['.repeat(20000) + ']'.repeat(20000) + ',"temperature":777}' });
-    expect((await stored(d, 1)).temperature.map((r: any) => r.value)).toEqual([777]);
-    expect((await history(d, '?attr=extra')).length).toBe(0);
+    expect((await stored(d, 1)).temperature!.map((r) => r.value)).toEqual([777]);
+    expect((await history<HistoryRecord[]>(d, '?attr=extra')).length).toBe(0);
     await eventually(async () => metric(await metrics(), 'ingest_dropped_total{reason="wrong_type"}') >= before + 1 || undefined, 'wrong_type');
   });
 });
@@ -229,8 +230,8 @@ describe('bad messages', () => {
     await send(d, null, { raw: Buffer.concat([Buffer.from('{"temperature":4,"name":"a'), Buffer.from([0xff, 0xfe]), Buffer.from('b"}')]) });
     await send(d, { temperature: 5, name: 'é' });
     const all = await stored(d, 2);
-    expect(all.name.map((r: any) => r.value)).toEqual(['é']);
-    expect(all.temperature.map((r: any) => r.value)).toEqual([5]);
+    expect(all.name!.map((r) => r.value)).toEqual(['é']);
+    expect(all.temperature!.map((r) => r.value)).toEqual([5]);
     await eventually(async () => metric(await metrics(), 'ingest_dropped_total{reason="not_json"}') >= before + 1 || undefined, 'not_json');
   });
 });
@@ -240,7 +241,7 @@ describe('timestamp key', () => {
     const d = await newDevice();
     await send(d, { temperature: 1, timestamp: Date.UTC(2024, 0, 2, 3, 4, 5, 678) });
     const all = await stored(d, 1);
-    expect(all.temperature[0].ts).toBe('2024-01-02T03:04:05.678000Z');
+    expect(all.temperature![0]!.ts).toBe('2024-01-02T03:04:05.678000Z');
   });
 
   it('ISO 8601 sets ts (with offset, with microseconds, without zone = UTC)', async () => {
@@ -248,8 +249,8 @@ describe('timestamp key', () => {
     await send(d, { temperature: 1, timestamp: '2024-03-01T10:00:00.123456+02:00' });
     await send(d, { temperature: 2, timestamp: '2024-03-01T09:00:00' });
     await stored(d, 2);
-    const rows = await history(d, '?attr=temperature&firstN=5');
-    expect(rows.map((r: any) => [r.value, r.ts])).toEqual([
+    const rows = await history<HistoryRecord[]>(d, '?attr=temperature&firstN=5');
+    expect(rows.map((r) => [r.value, r.ts])).toEqual([
       [1, '2024-03-01T08:00:00.123456Z'],
       [2, '2024-03-01T09:00:00.000000Z'],
     ]);
@@ -263,8 +264,8 @@ describe('timestamp key', () => {
     await send(d, { temperature: 2, timestamp: '2024-02-30T00:00:00Z' });
     await send(d, { temperature: 3, timestamp: null });
     const all = await stored(d, 3);
-    expect(all.temperature.map((r: any) => r.value).sort()).toEqual([1, 2, 3]);
-    for (const r of all.temperature) expect(Math.abs(Date.parse(r.ts) - sent)).toBeLessThan(60_000);
+    expect(all.temperature!.map((r) => r.value).sort()).toEqual([1, 2, 3]);
+    for (const r of all.temperature!) expect(Math.abs(Date.parse(r.ts) - sent)).toBeLessThan(60_000);
     await eventually(async () => metric(await metrics(), 'ingest_dropped_total{reason="bad_timestamp"}') >= before + 3 || undefined, 'bad_timestamp');
   });
 
@@ -273,8 +274,8 @@ describe('timestamp key', () => {
     const sent = Date.now();
     await send(d, { timestamp: 12345, temperature: 9 });
     const all = await stored(d, 2);
-    expect(all.timestamp.map((r: any) => r.value)).toEqual([12345]);
-    expect(Date.parse(all.temperature[0].ts)).toBeGreaterThanOrEqual(sent - 60_000);
+    expect(all.timestamp!.map((r) => r.value)).toEqual([12345]);
+    expect(Date.parse(all.temperature![0]!.ts)).toBeGreaterThanOrEqual(sent - 60_000);
   });
 });
 
@@ -286,7 +287,7 @@ describe('translators (meta-translator attributes, RFC 6902)', () => {
     ]);
     await send(d, { humidity: 55.5 });
     const all = await stored(d, 1);
-    expect(all.tag_humidity.map((r: any) => r.value)).toEqual([55.5]);
+    expect(all.tag_humidity!.map((r) => r.value)).toEqual([55.5]);
   });
 
   it('a failing required translator drops the message; an optional one is skipped', async () => {
@@ -299,8 +300,8 @@ describe('translators (meta-translator attributes, RFC 6902)', () => {
     await send(d, { temperature: 1 }); // no /a: the required move fails
     await send(d, { a: 2, temperature: 3 });
     const all = await stored(d, 2);
-    expect(all.tag_a.map((r: any) => r.value)).toEqual([2]);
-    expect(all.temperature.map((r: any) => r.value)).toEqual([3]);
+    expect(all.tag_a!.map((r) => r.value)).toEqual([2]);
+    expect(all.temperature!.map((r) => r.value)).toEqual([3]);
     await eventually(async () => metric(await metrics(), 'ingest_dropped_total{reason="translation_failed"}') >= before + 1 || undefined, 'translation_failed');
   });
 
@@ -313,7 +314,7 @@ describe('translators (meta-translator attributes, RFC 6902)', () => {
       { tr: '{"op":"move","from":"/b","path":"/tag_b"}' },
     );
     await send(d, { b: 4 });
-    expect((await stored(d, 1)).tag_b.map((r: any) => r.value)).toEqual([4]);
+    expect((await stored(d, 1)).tag_b!.map((r) => r.value)).toEqual([4]);
   });
 });
 
@@ -326,7 +327,7 @@ describe('registry events', () => {
     await addTemplateAttrs(svc.service.pool, svc.service.events, tenant, t, [{ label: 'a2', type: 'dynamic', value_type: 'float' }]);
     await send(d, { a1: 2, a2: 2 });
     const all = await stored(d, 3);
-    expect(all.a2.map((r: any) => r.value)).toEqual([2]);
+    expect(all.a2!.map((r) => r.value)).toEqual([2]);
   });
 
   it('an event from another instance (PostgreSQL NOTIFY) reaches the shard caches too', async () => {
@@ -338,7 +339,7 @@ describe('registry events', () => {
     // NOTIFY is asynchronous: send until the new attribute is accepted.
     await eventually(async () => {
       await send(d, { b2: 2 });
-      return (await history(d, '?attr=b2&lastN=1')).length > 0 || undefined;
+      return (await history<HistoryRecord[]>(d, '?attr=b2&lastN=1')).length > 0 || undefined;
     }, 'the new attribute after the NOTIFY');
   });
 
@@ -352,7 +353,7 @@ describe('registry events', () => {
     const all = await stored(id, 1);
     // (Other test files' messages count as unknown devices here too, so the first message may
     // still have been on its way: then it is stored as well.)
-    expect(all.temperature.map((r: any) => r.value)).toContain(2);
+    expect(all.temperature!.map((r) => r.value)).toContain(2);
   });
 });
 
@@ -370,7 +371,7 @@ describe('order and volume', () => {
     if (!svc.env.MQTT_URL || svc.service.config.mqttSubscriberConnections === 1 || !process.env.TEST_MQTT_URL) {
       // One subscriber connection (aedes: MQTT 3.1.1): arrival order is publish order.
       for (const d of devices) {
-        expect((await history(d, `?attr=count&firstN=${perDevice}`)).map((r: any) => r.value)).toEqual([...Array(perDevice).keys()]);
+        expect((await history<HistoryRecord[]>(d, `?attr=count&firstN=${perDevice}`)).map((r) => r.value)).toEqual([...Array(perDevice).keys()]);
       }
     }
   });

@@ -138,7 +138,7 @@ describe.skipIf(!hasMosquitto)('no acknowledged message is lost (Mosquitto)', ()
     await fleet.start();
     // Sustained ingest: values are being committed while more arrive.
     await until(() => fleet.total > 3000, 'ingest under way');
-    await eventually(async () => (await db.query('SELECT count(*)::int AS n FROM history WHERE tenant = $1', [tenant])).rows[0].n > 1000 || undefined, 'commits under way');
+    await eventually(async () => (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM history WHERE tenant = $1', [tenant])).rows[0]!.n > 1000 || undefined, 'commits under way');
     service.child.kill('SIGKILL');
     await service.exited;
     const atKill = fleet.total;

@@ -7,6 +7,7 @@ import { Validator } from '@seriousme/openapi-schema-validator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { projectRoot } from '../../src/paths.js';
 import { operationKey } from '../../src/http/route.js';
+import type { ErrorBody } from '../helpers/api.js';
 import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
 import { operationsOf, schemaValidators, type Doc } from './helpers.js';
 
@@ -67,7 +68,7 @@ describe('routes', () => {
     for (const { method, path: p, op } of operationsOf(doc)) {
       const url = p.replace(/\{[^}]+\}/g, 'probe');
       for (const listener of ['public', 'internal'] as const) {
-        const res = await http(method, base[listener] + url, { token: probeToken });
+        const res = await http<Partial<ErrorBody> | undefined>(method, base[listener] + url, { token: probeToken });
         const unknown = res.status === 404 && res.body?.message === 'Invalid endpoint requested';
         const label = `${method} ${p} on ${listener}: ${res.status} ${res.text.slice(0, 100)}`;
         if (op['x-listeners'].includes(listener)) {

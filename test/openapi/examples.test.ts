@@ -7,7 +7,8 @@
 // of request bodies stands for the fixture template's id.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { insertHistory } from '../helpers/registry-fixtures.js';
-import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
+import type { TemplateCreated } from '../helpers/api.js';
+import { http, login, startTestService, tenantToken, type ApiResponse, type TestService } from '../helpers/service.js';
 import { operationsOf, schemaValidators, type Doc, type DocOperation } from './helpers.js';
 
 let svc: TestService;
@@ -31,7 +32,7 @@ interface Fixture {
   templateId: number;
 }
 
-async function ok(res: Promise<{ status: number; text: string; body: any }>, what: string): Promise<any> {
+async function ok<T>(res: Promise<ApiResponse<T>>, what: string): Promise<T> {
   const r = await res;
   if (r.status >= 300) throw new Error(`fixture ${what}: ${r.status} ${r.text}`);
   return r.body;
@@ -42,7 +43,7 @@ async function fixture(kind: string | undefined): Promise<Fixture> {
   const tenant = `examples-${++tenants}`;
   const token = await tenantToken(svc.base, adminToken, tenant, 'admin');
   const created = await ok(
-    http('POST', `${svc.base}/template`, {
+    http<TemplateCreated>('POST', `${svc.base}/template`, {
       token,
       body: {
         label: 'Thermometer',
@@ -57,7 +58,7 @@ async function fixture(kind: string | undefined): Promise<Fixture> {
     }),
     'template',
   );
-  const templateId = created.template.id as number;
+  const templateId = created.template.id;
   if (kind !== 'no-devices') {
     await ok(http('POST', `${svc.base}/device`, { token, body: { label: 'sensor', templates: [templateId], id: 'a1b2c3' } }), 'device a1b2c3');
     await ok(http('POST', `${svc.base}/device`, { token, body: { label: 'bare', templates: [], id: 'd4e5f6' } }), 'device d4e5f6');

@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { apiRoutes } from '../../src/api.js';
 import { queryChecks } from '../../src/http/route.js';
 import type { QueryResult } from '../../src/schemas/validator.js';
+import type { ErrorBody } from '../helpers/api.js';
 
 const checks = queryChecks(apiRoutes, { maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 10000 });
 const run = (id: Parameters<typeof checks.get>[0], qs: string): QueryResult => checks.get(id)!.run(new URLSearchParams(qs));
@@ -100,7 +101,7 @@ describe("the contract's errors, in its order", () => {
 describe('GET /history: its query schema', () => {
   const history = queryChecks(apiRoutes, { maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 50 }).get('GET /history/device/{id}/history')!;
   const values = (qs: string) => history.run(new URLSearchParams(qs)).values;
-  const bad = (qs: string) => history.run(new URLSearchParams(qs)).failure?.error.body;
+  const bad = (qs: string) => history.run(new URLSearchParams(qs)).failure?.error.body as ErrorBody | undefined;
 
   it('types the values: counts as integers, bounds as text, every attr value; nothing is defaulted', () => {
     expect(values('lastN=%205%20&firstN=0&dateFrom=2024-05-01T12:00:00Z&dateTo=1714564800000&attr=a,b&attr=c')).toEqual({

@@ -3,27 +3,23 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { KeySealer } from '../../src/registry/psk/sealer.js';
-import { freshDatabase, http, login, loggedAddress, spawnService, startTestService, tempDir, type SpawnedService, type TestService } from '../helpers/service.js';
+import type { DeviceView } from '../helpers/api.js';
+import { freshDatabase, http, login, tempDir, useService, useSpawnedServices, zeroSetupEnv } from '../helpers/service.js';
 import { attrOf, genPsk, keyedDevices } from './fixtures.js';
 
-const started: SpawnedService[] = [];
-let svc: TestService | undefined;
-afterAll(async () => {
-  for (const s of started) s.child.kill('SIGKILL');
-  await svc?.stop();
-});
+const svc = useService();
+const spawned = useSpawnedServices();
 
 describe('keys at rest', () => {
   it('the table holds nonce || ciphertext || tag, never the key; it opens only with the configured key', async () => {
-    svc = await startTestService();
-    const token = await login(svc.base);
+    const token = svc.token;
     const { ids: [id] } = await keyedDevices(svc.base, token);
-    const keys = (await genPsk(svc.base, token, id!, '?key_length=16')).body as Array<{ psk: string }>;
+    const keys = (await genPsk(svc.base, token, id!, '?key_length=16')).body;
     const { rows } = await svc.service.pool.query<{ sealed: Buffer; attr_id: string }>('SELECT sealed, attr_id FROM device_psks WHERE device_id = $1', [id]);
     expect(rows).toHaveLength(2);
-    const dump = (await svc.service.pool.query("SELECT string_agg(encode(sealed, 'hex') || encode(sealed, 'escape'), '') AS t FROM device_psks")).rows[0].t as string;
+    const dump = (await svc.service.pool.query<{ t: string }>("SELECT string_agg(encode(sealed, 'hex') || encode(sealed, 'escape'), '') AS t FROM device_psks")).rows[0]!.t;
     for (const { psk } of keys) {
       expect(dump).not.toContain(psk);
       for (const r of rows) expect(r.sealed.includes(Buffer.from(psk, 'hex'))).toBe(false);
@@ -39,8 +35,7 @@ describe('keys at rest', () => {
   });
 
   it('with DATABASE_URL and no PSK_ENCRYPTION_KEY the start fails with a clear message', async () => {
-    const s = spawnService({ DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', DATABASE_URL: await freshDatabase(), ADMIN_PASSWORD: 'x' });
-    started.push(s);
+    const s = spawned.spawn({ DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', DATABASE_URL: await freshDatabase(), ADMIN_PASSWORD: 'x' });
     expect(await s.exited).toBe(2);
     expect(s.output.filter((l) => l.trim()).at(-1)).toBe(
       'configuration error: PSK_ENCRYPTION_KEY must be set when DATABASE_URL is set (32 bytes, as 64 hex characters or base64)',
@@ -48,29 +43,24 @@ describe('keys at rest', () => {
   });
 
   it('with the embedded database and no key, one is generated into DATA_DIR and reused after a restart', async () => {
-    const dataDir = await tempDir();
-    const env = { DATA_DIR: dataDir, PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', HOST: '127.0.0.1', MQTT_HOST: '127.0.0.1' };
-    const start = async () => {
-      const s = spawnService(env);
-      started.push(s);
-      await s.waitFor(/"msg":"ready"/, 90_000);
-      return { s, base: loggedAddress(await s.waitFor(/public HTTP API listening/)), internal: loggedAddress(await s.waitFor(/internal HTTP API listening/)) };
-    };
+    const env = await zeroSetupEnv();
+    const dataDir = env.DATA_DIR!;
+    const start = () => spawned.ready(env, 90_000);
     const first = await start();
     const file = path.join(dataDir, 'psk-key');
     expect((await fs.readFile(file, 'utf8')).trim()).toMatch(/^[0-9a-f]{64}$/);
     expect((await fs.stat(file)).mode & 0o777).toBe(0o600);
     let token = await login(first.base);
     const { ids: [id] } = await keyedDevices(first.base, token);
-    const psk = (await genPsk(first.base, token, id!, '?key_length=16&attrs=key')).body[0].psk;
-    first.s.child.kill('SIGTERM');
-    expect(await first.s.exited).toBe(0);
+    const psk = (await genPsk(first.base, token, id!, '?key_length=16&attrs=key')).body[0]!.psk;
+    first.svc.child.kill('SIGTERM');
+    expect(await first.svc.exited).toBe(0);
 
     const second = await start();
     token = await login(second.base);
-    const view = (await http('GET', `${second.internal}/internal/device/${id}`, { token })).body;
-    expect(attrOf(view, 'key').static_value).toBe(psk);
-    second.s.child.kill('SIGTERM');
-    expect(await second.s.exited).toBe(0);
+    const view = (await http<DeviceView>('GET', `${second.internal}/internal/device/${id}`, { token })).body;
+    expect(attrOf(view, 'key')!.static_value).toBe(psk);
+    second.svc.child.kill('SIGTERM');
+    expect(await second.svc.exited).toBe(0);
   }, 180_000);
 });

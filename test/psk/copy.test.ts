@@ -1,43 +1,39 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, type TestService } from '../helpers/service.js';
-import { getDevice, TS } from '../devices/fixtures.js';
+import { describe, expect, it } from 'vitest';
+import type { DeviceView } from '../helpers/api.js';
+import { countOf } from '../helpers/db.js';
+import { getDevice } from '../helpers/registry-api.js';
+import { http, useService } from '../helpers/service.js';
+import { TS } from '../devices/fixtures.js';
 import { attrOf, copyPsk, genPsk, keyedDevices } from './fixtures.js';
 
-let svc: TestService;
-let token: string;
+const svc = useService();
 
-beforeAll(async () => {
-  svc = await startTestService();
-  token = await login(svc.base);
-});
-afterAll(() => svc?.stop());
-
-const internalKey = async (id: string, label: string) => attrOf((await http('GET', `${svc.internal}/internal/device/${id}`, { token })).body, label)?.static_value;
+const internalKey = async (id: string, label: string) => attrOf((await http<DeviceView>('GET', `${svc.internal}/internal/device/${id}`, { token: svc.token })).body, label)?.static_value;
 
 describe('PUT /device/{id}/attrs/{label}/psk', () => {
   it('copies the source key: 204, no body; the destination gets an updated time', async () => {
-    const { ids: [src, dst] } = await keyedDevices(svc.base, token, 2);
-    const key = (await genPsk(svc.base, token, src!, '?key_length=16&attrs=key')).body[0].psk;
-    const res = await copyPsk(svc.base, token, dst!, 'spare', `?from_dev_id=${src}&from_attr_label=key`);
+    const { ids: [src, dst] } = await keyedDevices(svc.base, svc.token, 2);
+    const key = (await genPsk(svc.base, svc.token, src!, '?key_length=16&attrs=key')).body[0]!.psk;
+    const res = await copyPsk(svc.base, svc.token, dst!, 'spare', `?from_dev_id=${src}&from_attr_label=key`);
     expect(res.status).toBe(204);
     expect(res.text).toBe('');
     expect(await internalKey(dst!, 'spare')).toBe(key);
-    expect((await getDevice(svc.base, token, dst!)).updated).toMatch(TS);
+    expect((await getDevice(svc.base, svc.token, dst!)).updated).toMatch(TS);
   });
 
   it('keeps no link: regenerating the source later leaves the copy as it was', async () => {
-    const { ids: [src, dst] } = await keyedDevices(svc.base, token, 2);
-    const key = (await genPsk(svc.base, token, src!, '?key_length=16&attrs=key')).body[0].psk;
-    await copyPsk(svc.base, token, dst!, 'key', `?from_dev_id=${src}&from_attr_label=key`);
-    const newer = (await genPsk(svc.base, token, src!, '?key_length=16&attrs=key')).body[0].psk;
+    const { ids: [src, dst] } = await keyedDevices(svc.base, svc.token, 2);
+    const key = (await genPsk(svc.base, svc.token, src!, '?key_length=16&attrs=key')).body[0]!.psk;
+    await copyPsk(svc.base, svc.token, dst!, 'key', `?from_dev_id=${src}&from_attr_label=key`);
+    const newer = (await genPsk(svc.base, svc.token, src!, '?key_length=16&attrs=key')).body[0]!.psk;
     expect(await internalKey(src!, 'key')).toBe(newer);
     expect(await internalKey(dst!, 'key')).toBe(key);
   });
 
   it('within one device, from one attribute to another', async () => {
-    const { ids: [id] } = await keyedDevices(svc.base, token);
-    const key = (await genPsk(svc.base, token, id!, '?key_length=4&attrs=key')).body[0].psk;
-    expect((await copyPsk(svc.base, token, id!, 'spare', `?from_dev_id=${id}&from_attr_label=key`)).status).toBe(204);
+    const { ids: [id] } = await keyedDevices(svc.base, svc.token);
+    const key = (await genPsk(svc.base, svc.token, id!, '?key_length=4&attrs=key')).body[0]!.psk;
+    expect((await copyPsk(svc.base, svc.token, id!, 'spare', `?from_dev_id=${id}&from_attr_label=key`)).status).toBe(204);
     expect(await internalKey(id!, 'spare')).toBe(key);
   });
 
@@ -56,15 +52,14 @@ describe('PUT /device/{id}/attrs/{label}/psk', () => {
       ['no key at the source', 'DST', 'spare', '?from_dev_id=NOKEY&from_attr_label=key', 400, { message: 'There is not a psk generated to key', status: 400 }],
     ];
     it.each(cases)('%s', async (_name, target, label, query, status, expected) => {
-      const { ids: [src, nokey, dst] } = await keyedDevices(svc.base, token, 3);
-      await genPsk(svc.base, token, src!, '?key_length=16&attrs=key');
+      const { ids: [src, nokey, dst] } = await keyedDevices(svc.base, svc.token, 3);
+      await genPsk(svc.base, svc.token, src!, '?key_length=16&attrs=key');
       const swap = (s: string) => s.replace('SRC', src!).replace('NOKEY', nokey!).replace('DST', dst!);
-      const res = await copyPsk(svc.base, token, swap(target), label, swap(query));
+      const res = await copyPsk(svc.base, svc.token, swap(target), label, swap(query));
       expect(res.status).toBe(status);
       expect(res.body).toEqual(expected);
-      const keys = await svc.service.pool.query('SELECT count(*)::int AS n FROM device_psks WHERE device_id = ANY($1)', [[nokey, dst]]);
-      expect(keys.rows[0].n).toBe(0);
-      expect(await getDevice(svc.base, token, dst!)).not.toHaveProperty('updated');
+      expect(await countOf(svc.service.pool, 'SELECT count(*)::int AS n FROM device_psks WHERE device_id = ANY($1)', [[nokey, dst]])).toBe(0);
+      expect(await getDevice(svc.base, svc.token, dst!)).not.toHaveProperty('updated');
     });
   });
 });

@@ -1,7 +1,9 @@
+// Keyed templates and devices, and the two key routes, shared by the pre-shared key tests.
+import type { AttrView, DeviceView, KeyRecord, TemplateBodyWithAttrs, TemplateView } from '../helpers/api.js';
+import { createDevices, createTemplate } from '../helpers/registry-api.js';
 import { http } from '../helpers/service.js';
-import { createDevices, createTemplate } from '../devices/fixtures.js';
 
-export const keyed = {
+export const keyed: TemplateBodyWithAttrs = {
   label: 'Keyed',
   attrs: [
     { label: 'temperature', type: 'dynamic', value_type: 'float' },
@@ -12,18 +14,19 @@ export const keyed = {
 };
 
 /** A template with two psk attributes and `n` devices built from it; returns the ids. */
-export async function keyedDevices(base: string, token: string, n = 1): Promise<{ template: any; ids: string[] }> {
+export async function keyedDevices(base: string, token: string, n = 1): Promise<{ template: TemplateView; ids: string[] }> {
   const template = await createTemplate(base, token, keyed);
   const made = await createDevices(base, token, { label: 'k', templates: [template.id] }, `?count=${n}`);
   return { template, ids: made.map((d) => d.id) };
 }
 
-export const genPsk = (base: string, token: string, id: string, query: string) => http('POST', `${base}/device/gen_psk/${id}${query}`, { token });
+/** POST /device/gen_psk/{id}: the keys (200), no body (204) or an error. */
+export const genPsk = (base: string, token: string, id: string, query: string) => http<KeyRecord[]>('POST', `${base}/device/gen_psk/${id}${query}`, { token });
 
 export const copyPsk = (base: string, token: string, id: string, label: string, query: string) =>
   http('PUT', `${base}/device/${id}/attrs/${label}/psk${query}`, { token });
 
 /** The attribute `label` of a device view (any template). */
-export function attrOf(view: any, label: string): any {
-  return Object.values(view.attrs as Record<string, any[]>).flat().find((a) => a.label === label);
+export function attrOf(view: DeviceView, label: string): AttrView | undefined {
+  return Object.values(view.attrs).flat().find((a) => a.label === label);
 }

@@ -1,36 +1,33 @@
 // Pre-shared keys across tenants (interface.md §4.3, §7; decisions.md "Pre-shared keys"): a
 // device of another tenant is an unknown device for gen_psk and for both ends of a key copy,
 // and tenant A's keys are the same before and after tenant B tried (A's internal view).
-import crypto from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
-import { createDevices, createTemplate, getDevice } from '../devices/fixtures.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { DeviceView, TemplateView } from '../helpers/api.js';
+import { countOf } from '../helpers/db.js';
+import { createDevices, createTemplate, getDevice } from '../helpers/registry-api.js';
+import { http, useService } from '../helpers/service.js';
 import { attrOf, copyPsk, genPsk, keyed } from './fixtures.js';
 
-let svc: TestService;
+const svc = useService();
 let tokenA: string;
 let tokenB: string;
-const tenantA = `pska${crypto.randomBytes(3).toString('hex')}`;
-const tenantB = `pskb${crypto.randomBytes(3).toString('hex')}`;
-let templateA: any;
-let templateB: any;
+let tenantB: string;
+let templateA: TemplateView;
+let templateB: TemplateView;
 
 beforeAll(async () => {
-  svc = await startTestService();
-  const admin = await login(svc.base);
-  tokenA = await tenantToken(svc.base, admin, tenantA);
-  tokenB = await tenantToken(svc.base, admin, tenantB);
+  tokenA = (await svc.freshTenant('pska')).token;
+  ({ tenant: tenantB, token: tokenB } = await svc.freshTenant('pskb'));
   templateA = await createTemplate(svc.base, tokenA, keyed);
   templateB = await createTemplate(svc.base, tokenB, keyed);
 });
-afterAll(() => svc?.stop());
 
 /** A device of tenant A whose two psk attributes have keys; returns its id and the keys. */
 async function keyedDeviceOfA(): Promise<{ id: string; keys: Record<string, string> }> {
   const id = (await createDevices(svc.base, tokenA, { label: 'a', templates: [templateA.id] }))[0]!.id;
   const res = await genPsk(svc.base, tokenA, id, '?key_length=16');
   expect(res.status).toBe(200);
-  const keys = Object.fromEntries((res.body as Array<{ attribute: string; psk: string }>).map((k) => [k.attribute, k.psk]));
+  const keys = Object.fromEntries(res.body.map((k) => [k.attribute, k.psk]));
   expect(Object.keys(keys).sort()).toEqual(['key', 'spare']);
   return { id, keys };
 }
@@ -42,13 +39,13 @@ async function deviceOfB(): Promise<string> {
 
 /** What tenant A's internal listener shows for the device: the keys, and the device's updated time. */
 async function internalOfA(id: string): Promise<{ key: unknown; spare: unknown; updated: unknown }> {
-  const res = await http('GET', `${svc.internal}/internal/device/${id}`, { token: tokenA });
+  const res = await http<DeviceView>('GET', `${svc.internal}/internal/device/${id}`, { token: tokenA });
   expect(res.status, res.text).toBe(200);
   return { key: attrOf(res.body, 'key')?.static_value, spare: attrOf(res.body, 'spare')?.static_value, updated: res.body.updated };
 }
 
-async function internalOfB(id: string): Promise<any> {
-  const res = await http('GET', `${svc.internal}/internal/device/${id}`, { token: tokenB });
+async function internalOfB(id: string): Promise<DeviceView> {
+  const res = await http<DeviceView>('GET', `${svc.internal}/internal/device/${id}`, { token: tokenB });
   expect(res.status, res.text).toBe(200);
   return res.body;
 }
@@ -91,14 +88,13 @@ describe("tenant B and tenant A's keys", () => {
     expect(attrOf(viewB, 'spare')).not.toHaveProperty('static_value');
     expect(JSON.stringify(viewB)).not.toContain(a.keys.key);
     expect(await getDevice(svc.base, tokenB, b)).not.toHaveProperty('updated');
-    const stored = await svc.service.pool.query('SELECT count(*)::int AS n FROM device_psks WHERE tenant = $1 AND device_id = $2', [tenantB, b]);
-    expect(stored.rows[0].n).toBe(0);
+    expect(await countOf(svc.service.pool, 'SELECT count(*)::int AS n FROM device_psks WHERE tenant = $1 AND device_id = $2', [tenantB, b])).toBe(0);
   });
 
   it("copying B's own key into A's device: 404 for the destination device; A's keys unchanged", async () => {
     const a = await keyedDeviceOfA();
     const b = await deviceOfB();
-    const keyB = (await genPsk(svc.base, tokenB, b, '?key_length=16&attrs=key')).body[0].psk as string;
+    const keyB = (await genPsk(svc.base, tokenB, b, '?key_length=16&attrs=key')).body[0]!.psk;
     const before = await internalOfA(a.id);
     for (const label of ['key', 'spare']) {
       const res = await copyPsk(svc.base, tokenB, a.id, label, `?from_dev_id=${b}&from_attr_label=key`);
@@ -109,7 +105,7 @@ describe("tenant B and tenant A's keys", () => {
     expect(after).toEqual(before);
     expect([after.key, after.spare]).not.toContain(keyB);
     // B's own key stays where it was.
-    expect(attrOf(await internalOfB(b), 'key').static_value).toBe(keyB);
+    expect(attrOf(await internalOfB(b), 'key')!.static_value).toBe(keyB);
   });
 
   it("a copy between two of A's devices, asked by B: 404 for the source; neither of A's devices changes", async () => {
@@ -124,7 +120,7 @@ describe("tenant B and tenant A's keys", () => {
 
   it("A's internal view is not B's: B's internal listener answers 404 for A's device", async () => {
     const a = await keyedDeviceOfA();
-    const res = await http('GET', `${svc.internal}/internal/device/${a.id}`, { token: tokenB });
+    const res = await http<DeviceView>('GET', `${svc.internal}/internal/device/${a.id}`, { token: tokenB });
     expect(res.status).toBe(404);
     expect(res.body).toEqual(noSuchDevice(a.id));
     const list = await http('GET', `${svc.internal}/internal/device?page_size=1000`, { token: tokenB });
@@ -144,15 +140,15 @@ describe('the same device id in both tenants', () => {
 
     const gen = await genPsk(svc.base, tokenB, a.id, '?key_length=16&attrs=key');
     expect(gen.status).toBe(200);
-    const keyB = gen.body[0].psk as string;
+    const keyB = gen.body[0]!.psk;
     expect(keyB).not.toBe(a.keys.key);
     // Within B: from the twin's `key` to its `spare`.
     const copy = await copyPsk(svc.base, tokenB, a.id, 'spare', `?from_dev_id=${a.id}&from_attr_label=key`);
     expect(copy.status).toBe(204);
 
     const twin = await internalOfB(a.id);
-    expect(attrOf(twin, 'key').static_value).toBe(keyB);
-    expect(attrOf(twin, 'spare').static_value).toBe(keyB);
+    expect(attrOf(twin, 'key')!.static_value).toBe(keyB);
+    expect(attrOf(twin, 'spare')!.static_value).toBe(keyB);
     expect(await internalOfA(a.id)).toEqual(before);
     expect(before).toMatchObject({ key: a.keys.key, spare: a.keys.spare });
   });

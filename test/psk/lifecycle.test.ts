@@ -1,75 +1,75 @@
 // Keys follow their attributes: kept through a device update while the psk attribute stays,
 // deleted with the attribute or when its value type stops being psk; never leaked.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, type TestService } from '../helpers/service.js';
-import { createTemplate, getDevice } from '../devices/fixtures.js';
+import type { DeviceView } from '../helpers/api.js';
+import { countOf } from '../helpers/db.js';
+import { createTemplate, getDevice } from '../helpers/registry-api.js';
+import { http, useService } from '../helpers/service.js';
 import { attrOf, genPsk, keyed, keyedDevices } from './fixtures.js';
 
-let svc: TestService;
-let token: string;
 const logged: string[] = [];
 const write = process.stdout.write.bind(process.stdout);
 
-beforeAll(async () => {
+// Registered before useService(): stdout is captured before the service starts, and given back
+// (afterAll runs in reverse order) before it stops.
+beforeAll(() => {
   // The in-process service logs to this process's stdout, at debug level here: keep every line.
   process.stdout.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
     logged.push(String(chunk));
     return (write as (...a: unknown[]) => boolean)(chunk, ...rest);
   }) as typeof process.stdout.write;
-  svc = await startTestService({ LOG_LEVEL: 'debug' });
-  token = await login(svc.base);
 });
-afterAll(async () => {
+const svc = useService({ LOG_LEVEL: 'debug' });
+afterAll(() => {
   process.stdout.write = write;
-  await svc?.stop();
 });
 
-const keyCount = async (id: string) => (await svc.service.pool.query('SELECT count(*)::int AS n FROM device_psks WHERE device_id = $1', [id])).rows[0].n as number;
-const internalKey = async (id: string, label: string) => attrOf((await http('GET', `${svc.internal}/internal/device/${id}`, { token })).body, label)?.static_value;
+const keyCount = (id: string) => countOf(svc.service.pool, 'SELECT count(*)::int AS n FROM device_psks WHERE device_id = $1', [id]);
+const internalKey = async (id: string, label: string) => attrOf((await http<DeviceView>('GET', `${svc.internal}/internal/device/${id}`, { token: svc.token })).body, label)?.static_value;
 
 describe('keys and device/template changes', () => {
   it('a device update keeps the keys of psk attributes still present', async () => {
-    const { template, ids: [id] } = await keyedDevices(svc.base, token);
-    const key = (await genPsk(svc.base, token, id!, '?key_length=16&attrs=key')).body[0].psk;
-    const other = await createTemplate(svc.base, token, { label: 'other', attrs: [{ label: 'humidity', type: 'dynamic', value_type: 'float' }] });
-    const res = await http('PUT', `${svc.base}/device/${id}`, { token, body: { label: 'renamed', templates: [template.id, other.id] } });
+    const { template, ids: [id] } = await keyedDevices(svc.base, svc.token);
+    const key = (await genPsk(svc.base, svc.token, id!, '?key_length=16&attrs=key')).body[0]!.psk;
+    const other = await createTemplate(svc.base, svc.token, { label: 'other', attrs: [{ label: 'humidity', type: 'dynamic', value_type: 'float' }] });
+    const res = await http('PUT', `${svc.base}/device/${id}`, { token: svc.token, body: { label: 'renamed', templates: [template.id, other.id] } });
     expect(res.status).toBe(200);
     expect(await internalKey(id!, 'key')).toBe(key);
   });
 
   it('the override list cannot set a key (create or update): 400, the stored key unchanged', async () => {
-    const { template, ids: [id] } = await keyedDevices(svc.base, token);
-    const key = (await genPsk(svc.base, token, id!, '?key_length=16&attrs=key')).body[0].psk;
+    const { template, ids: [id] } = await keyedDevices(svc.base, svc.token);
+    const key = (await genPsk(svc.base, svc.token, id!, '?key_length=16&attrs=key')).body[0]!.psk;
     const body = { label: 'k', templates: [template.id], attrs: [{ label: 'key', static_value: 'deadbeef' }] };
     const expected = { message: 'The key of psk attribute key is set by gen_psk or a key copy, not by the override list', status: 400 };
-    const put = await http('PUT', `${svc.base}/device/${id}`, { token, body });
+    const put = await http('PUT', `${svc.base}/device/${id}`, { token: svc.token, body });
     expect([put.status, put.body]).toEqual([400, expected]);
     expect(await internalKey(id!, 'key')).toBe(key);
-    const post = await http('POST', `${svc.base}/device`, { token, body: { ...body, id: 'abcd' } });
+    const post = await http('POST', `${svc.base}/device`, { token: svc.token, body: { ...body, id: 'abcd' } });
     expect([post.status, post.body]).toEqual([400, expected]);
-    expect((await http('GET', `${svc.base}/device/abcd`, { token })).status).toBe(404);
+    expect((await http('GET', `${svc.base}/device/abcd`, { token: svc.token })).status).toBe(404);
   });
 
   it('a device update dropping the template deletes its keys', async () => {
-    const { ids: [id] } = await keyedDevices(svc.base, token);
-    await genPsk(svc.base, token, id!, '?key_length=16');
-    await http('PUT', `${svc.base}/device/${id}`, { token, body: { label: 'bare', templates: [] } });
+    const { ids: [id] } = await keyedDevices(svc.base, svc.token);
+    await genPsk(svc.base, svc.token, id!, '?key_length=16');
+    await http('PUT', `${svc.base}/device/${id}`, { token: svc.token, body: { label: 'bare', templates: [] } });
     expect(await keyCount(id!)).toBe(0);
   });
 
   it('a template update removing the attribute, or changing its value type, deletes its keys; others stay', async () => {
-    const { template, ids: [id] } = await keyedDevices(svc.base, token);
-    const keys = (await genPsk(svc.base, token, id!, '?key_length=16')).body;
+    const { template, ids: [id] } = await keyedDevices(svc.base, svc.token);
+    const keys = (await genPsk(svc.base, svc.token, id!, '?key_length=16')).body;
     expect(await keyCount(id!)).toBe(2);
     const body = structuredClone(keyed);
     body.attrs = body.attrs.filter((a) => a.label !== 'spare'); // removed
-    const res = await http('PUT', `${svc.base}/template/${template.id}`, { token, body });
+    const res = await http('PUT', `${svc.base}/template/${template.id}`, { token: svc.token, body });
     expect(res.status).toBe(200);
     expect(await keyCount(id!)).toBe(1);
-    expect(await internalKey(id!, 'key')).toBe(keys[0].psk);
+    expect(await internalKey(id!, 'key')).toBe(keys[0]!.psk);
     body.attrs.find((a) => a.label === 'key')!.value_type = 'string'; // no longer psk
-    (body.attrs.find((a) => a.label === 'key') as any).static_value = 'plain';
-    await http('PUT', `${svc.base}/template/${template.id}`, { token, body });
+    body.attrs.find((a) => a.label === 'key')!.static_value = 'plain';
+    await http('PUT', `${svc.base}/template/${template.id}`, { token: svc.token, body });
     expect(await keyCount(id!)).toBe(0);
     expect(await internalKey(id!, 'key')).toBe('plain');
   });
@@ -77,21 +77,21 @@ describe('keys and device/template changes', () => {
   it('a key never appears in public views, events, metrics or logs', async () => {
     const events: unknown[] = [];
     const off = svc.service.events.on((e) => events.push(e));
-    const { template, ids: [id] } = await keyedDevices(svc.base, token);
-    const key = (await genPsk(svc.base, token, id!, '?key_length=32&attrs=key')).body[0].psk as string;
-    await http('PUT', `${svc.base}/device/${id}/attrs/spare/psk?from_dev_id=${id}&from_attr_label=key`, { token });
+    const { template, ids: [id] } = await keyedDevices(svc.base, svc.token);
+    const key = (await genPsk(svc.base, svc.token, id!, '?key_length=32&attrs=key')).body[0]!.psk;
+    await http('PUT', `${svc.base}/device/${id}/attrs/spare/psk?from_dev_id=${id}&from_attr_label=key`, { token: svc.token });
     off();
-    const pub = await getDevice(svc.base, token, id!);
+    const pub = await getDevice(svc.base, svc.token, id!);
     const texts = [
       JSON.stringify(pub),
-      (await http('GET', `${svc.base}/device?page_size=100`, { token })).text,
-      (await http('GET', `${svc.base}/device/template/${template.id}`, { token })).text,
-      (await http('PUT', `${svc.base}/device/${id}`, { token, body: { label: 'x', templates: [template.id] } })).text,
+      (await http('GET', `${svc.base}/device?page_size=100`, { token: svc.token })).text,
+      (await http('GET', `${svc.base}/device/template/${template.id}`, { token: svc.token })).text,
+      (await http('PUT', `${svc.base}/device/${id}`, { token: svc.token, body: { label: 'x', templates: [template.id] } })).text,
       JSON.stringify(events),
       (await http('GET', `${svc.base}/metrics`)).text,
-      (await http('DELETE', `${svc.base}/device/${id}`, { token })).text,
+      (await http('DELETE', `${svc.base}/device/${id}`, { token: svc.token })).text,
       // a failing request is logged too
-      (await http('POST', `${svc.base}/device/gen_psk/${id}?key_length=16`, { token })).text,
+      (await http('POST', `${svc.base}/device/gen_psk/${id}?key_length=16`, { token: svc.token })).text,
       logged.join(''),
     ];
     expect(logged.length).toBeGreaterThan(0);

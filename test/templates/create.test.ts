@@ -1,18 +1,14 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, type TestService } from '../helpers/service.js';
-import { createTemplate, sensorBody, TS } from './fixtures.js';
+import { describe, expect, it } from 'vitest';
+import type { AttrView, TemplateCreated } from '../helpers/api.js';
+import { countOf } from '../helpers/db.js';
+import { createTemplate } from '../helpers/registry-api.js';
+import { http, useService } from '../helpers/service.js';
+import { sensorBody, TS } from './fixtures.js';
 
-let svc: TestService;
-let token: string;
+const svc = useService();
 
-beforeAll(async () => {
-  svc = await startTestService();
-  token = await login(svc.base);
-});
-afterAll(() => svc?.stop());
-
-const post = (body: unknown) => http('POST', `${svc.base}/template`, { token, body });
-const count = async () => (await svc.service.pool.query('SELECT count(*)::int AS n FROM templates')).rows[0].n as number;
+const post = (body: unknown) => http<TemplateCreated>('POST', `${svc.base}/template`, { token: svc.token, body });
+const count = () => countOf(svc.service.pool, 'SELECT count(*)::int AS n FROM templates');
 
 describe('POST /template', () => {
   it('creates a template: {result, template} with an integer id, attributes split by type', async () => {
@@ -25,25 +21,25 @@ describe('POST /template', () => {
     expect(t.label).toBe('SensorModel');
     expect(t.created).toMatch(TS);
     expect(t).not.toHaveProperty('updated');
-    expect(t.attrs.map((a: any) => a.label)).toEqual(['temperature', 'model', 'led', 'protocol']);
-    expect(t.data_attrs.map((a: any) => a.label)).toEqual(['temperature', 'model', 'led']);
-    expect(t.config_attrs.map((a: any) => a.label)).toEqual(['protocol']);
-    const [temp, model, , protocol] = t.attrs;
+    expect(t.attrs.map((a) => a.label)).toEqual(['temperature', 'model', 'led', 'protocol']);
+    expect(t.data_attrs.map((a) => a.label)).toEqual(['temperature', 'model', 'led']);
+    expect(t.config_attrs.map((a) => a.label)).toEqual(['protocol']);
+    const [temp, model, , protocol] = t.attrs as [AttrView, AttrView, AttrView, AttrView];
     // ids ascending in input order; template_id a string; static_value only when set
-    expect(t.attrs.map((a: any) => a.id)).toEqual([...t.attrs.map((a: any) => a.id)].sort((a: number, b: number) => a - b));
+    expect(t.attrs.map((a) => a.id)).toEqual([...t.attrs.map((a) => a.id)].sort((a: number, b: number) => a - b));
     expect(temp).toEqual({ id: temp.id, label: 'temperature', type: 'dynamic', value_type: 'float', template_id: String(t.id), created: temp.created });
     expect(temp.created).toMatch(TS);
     expect(model.static_value).toBe('T-1000');
     expect(model).not.toHaveProperty('metadata');
     expect(protocol.metadata).toEqual([
-      { id: protocol.metadata[0].id, label: 'unit', type: 'static', value_type: 'string', static_value: 'none', created: protocol.metadata[0].created },
+      { id: protocol.metadata![0]!.id, label: 'unit', type: 'static', value_type: 'string', static_value: 'none', created: protocol.metadata![0]!.created },
     ]);
-    expect(protocol.metadata[0].id).not.toBe(protocol.id);
+    expect(protocol.metadata![0]!.id).not.toBe(protocol.id);
   });
 
   it('the response equals what GET returns afterwards', async () => {
-    const t = await createTemplate(svc.base, token);
-    const got = await http('GET', `${svc.base}/template/${t.id}`, { token });
+    const t = await createTemplate(svc.base, svc.token, sensorBody());
+    const got = await http('GET', `${svc.base}/template/${t.id}`, { token: svc.token });
     expect(got.status).toBe(200);
     expect(got.body).toEqual(t);
   });
@@ -65,12 +61,12 @@ describe('POST /template', () => {
       ],
     });
     expect(res.status).toBe(200);
-    const [n, b, key, odd] = res.body.template.attrs;
+    const [n, b, key, odd] = res.body.template.attrs as [AttrView, AttrView, AttrView, AttrView];
     expect(n.static_value).toBe('42');
     expect(b.static_value).toBe('true');
     expect(key).not.toHaveProperty('static_value');
     expect(odd).toMatchObject({ type: 'some-type', value_type: 'some-value-type' });
-    expect(res.body.template.config_attrs.map((a: any) => a.label)).toEqual(['odd']);
+    expect(res.body.template.config_attrs.map((a) => a.label)).toEqual(['odd']);
   });
 
   it('accepts labels of 128 characters and the whole label alphabet', async () => {
@@ -161,7 +157,7 @@ describe('POST /template: bad input changes nothing', () => {
   });
 
   it('a body that is not JSON: 400 with the contract message', async () => {
-    const res = await http('POST', `${svc.base}/template`, { token, rawBody: '{"label":', headers: { 'content-type': 'application/json' } });
+    const res = await http('POST', `${svc.base}/template`, { token: svc.token, rawBody: '{"label":', headers: { 'content-type': 'application/json' } });
     expect(res.status).toBe(400);
     expect(res.body).toEqual({ message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 });
   });

@@ -1,19 +1,17 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, type TestService } from '../helpers/service.js';
-import { createTemplate } from './fixtures.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { TemplateInFormat, TemplateView } from '../helpers/api.js';
+import { createTemplate } from '../helpers/registry-api.js';
+import { http, useService } from '../helpers/service.js';
+import { sensorBody } from './fixtures.js';
 
-let svc: TestService;
-let token: string;
-let t: any;
+const svc = useService();
+let t: TemplateView;
 
 beforeAll(async () => {
-  svc = await startTestService();
-  token = await login(svc.base);
-  t = await createTemplate(svc.base, token);
+  t = await createTemplate(svc.base, svc.token, sensorBody());
 });
-afterAll(() => svc?.stop());
 
-const get = (path: string) => http('GET', `${svc.base}${path}`, { token });
+const get = (path: string) => http<TemplateInFormat>('GET', `${svc.base}${path}`, { token: svc.token });
 
 describe('GET /template/{id}', () => {
   it('returns the template with an integer id and all three lists', async () => {

@@ -1,26 +1,25 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
-import { createTemplate } from './fixtures.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { TemplateList, TemplateView } from '../helpers/api.js';
+import { createTemplate } from '../helpers/registry-api.js';
+import { http, useService } from '../helpers/service.js';
+import { sensorBody } from './fixtures.js';
 
-let svc: TestService;
+const svc = useService();
 let first: string;
 let second: string;
-let t: any;
+let t: TemplateView;
 
 beforeAll(async () => {
-  svc = await startTestService();
-  const admin = await login(svc.base);
-  first = await tenantToken(svc.base, admin, 'tenant-one');
-  second = await tenantToken(svc.base, admin, 'tenant-two');
-  t = await createTemplate(svc.base, first);
+  first = (await svc.freshTenant('tenant-one')).token;
+  second = (await svc.freshTenant('tenant-two')).token;
+  t = await createTemplate(svc.base, first, sensorBody());
 });
-afterAll(() => svc?.stop());
 
 describe('tenant isolation of templates', () => {
   it('a second tenant lists none of the first tenant\'s templates', async () => {
     const res = await http('GET', `${svc.base}/template?attr_type=dynamic&label=Sensor`, { token: second });
     expect(res.body).toEqual({ templates: [], pagination: { page: 1, total: 0, has_next: false, next_page: null } });
-    expect((await http('GET', `${svc.base}/template`, { token: second })).body.templates).toEqual([]);
+    expect((await http<TemplateList>('GET', `${svc.base}/template`, { token: second })).body.templates).toEqual([]);
   });
 
   it('the first tenant\'s ids answer 404 to the second for get, update and delete', async () => {

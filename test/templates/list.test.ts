@@ -1,13 +1,14 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, type TestService } from '../helpers/service.js';
-import { createTemplate, labelsOf } from './fixtures.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { TemplateBody, TemplateList } from '../helpers/api.js';
+import { createTemplate } from '../helpers/registry-api.js';
+import { http, useService } from '../helpers/service.js';
+import { labelsOf } from './fixtures.js';
 
-let svc: TestService;
-let token: string;
+const svc = useService();
 const ids: Record<string, number> = {};
 
 // Labels chosen so that prefix, suffix, sort and filters all have something to tell apart.
-const fixtures = [
+const fixtures: TemplateBody[] = [
   { label: 'beta-sensor', attrs: [{ label: 'temp', type: 'dynamic', value_type: 'float' }, { label: 'vendor', type: 'static', value_type: 'string', static_value: 'acme' }] },
   { label: 'alpha-sensor', attrs: [{ label: 'vendor', type: 'static', value_type: 'string', static_value: 'initech' }] },
   { label: 'sensor-gamma', attrs: [{ label: 'vendor', type: 'static', value_type: 'string', static_value: 'acme' }, { label: 'k', type: 'static', value_type: 'psk' }] },
@@ -17,13 +18,10 @@ const fixtures = [
 ];
 
 beforeAll(async () => {
-  svc = await startTestService();
-  token = await login(svc.base);
-  for (const f of fixtures) ids[f.label] = (await createTemplate(svc.base, token, f)).id;
+  for (const f of fixtures) ids[f.label] = (await createTemplate(svc.base, svc.token, f)).id;
 });
-afterAll(() => svc?.stop());
 
-const list = (query = '') => http('GET', `${svc.base}/template${query}`, { token });
+const list = (query = '') => http<TemplateList>('GET', `${svc.base}/template${query}`, { token: svc.token });
 const allLabels = fixtures.map((f) => f.label);
 
 describe('GET /template: order and shape', () => {
@@ -32,8 +30,8 @@ describe('GET /template: order and shape', () => {
     expect(res.status).toBe(200);
     expect(labelsOf(res.body.templates)).toEqual(allLabels);
     expect(res.body.pagination).toEqual({ page: 1, total: 1, has_next: false, next_page: null });
-    expect(typeof res.body.templates[0].id).toBe('number');
-    expect(Object.keys(res.body.templates[0])).toEqual(['id', 'label', 'created', 'attrs', 'data_attrs', 'config_attrs']);
+    expect(typeof res.body.templates[0]!.id).toBe('number');
+    expect(Object.keys(res.body.templates[0]!)).toEqual(['id', 'label', 'created', 'attrs', 'data_attrs', 'config_attrs']);
   });
 
   it('sortBy=label: byte order (uppercase first), ties by id', async () => {
@@ -43,8 +41,8 @@ describe('GET /template: order and shape', () => {
   });
 
   it('attr_format on the list', async () => {
-    expect(Object.keys((await list('?attr_format=single')).body.templates[0])).toEqual(['id', 'label', 'created', 'attrs']);
-    expect(Object.keys((await list('?attr_format=split')).body.templates[0])).toEqual(['id', 'label', 'created', 'data_attrs', 'config_attrs']);
+    expect(Object.keys((await list('?attr_format=single')).body.templates[0]!)).toEqual(['id', 'label', 'created', 'attrs']);
+    expect(Object.keys((await list('?attr_format=split')).body.templates[0]!)).toEqual(['id', 'label', 'created', 'data_attrs', 'config_attrs']);
   });
 });
 
@@ -116,7 +114,7 @@ describe('GET /template: filters', () => {
 
   it('several attr filters must all hold', async () => {
     expect(labelsOf((await list('?attr=vendor=acme&attr=k=x')).body.templates)).toEqual([]);
-    await createTemplate(svc.base, token, {
+    await createTemplate(svc.base, svc.token, {
       label: 'two-values',
       attrs: [
         { label: 'vendor', type: 'static', value_type: 'string', static_value: 'acme' },
@@ -124,7 +122,7 @@ describe('GET /template: filters', () => {
       ],
     });
     expect(labelsOf((await list('?attr=vendor=acme&attr=model=m1')).body.templates)).toEqual(['two-values']);
-    await http('DELETE', `${svc.base}/template/${(await list('?label=two-values')).body.templates[0].id}`, { token });
+    await http('DELETE', `${svc.base}/template/${(await list('?label=two-values')).body.templates[0]!.id}`, { token: svc.token });
   });
 
   it('attr_type matches type or value_type; several must all hold', async () => {

@@ -1,23 +1,19 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, type TestService } from '../helpers/service.js';
-import { createTemplate, sensorBody, TS } from './fixtures.js';
+import { describe, expect, it } from 'vitest';
+import type { TemplateUpdated, TemplateView } from '../helpers/api.js';
+import { countOf } from '../helpers/db.js';
+import { createTemplate } from '../helpers/registry-api.js';
+import { http, useService } from '../helpers/service.js';
+import { sensorBody, TS } from './fixtures.js';
 
-let svc: TestService;
-let token: string;
+const svc = useService();
 
-beforeAll(async () => {
-  svc = await startTestService();
-  token = await login(svc.base);
-});
-afterAll(() => svc?.stop());
-
-const put = (id: string | number, body: unknown) => http('PUT', `${svc.base}/template/${id}`, { token, body });
-const get = (id: number) => http('GET', `${svc.base}/template/${id}`, { token });
-const byLabel = (t: any, label: string) => t.attrs.find((a: any) => a.label === label);
+const put = (id: string | number, body: unknown) => http<TemplateUpdated>('PUT', `${svc.base}/template/${id}`, { token: svc.token, body });
+const get = (id: number) => http<TemplateView>('GET', `${svc.base}/template/${id}`, { token: svc.token });
+const byLabel = (t: TemplateView<number | string>, label: string) => t.attrs.find((a) => a.label === label);
 
 describe('PUT /template/{id}', () => {
   it('replaces label and attributes: {updated, result} with a string id and an updated time', async () => {
-    const t = await createTemplate(svc.base, token);
+    const t = await createTemplate(svc.base, svc.token, sensorBody());
     const res = await put(t.id, { label: 'Renamed', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }] });
     expect(res.status).toBe(200);
     expect(Object.keys(res.body).sort()).toEqual(['result', 'updated']);
@@ -27,15 +23,15 @@ describe('PUT /template/{id}', () => {
     expect(u.label).toBe('Renamed');
     expect(u.created).toBe(t.created);
     expect(u.updated).toMatch(TS);
-    expect(u.attrs.map((a: any) => a.label)).toEqual(['temperature']);
-    expect(u.data_attrs.map((a: any) => a.label)).toEqual(['temperature']);
+    expect(u.attrs.map((a) => a.label)).toEqual(['temperature']);
+    expect(u.data_attrs.map((a) => a.label)).toEqual(['temperature']);
     expect(u.config_attrs).toEqual([]);
     const got = (await get(t.id)).body;
     expect(got).toEqual({ ...u, id: t.id });
   });
 
   it('keeps the identity of attributes whose (label, type) survive; replaces the others', async () => {
-    const t = await createTemplate(svc.base, token);
+    const t = await createTemplate(svc.base, svc.token, sensorBody());
     const body = sensorBody();
     body.attrs = [
       { label: 'model', type: 'static', value_type: 'string', static_value: 'T-2000' }, // kept, new value
@@ -47,42 +43,41 @@ describe('PUT /template/{id}', () => {
     const res = await put(t.id, body);
     expect(res.status).toBe(200);
     const u = res.body.updated;
-    const [oldModel, oldTemp] = [byLabel(t, 'model'), byLabel(t, 'temperature')];
+    const [oldModel, oldTemp] = [byLabel(t, 'model')!, byLabel(t, 'temperature')!];
     expect(byLabel(u, 'model')).toMatchObject({ id: oldModel.id, created: oldModel.created, static_value: 'T-2000' });
-    expect(byLabel(u, 'model').updated).toMatch(TS);
+    expect(byLabel(u, 'model')!.updated).toMatch(TS);
     expect(byLabel(u, 'temperature')).toMatchObject({ id: oldTemp.id, created: oldTemp.created, value_type: 'integer' });
-    expect(byLabel(u, 'led').id).not.toBe(byLabel(t, 'led').id);
-    expect(byLabel(u, 'led').type).toBe('dynamic');
+    expect(byLabel(u, 'led')!.id).not.toBe(byLabel(t, 'led')!.id);
+    expect(byLabel(u, 'led')!.type).toBe('dynamic');
     expect(byLabel(u, 'protocol')).toBeUndefined();
     // attributes in id order: kept ones first, new ones after
-    expect(u.attrs.map((a: any) => a.label)).toEqual(['temperature', 'model', 'led', 'humidity']);
-    const stale = await svc.service.pool.query('SELECT count(*)::int AS n FROM template_attrs WHERE template_id = $1', [t.id]);
-    expect(stale.rows[0].n).toBe(4);
+    expect(u.attrs.map((a) => a.label)).toEqual(['temperature', 'model', 'led', 'humidity']);
+    expect(await countOf(svc.service.pool, 'SELECT count(*)::int AS n FROM template_attrs WHERE template_id = $1', [t.id])).toBe(4);
   });
 
   it('an unchanged attribute keeps its fields and gets no updated time', async () => {
-    const t = await createTemplate(svc.base, token);
+    const t = await createTemplate(svc.base, svc.token, sensorBody());
     const u = (await put(t.id, sensorBody())).body.updated;
     expect(u.attrs).toEqual(t.attrs);
   });
 
   it('metadata of a kept attribute keep their identity too', async () => {
-    const t = await createTemplate(svc.base, token);
-    const protocol = byLabel(t, 'protocol');
+    const t = await createTemplate(svc.base, svc.token, sensorBody());
+    const protocol = byLabel(t, 'protocol')!;
     const body = sensorBody();
     body.attrs[3]!.metadata = [
       { label: 'unit', type: 'static', value_type: 'string', static_value: 'celsius' },
       { label: 'extra', type: 'static', value_type: 'string', static_value: 'e' },
     ];
     const u = (await put(t.id, body)).body.updated;
-    const meta = byLabel(u, 'protocol').metadata;
-    expect(meta[0]).toMatchObject({ id: protocol.metadata[0].id, label: 'unit', static_value: 'celsius' });
+    const meta = byLabel(u, 'protocol')!.metadata!;
+    expect(meta[0]).toMatchObject({ id: protocol.metadata![0]!.id, label: 'unit', static_value: 'celsius' });
     expect(meta[1]).toMatchObject({ label: 'extra' });
     expect(meta[1]).not.toHaveProperty('template_id');
   });
 
   it('bad body: 400 and nothing changes (checked before the lookup)', async () => {
-    const t = await createTemplate(svc.base, token);
+    const t = await createTemplate(svc.base, svc.token, sensorBody());
     const res = await put(t.id, { attrs: [] });
     expect(res.status).toBe(400);
     expect(res.body).toEqual({ message: 'failed to parse input', errors: { label: ['Missing data for required field.'] } });

@@ -1,0 +1,60 @@
+// The log format: every output line of a real process is one JSON object with ts, level and msg,
+// at the default level and at LOG_LEVEL=warn.
+import { describe, expect, it } from 'vitest';
+import { freePort } from '../../src/net.js';
+import type { TemplateList } from '../helpers/api.js';
+import { parseLogLines } from '../helpers/log-lines.js';
+import { http, login, terminate, testEnv, useSpawnedServices, zeroSetupEnv } from '../helpers/service.js';
+
+const spawned = useSpawnedServices();
+
+describe('log format', () => {
+  it('a zero-setup start, a few requests and a shutdown: every output line is one JSON object with ts, level and msg', async () => {
+    const { svc, base } = await spawned.ready(await zeroSetupEnv(), 90_000);
+    const token = await login(base);
+    await http('GET', `${base}/health`);
+    await http<TemplateList>('GET', `${base}/template`, { token });
+    await http('GET', `${base}/no/such/route`, { token });
+    await http<TemplateList>('GET', `${base}/template`, { token: 'not.a.token' });
+    await http('POST', `${base}/auth`, { body: { username: 'admin', passwd: 'wrong' } });
+    await http('POST', `${base}/auth`, { rawBody: 'junk', headers: { 'content-type': 'application/json' } });
+    const { code } = await terminate(svc);
+    expect(code).toBe(0);
+    const entries = parseLogLines(svc.output);
+    const msgs = entries.map((e) => e.msg);
+    for (const msg of ['initialising embedded PostgreSQL', 'embedded PostgreSQL listening', 'embedded MQTT broker listening', 'public HTTP API listening', 'internal HTTP API listening', 'ready', 'shutting down', 'stopped']) {
+      expect(msgs).toContain(msg);
+    }
+    // The default level is info: no debug lines.
+    expect(entries.filter((e) => e.level === 'debug')).toEqual([]);
+  }, 120_000);
+
+  it('LOG_LEVEL=warn: warnings are written, info lines are not', async () => {
+    // A first start lays the history partitions out with one interval; the second start, at warn,
+    // is given another one, which it reports with a warning.
+    const env = await testEnv({ LOG_LEVEL: 'info', HISTORY_CHUNK_INTERVAL: '1 day' });
+    const first = await spawned.ready(env);
+    expect((await terminate(first.svc)).code).toBe(0);
+    expect(first.svc.output.some((l) => l.includes('"level":"info"'))).toBe(true);
+
+    const port = await freePort();
+    const second = spawned.spawn({ ...env, LOG_LEVEL: 'warn', HISTORY_CHUNK_INTERVAL: '2 days', PORT: String(port) });
+    await second.waitFor(/HISTORY_CHUNK_INTERVAL differs/);
+    // At warn the service does not say it is ready: it is once it answers.
+    const base = `http://127.0.0.1:${port}`;
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const up = await http('GET', `${base}/health`).then((r) => r.status === 200, () => false);
+      if (up) break;
+      if (Date.now() > deadline) throw new Error(`not answering at ${base}:\n${second.output.join('\n')}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const token = await login(base);
+    expect((await http<TemplateList>('GET', `${base}/template`, { token })).status).toBe(200);
+    expect((await http('GET', `${base}/no/such/route`, { token })).status).toBe(404);
+    expect((await terminate(second)).code).toBe(0);
+    const entries = parseLogLines(second.output);
+    expect(entries.some((e) => e.level === 'warn')).toBe(true);
+    expect(entries.filter((e) => e.level === 'info' || e.level === 'debug')).toEqual([]);
+  }, 90_000);
+});
