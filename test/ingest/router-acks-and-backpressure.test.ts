@@ -1,6 +1,7 @@
 // The ingest router: batches per shard, acknowledges a message only once its batch is committed
 // (at once when dropped), sends a failed batch again, and pauses / resumes the broker link.
 import { describe, expect, it } from 'vitest';
+import type { WorkerMetricsDelta } from '../../src/ingest/protocol.js';
 
 describe('the router', () => {
   const quiet = { debug() {}, info() {}, warn() {}, error() {}, child() { return quiet; }, level: 'silent' as const };
@@ -15,7 +16,7 @@ describe('the router', () => {
     const runner = {
       shards: 2,
       run: (shard: number, task: { keys: string }) =>
-        new Promise<any>((resolve, reject) => calls.push({ shard, keys: task.keys.split('\0'), resolve: () => resolve(ShardActorMetrics()), reject })),
+        new Promise<WorkerMetricsDelta>((resolve, reject) => calls.push({ shard, keys: task.keys.split('\0'), resolve: () => resolve(ShardActorMetrics()), reject })),
     };
     const router = new IngestRouter(runner as never, { maxMessageBytes: 100, maxPending: 1000, holdMs: 10, log: quiet, onPressure() {} });
     const a = acker();
@@ -38,7 +39,7 @@ describe('the router', () => {
   it('asks the broker link to pause above INGEST_MAX_PENDING and to resume below half of it', async () => {
     const { IngestRouter } = await import('../../src/ingest/router.js');
     const pending: Array<() => void> = [];
-    const runner = { shards: 1, run: () => new Promise<any>((resolve) => pending.push(() => resolve(ShardActorMetrics()))) };
+    const runner = { shards: 1, run: () => new Promise<WorkerMetricsDelta>((resolve) => pending.push(() => resolve(ShardActorMetrics()))) };
     const pressure: boolean[] = [];
     const router = new IngestRouter(runner as never, { maxMessageBytes: 100, maxPending: 4, holdMs: 10, log: quiet, onPressure: (p) => pressure.push(p) });
     const a = acker();
@@ -52,7 +53,7 @@ describe('the router', () => {
   });
 });
 
-function ShardActorMetrics() {
+function ShardActorMetrics(): WorkerMetricsDelta {
   return { messagesStored: 0, valuesReceived: 0, valuesStored: 0, dropped: {}, cacheHits: 0, cacheMisses: 0, batchRows: [], copySeconds: [], cachedDevices: 0 };
 }
 
