@@ -4,7 +4,7 @@
 // every message at once and storing nothing. What it receives per second is what the broker
 // can deliver to the service at best.
 //   node dist/bench/ingest-sink.js '{"url":"mqtt://127.0.0.1:1883","connections":8,...}'
-import { ATTRS_FILTERS } from '../src/broker/topics.js';
+import { ATTRS_FILTERS } from '../src/topics.js';
 import { SubscriberConnection } from '../src/broker/subscriber.js';
 import { subscriberClientId } from '../src/broker/external.js';
 import { createLogger } from '../src/log.js';

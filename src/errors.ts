@@ -95,3 +95,14 @@ export const errors = {
 
 /** The name of an error of the registry. */
 export type ErrorKey = keyof typeof errors;
+
+/**
+ * The broker did not take a configuration message (down, or no acknowledgement in time). Thrown by
+ * the broker link, answered as `errors.brokerUnavailable()` (503) by actuation.
+ */
+export class BrokerUnavailable extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'BrokerUnavailable';
+  }
+}

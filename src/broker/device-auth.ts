@@ -12,7 +12,7 @@ import type { AedesOptions, AuthenticateError, Client, PublishPacket, Subscripti
 import type { Logger } from '../log.js';
 import type { DeviceDirectory } from './device-directory.js';
 import { NO_ACK, type AckHandle, type Inbox } from './link.js';
-import { deviceKey, parseDeviceName, parseDeviceTopic, sameDevice, type DeviceRef } from './topics.js';
+import { deviceKey, parseDeviceName, parseDeviceTopic, sameDevice, type DeviceRef } from '../topics.js';
 
 // The hooks' callbacks (aedes does not export their types).
 type AuthenticateDone = (error: AuthenticateError | null, success: boolean | null) => void;

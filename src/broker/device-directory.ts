@@ -4,7 +4,7 @@
 import { setImmediate } from 'node:timers/promises';
 import type pg from 'pg';
 import type { RegistryEvent } from '../registry/events.js';
-import { deviceKey } from './topics.js';
+import { deviceKey } from '../topics.js';
 
 export class DeviceDirectory {
   private readonly known = new Map<string, boolean>();

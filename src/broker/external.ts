@@ -9,9 +9,10 @@
 //     configuration message counts as sent once the broker acknowledged it (QoS 1 PUBACK).
 import mqtt from 'mqtt';
 import type { Logger } from '../log.js';
-import { ATTRS_FILTERS, parseDeviceTopic, type DeviceTopic } from './topics.js';
+import { ATTRS_FILTERS, parseDeviceTopic, type DeviceTopic } from '../topics.js';
 import { ProtocolRefused, SubscriberConnection, type MqttVersion } from './subscriber.js';
-import { BrokerUnavailable, type AckHandle, type BrokerLink, type Inbox } from './link.js';
+import { BrokerUnavailable } from '../errors.js';
+import { type AckHandle, type BrokerLink, type Inbox } from './link.js';
 
 const TOPIC_CACHE = 200_000;
 /** How long the start waits for the actuation publisher's first connection. */

@@ -55,11 +55,3 @@ export interface BrokerLink {
   stopAccepting(): void;
   close(): Promise<void>;
 }
-
-/** The broker did not take a configuration message (down, or no acknowledgement in time). */
-export class BrokerUnavailable extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'BrokerUnavailable';
-  }
-}

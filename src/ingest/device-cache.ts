@@ -4,7 +4,7 @@
 // running while an event arrived is used for its batch but not cached, because it may have
 // read the registry before the change committed.
 import type { RegistryEvent } from '../registry/events.js';
-import { deviceKey } from '../broker/topics.js';
+import { deviceKey } from '../topics.js';
 import type { DeviceModel } from './device-model.js';
 
 export type DeviceLoader = (devices: Array<{ tenant: string; id: string }>) => Promise<Map<string, DeviceModel>>;

@@ -10,7 +10,7 @@ import { ConfigError, type Config } from '../config.js';
 import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
 import { projectRoot } from '../paths.js';
-import { BrokerUnavailable } from '../broker/link.js';
+import { BrokerUnavailable } from '../errors.js';
 import { IngestMetrics } from './metrics.js';
 import { INGEST_CONFIG_KEYS, type IngestSettings, type MainToRouter, type RouterToMain } from './protocol.js';
 

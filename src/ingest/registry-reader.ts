@@ -3,7 +3,7 @@
 // the device), waiting through database outages. Devices that do not exist are absent from
 // the result.
 import type pg from 'pg';
-import { deviceKey } from '../broker/topics.js';
+import { deviceKey } from '../topics.js';
 import { buildDeviceModel, SchemaPool, type AttrRow, type DeviceModel } from './device-model.js';
 import type { DatabaseRetry } from './db-retry.js';
 import type { Logger } from '../log.js';

@@ -9,7 +9,7 @@
 // or, when it is dropped for good (counted by reason), at once.
 import type { Logger } from '../log.js';
 import type { AckHandle, Inbox, Unreadable } from '../broker/link.js';
-import { deviceKey } from '../broker/topics.js';
+import { deviceKey } from '../topics.js';
 import type { DropReason } from './drop-reasons.js';
 import type { IngestMetricsDelta, ShardTask, WorkerMetricsDelta } from './protocol.js';
 import { shardFor } from './shard.js';

@@ -1,6 +1,6 @@
 // Device topics and names (default and legacy layout) and the config topics actuation publishes to.
 import { describe, expect, it } from 'vitest';
-import { configTopics, parseDeviceName, parseDeviceTopic } from '../../src/broker/topics.js';
+import { configTopics, parseDeviceName, parseDeviceTopic } from '../../src/topics.js';
 
 describe('topics', () => {
   it.each([

@@ -4,9 +4,8 @@
 // to the device's config topics in both layouts (QoS 1, not retained). 200 only once the broker
 // accepted both; 503 if it is unavailable.
 import type pg from 'pg';
-import { type ApiError, errors } from '../../errors.js';
-import { BrokerUnavailable } from '../../broker/link.js';
-import { configTopics } from '../../broker/topics.js';
+import { type ApiError, BrokerUnavailable, errors } from '../../errors.js';
+import { configTopics } from '../../topics.js';
 import { actuationBody } from '../../schemas/actuation.js';
 import { validate } from '../../schemas/validator.js';
 import { actuatorLabels } from './repo.js';
