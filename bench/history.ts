@@ -60,7 +60,7 @@ async function main(): Promise<void> {
     const base = await new Promise<string>((resolve, reject) => {
       let buf = '';
       let address: string | undefined;
-      proc.stdout!.on('data', (d: Buffer) => {
+      proc.stdout.on('data', (d: Buffer) => {
         buf += d.toString();
         for (const line of buf.split('\n')) {
           if (line.includes('public HTTP API listening')) address = (JSON.parse(line) as { address: string }).address;

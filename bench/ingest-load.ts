@@ -96,7 +96,7 @@ export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void
   };
 
   const parse = (c: Conn, chunk: Buffer) => {
-    let buf = c.rest ? Buffer.concat([c.rest, chunk]) : chunk;
+    const buf = c.rest ? Buffer.concat([c.rest, chunk]) : chunk;
     let i = 0;
     while (buf.length - i >= 2) {
       const type = buf[i]! >> 4;

@@ -160,7 +160,7 @@ async function startService(databaseUrl: string): Promise<Service> {
   let out = '';
   const base = await new Promise<string>((resolve, reject) => {
     let address: string | undefined;
-    proc.stdout!.on('data', (d: Buffer) => {
+    proc.stdout.on('data', (d: Buffer) => {
       out += d.toString();
       for (const line of out.split('\n')) {
         if (line.includes('public HTTP API listening')) address = (JSON.parse(line) as { address: string }).address;

@@ -24,7 +24,7 @@ export function startBareServer(answers: Map<string, string>, port = 0): Promise
     app.listen('127.0.0.1', port, (socket) => {
       if (!socket) return reject(new Error('bare server: cannot listen'));
       resolve({
-        port: uWS.us_socket_local_port(socket as unknown as uWS.us_socket),
+        port: uWS.us_socket_local_port(socket),
         close: () => uWS.us_listen_socket_close(socket),
       });
     });

@@ -85,7 +85,7 @@ export async function startBenchService(env: Record<string, string> = {}, nodeAr
     await db.stop();
     throw err;
   }
-  child.stdout!.resume();
+  child.stdout.resume();
   const res = await fetch(`${base}/auth`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'admin', passwd: 'admin' }) });
   const { jwt } = (await res.json()) as { jwt: string };
   const pool = new pg.Pool({ connectionString: db.url, max: 4 });
@@ -111,7 +111,7 @@ export async function startBareProcess(answers: Record<string, string>): Promise
   await fs.writeFile(file, JSON.stringify(answers));
   const child = spawn(process.execPath, [path.join(projectRoot, 'dist/bench/lib/bare-server.js'), file], { stdio: ['ignore', 'pipe', 'inherit'] });
   const line = await waitForLine(child, /^listening \d+/);
-  child.stdout!.resume();
+  child.stdout.resume();
   return {
     base: `http://127.0.0.1:${line.split(' ')[1]}`,
     async stop() {

@@ -34,7 +34,7 @@ class AuthorisedPublish implements AckHandle {
 
 // CONNACK return codes (MQTT 3.1.1): 3 server unavailable, 4 bad user name or password, 5 not authorised.
 function refused(returnCode: 3 | 4 | 5, message: string): AuthenticateError {
-  return Object.assign(new Error(message), { returnCode }) as unknown as AuthenticateError;
+  return Object.assign(new Error(message), { returnCode });
 }
 
 export class DeviceAuthorisation {

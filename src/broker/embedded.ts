@@ -60,7 +60,7 @@ export async function startEmbeddedBroker(opts: {
   const aedes = await Aedes.createBroker(opts.hooks ?? {});
   const { maxPacketBytes, onTooLarge = () => undefined } = opts;
   const server = net.createServer((socket) => {
-    const client = aedes.handle(socket) as unknown as Client;
+    const client = aedes.handle(socket);
     if (maxPacketBytes !== undefined) capPacketSize(client, maxPacketBytes, onTooLarge);
   });
   await new Promise<void>((resolve, reject) => {

@@ -110,7 +110,7 @@ function listen(site: Site, host: string, port: number): Promise<{ socket: uWS.u
         reject(new Error(`cannot listen on ${host}:${port} (${names}); is the port taken?`));
         return;
       }
-      resolve({ socket, port: uWS.us_socket_local_port(socket as unknown as uWS.us_socket) });
+      resolve({ socket, port: uWS.us_socket_local_port(socket) });
     });
   });
 }

@@ -102,7 +102,7 @@ export class ShardActor {
     for (let i = 0; i < keys.length; i++) {
       const m = model(i);
       if (!m) this.drop('unknown_device');
-      else this.render(m, task.payload.subarray(task.offsets[i]!, task.offsets[i + 1]!), task.received[i]!, buf);
+      else this.render(m, task.payload.subarray(task.offsets[i], task.offsets[i + 1]), task.received[i]!, buf);
     }
     buf.waiters.push(done);
     this.schedule();

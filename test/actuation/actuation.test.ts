@@ -84,7 +84,7 @@ describe('through the external broker (MQTT_URL)', () => {
     ['no attrs', { body: { setpoint: 1 } }, /"attrs" object/],
     ['attrs not an object', { body: { attrs: ['setpoint'] } }, /"attrs" object/],
   ])('a body that is %s: 400', async (_what, input, message) => {
-    const res = 'raw' in input ? await actuate<ErrorBody>(device, null, { raw: input.raw!, contentType: (input as { contentType?: string }).contentType }) : await actuate<ErrorBody>(device, input.body);
+    const res = 'raw' in input ? await actuate<ErrorBody>(device, null, { raw: input.raw, contentType: (input as { contentType?: string }).contentType }) : await actuate<ErrorBody>(device, input.body);
     expect(res.status).toBe(400);
     expect(res.body.status).toBe(400);
     expect(res.body.message).toMatch(message);

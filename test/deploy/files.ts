@@ -58,9 +58,9 @@ export function interpolate(value: string, vars: Record<string, string | undefin
     const v = vars[name];
     const missing = v === undefined || (op?.startsWith(':') === true && v === '');
     if (!op) return v ?? '';
-    if (op.endsWith('-')) return missing ? arg : v!;
+    if (op.endsWith('-')) return missing ? arg : v;
     if (missing) throw new Error(`${name}: ${arg}`);
-    return v!;
+    return v;
   });
 }
 

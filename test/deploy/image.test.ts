@@ -147,7 +147,7 @@ describe('the runtime stage layout', () => {
     const [cmd, ...cmdArgs] = execForm(instr(runtime, 'CMD')[0]!);
     const child = spawn(cmd === 'node' ? process.execPath : cmd!, cmdArgs, {
       cwd: app,
-      env: { PATH: process.env.PATH, ...env, LOG_LEVEL: 'info' } as NodeJS.ProcessEnv,
+      env: { PATH: process.env.PATH, ...env, LOG_LEVEL: 'info' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     children.push(child);
@@ -162,8 +162,8 @@ describe('the runtime stage layout', () => {
           resolve(loggedAddress(line));
         }
       };
-      child.stdout!.on('data', onData);
-      child.stderr!.on('data', onData);
+      child.stdout.on('data', onData);
+      child.stderr.on('data', onData);
       child.once('exit', (code) => reject(new Error(`exited with ${code}; output:\n${output}`)));
     });
   }

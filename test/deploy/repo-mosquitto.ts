@@ -77,8 +77,8 @@ export class RepoMosquitto {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.child = child;
-    child.stdout!.on('data', (c: Buffer) => (this.output += c.toString()));
-    child.stderr!.on('data', (c: Buffer) => (this.output += c.toString()));
+    child.stdout.on('data', (c: Buffer) => (this.output += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (this.output += c.toString()));
     const deadline = Date.now() + 15_000;
     while (Date.now() < deadline) {
       if (child.exitCode !== null) throw new Error(`mosquitto exited with ${child.exitCode}:\n${this.output}`);

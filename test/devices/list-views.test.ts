@@ -86,10 +86,10 @@ describe('device pages after changes', () => {
     expect(await idsOf(geo)).toEqual(sorted([ids[1]!, ids[2]!]));
     // A new device and a deleted one.
     const [extra] = await createDevices(svc.base, svc.token, { label: 'm', templates: [t.id] });
-    expect(await idsOf(ofTemplate)).toEqual(sorted([...ids, extra!.id]));
+    expect(await idsOf(ofTemplate)).toEqual(sorted([...ids, extra.id]));
     expect((await http('DELETE', `${svc.base}/device/${ids[1]}`, { token: svc.token })).status).toBe(200);
     expect(await idsOf(bySerial)).toEqual([]);
-    expect(await idsOf(ofTemplate)).toEqual(sorted([ids[0]!, ids[2]!, extra!.id]));
+    expect(await idsOf(ofTemplate)).toEqual(sorted([ids[0]!, ids[2]!, extra.id]));
     expect(await labelsOf()).toEqual(['m_0', 'm_2']);
     expect((await page(byLabel)).pagination).toEqual({ page: 1, total: 1, has_next: false, next_page: null });
   });
@@ -105,13 +105,13 @@ describe('device pages after changes', () => {
       const templatePage = async () => (await read<TemplateList>('/template?label=Thermo&page_size=100')).templates.map((x) => x.id);
       // Cached on the second instance: the page, the count, the view, the template page.
       expect(await labels()).toEqual(['twin_0']);
-      expect((await read<DeviceView>(`/device/${first!.id}`)).label).toBe('twin_0');
+      expect((await read<DeviceView>(`/device/${first.id}`)).label).toBe('twin_0');
       expect(await templatePage()).toContain(t.id);
 
       await createDevices(svc.base, svc.token, { label: 'twin', templates: [t.id] });
       await eventually(async () => (await labels()).length === 2 || undefined, 'the new device on the other instance');
-      expect((await http('PUT', `${svc.base}/device/${first!.id}`, { token: svc.token, body: { label: 'twin-renamed', templates: [t.id] } })).status).toBe(200);
-      await eventually(async () => (await read<DeviceView>(`/device/${first!.id}`)).label === 'twin-renamed' || undefined, 'the new label on the other instance');
+      expect((await http('PUT', `${svc.base}/device/${first.id}`, { token: svc.token, body: { label: 'twin-renamed', templates: [t.id] } })).status).toBe(200);
+      await eventually(async () => (await read<DeviceView>(`/device/${first.id}`)).label === 'twin-renamed' || undefined, 'the new label on the other instance');
       await eventually(async () => (await labels()).join() === ['twin-renamed', 'twin_0'].join() || undefined, 'the page in label order');
       expect((await http('DELETE', `${svc.base}/template/${t.id}`, { token: svc.token })).status).toBe(200);
       await eventually(async () => !(await templatePage()).includes(t.id) || undefined, 'the template page without the deleted template');
@@ -142,8 +142,8 @@ describe('device pages after changes', () => {
     expect((JSON.parse(cached[3]!) as DeviceView).attrs[String(t.id)]![1]).toMatchObject({ static_value: 'SN-9', is_static_overridden: true });
     // Cached at creation indeed: a change behind the service's back (no event) does not show.
     const [late] = await createDevices(svc.base, svc.token, { label: 'late', templates: [loc.id] }, '?count=2');
-    await svc.service.pool.query("UPDATE devices SET label = 'changed-behind' WHERE id = $1", [late!.id]);
-    expect((await http<DeviceView>('GET', `${svc.base}/device/${late!.id}`, { token: svc.token })).body.label).toBe('late_0');
+    await svc.service.pool.query("UPDATE devices SET label = 'changed-behind' WHERE id = $1", [late.id]);
+    expect((await http<DeviceView>('GET', `${svc.base}/device/${late.id}`, { token: svc.token })).body.label).toBe('late_0');
   });
 
   it('a page is the same JSON with the view cache off', async () => {

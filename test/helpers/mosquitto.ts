@@ -36,7 +36,7 @@ export async function startMosquitto(configFile: string): Promise<Mosquitto> {
   await fs.writeFile(conf, (await fs.readFile(configFile, 'utf8')) + `\nlistener ${port} 127.0.0.1\n`);
   const child = spawn(bin, ['-c', conf], { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
   const deadline = Date.now() + 10_000;
   for (;;) {
     const up = await new Promise<boolean>((resolve) => {

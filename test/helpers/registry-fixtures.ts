@@ -113,7 +113,7 @@ export async function eventually<T>(check: () => Promise<T | undefined | false>,
   for (;;) {
     try {
       const v = await check();
-      if (v !== undefined && v !== false) return v as T;
+      if (v !== undefined && v !== false) return v;
     } catch (err) {
       last = err;
     }

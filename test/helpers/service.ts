@@ -200,7 +200,7 @@ export interface SpawnedService {
 /** Runs the compiled service (`node dist/src/main.js`) as its own process. */
 export function spawnService(env: Record<string, string | undefined>): SpawnedService {
   const child = spawn(process.execPath, [path.join(projectRoot, 'dist/src/main.js')], {
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env } as NodeJS.ProcessEnv,
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const output: string[] = [];
@@ -214,7 +214,7 @@ export function spawnService(env: Record<string, string | undefined>): SpawnedSe
       }
     }
   };
-  for (const stream of [child.stdout!, child.stderr!]) {
+  for (const stream of [child.stdout, child.stderr]) {
     let buf = '';
     stream.on('data', (chunk: Buffer) => {
       buf += chunk.toString('utf8');

@@ -5,7 +5,7 @@ import { DeviceCache } from '../../src/ingest/device-cache.js';
 import { buildDeviceModel, type DeviceModel } from '../../src/ingest/device-model.js';
 
 describe('the shard device cache', () => {
-  const model = (tenant: string, id: string, templateIds: number[]) => ({ ...buildDeviceModel(tenant, id, []), templateIds }) as DeviceModel;
+  const model = (tenant: string, id: string, templateIds: number[]) => ({ ...buildDeviceModel(tenant, id, []), templateIds });
 
   it('loads misses in one batch, caches absent devices, and drops entries on registry events', async () => {
     const registry = new Map<string, DeviceModel>([['t/a', model('t', 'a', [1])]]);

@@ -18,7 +18,7 @@ describe('the router', () => {
       run: (shard: number, task: { keys: string }) =>
         new Promise<WorkerMetricsDelta>((resolve, reject) => calls.push({ shard, keys: task.keys.split('\0'), resolve: () => resolve(ShardActorMetrics()), reject })),
     };
-    const router = new IngestRouter(runner as never, { maxMessageBytes: 100, maxPending: 1000, holdMs: 10, log: quiet, onPressure() {} });
+    const router = new IngestRouter(runner, { maxMessageBytes: 100, maxPending: 1000, holdMs: 10, log: quiet, onPressure() {} });
     const a = acker();
     router.accept('t', 'dev1', Buffer.from('{}'), a.handle(1));
     router.accept('t', 'dev1', Buffer.from('{}'), a.handle(2));
@@ -41,7 +41,7 @@ describe('the router', () => {
     const pending: Array<() => void> = [];
     const runner = { shards: 1, run: () => new Promise<WorkerMetricsDelta>((resolve) => pending.push(() => resolve(ShardActorMetrics()))) };
     const pressure: boolean[] = [];
-    const router = new IngestRouter(runner as never, { maxMessageBytes: 100, maxPending: 4, holdMs: 10, log: quiet, onPressure: (p) => pressure.push(p) });
+    const router = new IngestRouter(runner, { maxMessageBytes: 100, maxPending: 4, holdMs: 10, log: quiet, onPressure: (p) => pressure.push(p) });
     const a = acker();
     for (let i = 0; i < 4; i++) router.accept('t', 'd', Buffer.from('{}'), a.handle(i));
     expect(pressure).toEqual([true]);

@@ -32,7 +32,7 @@ describe('GET /openapi.json', () => {
 
   it('is a valid OpenAPI 3.1 document (@seriousme/openapi-schema-validator)', async () => {
     const validator = new Validator();
-    const result = await validator.validate(structuredClone(doc) as Record<string, unknown>);
+    const result = await validator.validate(structuredClone(doc));
     expect(result.errors, JSON.stringify(result.errors, null, 2)).toBeUndefined();
     expect(result.valid).toBe(true);
     expect(validator.version).toBe('3.1');

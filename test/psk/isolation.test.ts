@@ -24,7 +24,7 @@ beforeAll(async () => {
 
 /** A device of tenant A whose two psk attributes have keys; returns its id and the keys. */
 async function keyedDeviceOfA(): Promise<{ id: string; keys: Record<string, string> }> {
-  const id = (await createDevices(svc.base, tokenA, { label: 'a', templates: [templateA.id] }))[0]!.id;
+  const id = (await createDevices(svc.base, tokenA, { label: 'a', templates: [templateA.id] }))[0].id;
   const res = await genPsk(svc.base, tokenA, id, '?key_length=16');
   expect(res.status).toBe(200);
   const keys = Object.fromEntries(res.body.map((k) => [k.attribute, k.psk]));
@@ -33,7 +33,7 @@ async function keyedDeviceOfA(): Promise<{ id: string; keys: Record<string, stri
 }
 
 async function deviceOfB(): Promise<string> {
-  const id = (await createDevices(svc.base, tokenB, { label: 'b', templates: [templateB.id] }))[0]!.id;
+  const id = (await createDevices(svc.base, tokenB, { label: 'b', templates: [templateB.id] }))[0].id;
   return id;
 }
 
@@ -110,7 +110,7 @@ describe("tenant B and tenant A's keys", () => {
 
   it("a copy between two of A's devices, asked by B: 404 for the source; neither of A's devices changes", async () => {
     const src = await keyedDeviceOfA();
-    const dst = (await createDevices(svc.base, tokenA, { label: 'a', templates: [templateA.id] }))[0]!.id;
+    const dst = (await createDevices(svc.base, tokenA, { label: 'a', templates: [templateA.id] }))[0].id;
     const res = await copyPsk(svc.base, tokenB, dst, 'key', `?from_dev_id=${src.id}&from_attr_label=key`);
     expect(res.status).toBe(404);
     expect(res.body).toEqual(noSuchDevice(src.id));

@@ -17,7 +17,7 @@ beforeAll(() => {
   process.stdout.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
     logged.push(String(chunk));
     return (write as (...a: unknown[]) => boolean)(chunk, ...rest);
-  }) as typeof process.stdout.write;
+  });
 });
 const svc = useService({ LOG_LEVEL: 'debug' });
 afterAll(() => {

@@ -21,7 +21,7 @@ describe('GET /template?sortBy=label: equal labels are ordered by id ascending',
     ids.same2 = (await u.create({ label: 'same' })).id;
     ids.b = (await u.create({ label: 'b' })).id;
     ids.same3 = (await u.create({ label: 'same' })).id;
-    const renamed = await u.put(ids.zz!, { label: 'same' });
+    const renamed = await u.put(ids.zz, { label: 'same' });
     expect(renamed.status, renamed.text).toBe(200);
   });
 
