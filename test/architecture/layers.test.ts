@@ -1,0 +1,123 @@
+// The layers of docs/architecture.md, checked: the test reads the layer table from the page,
+// puts every source file in its layer and fails on an import that points upward, on an import
+// circle, and on a source file no row names.
+import fs from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { projectRoot } from '../../src/paths.js';
+
+interface Layer {
+  rank: number;
+  name: string;
+  patterns: RegExp[];
+}
+
+/** `**` any path, `*` any name within one folder. */
+function globToRegExp(glob: string): RegExp {
+  const escaped = glob.replace(/[.+^${}()|[\]\\]/g, '\\$&');
+  const pattern = escaped
+    .replace(/\*\*\//g, '\u0000')
+    .replace(/\*\*/g, '\u0001')
+    .replace(/\*/g, '[^/]*')
+    .replace(/\u0000/g, '(?:.*/)?')
+    .replace(/\u0001/g, '.*');
+  return new RegExp('^' + pattern + '$');
+}
+
+function readLayers(markdown: string): Layer[] {
+  const table = /<!-- layers[^>]*-->([\s\S]*?)<!-- \/layers -->/.exec(markdown)?.[1];
+  if (!table) throw new Error('docs/architecture.md has no layer table');
+  const layers: Layer[] = [];
+  for (const line of table.split('\n')) {
+    const cells = line.split('|').map((c) => c.trim());
+    const rank = Number(cells[1]);
+    if (!Number.isInteger(rank) || !cells[1]) continue;
+    const globs = [...(cells[3] ?? '').matchAll(/`([^`]+)`/g)].map((m) => m[1]!);
+    layers.push({ rank, name: cells[2] ?? '', patterns: globs.map(globToRegExp) });
+  }
+  return layers;
+}
+
+/** The highest layer whose pattern matches the file. */
+function layerOf(layers: Layer[], file: string): Layer | undefined {
+  let found: Layer | undefined;
+  for (const layer of layers) if (layer.patterns.some((p) => p.test(file)) && (!found || layer.rank > found.rank)) found = layer;
+  return found;
+}
+
+function sourceFiles(dir: string): string[] {
+  const out: string[] = [];
+  for (const entry of fs.readdirSync(path.join(projectRoot, dir), { withFileTypes: true })) {
+    const rel = `${dir}/${entry.name}`;
+    if (entry.isDirectory()) out.push(...sourceFiles(rel));
+    else if (entry.name.endsWith('.ts')) out.push(rel);
+  }
+  return out;
+}
+
+/** Relative imports and re-exports of a file (type-only ones included: they are dependencies too). */
+function importsOf(file: string): string[] {
+  const text = fs.readFileSync(path.join(projectRoot, file), 'utf8');
+  const out: string[] = [];
+  for (const m of text.matchAll(/^\s*(?:import|export)\b[^;'"]*?from\s+'(\.{1,2}\/[^']+)'/gm)) {
+    out.push(path.posix.normalize(path.posix.join(path.posix.dirname(file), m[1]!)).replace(/\.js$/, '.ts'));
+  }
+  for (const m of text.matchAll(/\bimport\(\s*'(\.{1,2}\/[^']+)'\s*\)/g)) {
+    out.push(path.posix.normalize(path.posix.join(path.posix.dirname(file), m[1]!)).replace(/\.js$/, '.ts'));
+  }
+  return out;
+}
+
+describe('layers (docs/architecture.md)', () => {
+  const layers = readLayers(fs.readFileSync(path.join(projectRoot, 'docs/architecture.md'), 'utf8'));
+  const files = [...sourceFiles('src'), ...sourceFiles('workers')].filter((f) => !f.endsWith('.d.ts'));
+
+  it('the page names the layers, and every source file is in one', () => {
+    expect(layers.map((l) => l.name)).toContain('foundation');
+    expect(layers.length).toBeGreaterThanOrEqual(5);
+    expect(files.filter((f) => !layerOf(layers, f))).toEqual([]);
+  });
+
+  it('no module imports from a higher layer', () => {
+    const upward: string[] = [];
+    for (const file of files) {
+      const from = layerOf(layers, file)!;
+      for (const target of importsOf(file)) {
+        const to = layerOf(layers, target);
+        if (to && to.rank > from.rank) upward.push(`${file} (${from.name}) imports ${target} (${to.name})`);
+      }
+    }
+    expect(upward).toEqual([]);
+  });
+
+  it('no import circles', () => {
+    const graph = new Map(files.map((f) => [f, importsOf(f).filter((t) => t !== f)]));
+    const state = new Map<string, 'open' | 'done'>();
+    const circles: string[] = [];
+    const visit = (file: string, trail: string[]): void => {
+      if (state.get(file) === 'done') return;
+      if (state.get(file) === 'open') {
+        circles.push([...trail.slice(trail.indexOf(file)), file].join(' -> '));
+        return;
+      }
+      state.set(file, 'open');
+      for (const next of graph.get(file) ?? []) visit(next, [...trail, file]);
+      state.set(file, 'done');
+    };
+    for (const file of files) visit(file, []);
+    expect(circles).toEqual([]);
+  });
+
+  it('catches what it is meant to catch (the rules applied to made-up imports)', () => {
+    const registry = layerOf(layers, 'src/registry/devices/service.ts')!;
+    const route = layerOf(layers, 'src/registry/devices/routes.ts')!;
+    const http = layerOf(layers, 'src/http/server.ts')!;
+    const broker = layerOf(layers, 'src/broker/link.ts')!;
+    const ingest = layerOf(layers, 'src/ingest/router.ts')!;
+    expect(http.rank).toBeGreaterThan(registry.rank); // a service importing src/http is upward
+    expect(route.rank).toBeGreaterThan(http.rank); // routes may use the adapter's types
+    expect(ingest.rank).toBeGreaterThan(broker.rank); // the broker importing ingest is upward
+    expect(globToRegExp('src/**/routes.ts').test('src/routes.ts')).toBe(true);
+    expect(globToRegExp('src/db/**').test('src/dbx/pool.ts')).toBe(false);
+  });
+});
