@@ -94,8 +94,9 @@ async function main(): Promise<void> {
     const partitions = Number((await db.query<{ count: string }>('SELECT count(*) FROM history_partitions')).rows[0]!.count);
     results.storedValues = count;
     results.partitions = partitions;
-    results.loadSeconds = Math.round((performance.now() - t0) / 1000);
-    log(`${count} values in ${partitions} partitions (${results.loadSeconds} s)`);
+    const loadSeconds = Math.round((performance.now() - t0) / 1000);
+    results.loadSeconds = loadSeconds;
+    log(`${count} values in ${partitions} partitions (${loadSeconds} s)`);
     } else {
       results.storedValues = Number((await db.query<{ count: string }>('SELECT count(*) FROM history')).rows[0]!.count);
       results.partitions = Number((await db.query<{ count: string }>('SELECT count(*) FROM history_partitions')).rows[0]!.count);
@@ -150,12 +151,12 @@ async function main(): Promise<void> {
     log(`  ${Math.round(conc.length / secs)} req/s, p50 ${pct(conc, 50).toFixed(2)} ms, p99 ${pct(conc, 99).toFixed(2)} ms`);
 
     // The query alone, as PostgreSQL runs it (the service's statement: series key and texts).
-    const plan = await db.query(
+    const plan = await db.query<{ 'QUERY PLAN': Array<{ 'Execution Time': number; 'Planning Time': number }> }>(
       `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT attr, ts, value, tenant = $1 AND device_id = $2 AND attr = 'temperature' AS mine
          FROM history WHERE series = $3::bigint ORDER BY ts DESC LIMIT 10`,
       [tenant, '0001a4', seriesKey(tenant, '0001a4', 'temperature')],
     );
-    const p = (plan.rows[0]['QUERY PLAN'] as Array<{ 'Execution Time': number; 'Planning Time': number }>)[0]!;
+    const p = plan.rows[0]!['QUERY PLAN'][0]!;
     results.sqlOnly = { planningMs: p['Planning Time'], executionMs: p['Execution Time'] };
     await db.end();
   } finally {

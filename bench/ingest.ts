@@ -64,7 +64,8 @@ interface Child<P> {
   latest: P | undefined;
   ready: Promise<void>;
   send(m: unknown): void;
-  stop(): Promise<P | undefined>;
+  /** A function field, not a method: startSink wraps it. */
+  stop: () => Promise<P | undefined>;
 }
 
 function child<P>(file: string, cfg: unknown): Child<P> {
@@ -325,7 +326,7 @@ async function main(): Promise<void> {
       await sink.ready;
       const gen = child<LoadProgress>('ingest-load.js', loadConfig(DEVICES, START_RATE));
       await gen.ready;
-      const steps = await sustainable(gen, async () => sink.latest?.received ?? 0, 'subscriber');
+      const steps = await sustainable(gen, () => Promise.resolve(sink.latest?.received ?? 0), 'subscriber');
       await gen.stop();
       await sink.stop();
       const delivered = best(steps).received;
@@ -485,7 +486,7 @@ async function main(): Promise<void> {
         const gen = child<LoadProgress>('ingest-load.js', loadConfig(DEVICES, rate));
         try {
           await gen.ready;
-          return await window(gen, async () => ({ subscriber: [sink.pid] }), async () => sink.latest?.received ?? 0, 'the subscriber');
+          return await window(gen, () => Promise.resolve({ subscriber: [sink.pid] }), () => Promise.resolve(sink.latest?.received ?? 0), 'the subscriber');
         } finally {
           await gen.stop();
           await sink.stop();

@@ -22,7 +22,8 @@ process.on('unhandledRejection', (reason) => log.error('unhandled promise reject
 // Signals are handled from the first moment: before ready they cancel the start, which stops
 // whatever had started (a running initdb is let finish, so DATA_DIR stays usable).
 const aborter = new AbortController();
-let service: Service | undefined;
+// Set once the start has finished (the handlers below are installed before that).
+const running: { service?: Service } = {};
 let stopping = false;
 const shutdown = (signal: string) => {
   if (stopping) return;
@@ -33,6 +34,7 @@ const shutdown = (signal: string) => {
     log.error('shutdown timed out; exiting');
     process.exit(1);
   }, config.shutdownTimeoutMs + 1500).unref();
+  const { service } = running;
   if (!service) {
     aborter.abort();
     return;
@@ -52,7 +54,7 @@ process.on('SIGINT', () => shutdown('SIGINT'));
 process.on('SIGTERM', () => shutdown('SIGTERM'));
 
 const started = Date.now();
-service = await startService(config, log, aborter.signal).catch((err: unknown) => {
+running.service = await startService(config, log, aborter.signal).catch((err: unknown) => {
   if (err instanceof StartAborted) {
     log.info('stopped before ready');
     process.exit(0);

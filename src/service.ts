@@ -105,7 +105,7 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       retentionDays: config.historyRetentionDays,
       log,
     });
-    cleanup.push(async () => historyMaintenance.stop());
+    cleanup.push(() => Promise.resolve(historyMaintenance.stop()));
     const ingest = await startIngest({ config, databaseUrl, metrics, log });
     cleanup.push(() => ingest.stop());
     checkpoint();

@@ -24,7 +24,8 @@ export interface EmbeddedBroker {
 /** What mqtt-packet's parser (one per aedes client) exposes of its state; not part of aedes's typed API. */
 interface PacketParser {
   packet: { length: number };
-  _parseLength(): boolean;
+  // A field, not a method: capPacketSize replaces it and calls the original with the parser as `this`.
+  _parseLength: (this: PacketParser) => boolean;
   _emitError(err: Error): void;
 }
 

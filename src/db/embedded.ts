@@ -137,7 +137,8 @@ async function startCluster(
   try {
     await pg.start();
   } catch (err) {
-    throw new Error(`embedded PostgreSQL did not start on 127.0.0.1:${pgPort} (port taken? set EMBEDDED_PG_PORT): ${String(err ?? 'exited early')}`);
+    // The library rejects with an Error, or with nothing when postgres exits before it is ready.
+    throw new Error(`embedded PostgreSQL did not start on 127.0.0.1:${pgPort} (port taken? set EMBEDDED_PG_PORT): ${err instanceof Error ? String(err) : 'exited early'}`);
   }
   log.info('embedded PostgreSQL listening', { address: `127.0.0.1:${pgPort}`, dir: clusterDir });
   // The library keeps the postmaster's ChildProcess in a private field.

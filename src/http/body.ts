@@ -63,7 +63,7 @@ function wellFormed(text: string, value: unknown): boolean {
     if (typeof v === 'string') {
       if (LONE_SURROGATE.test(v)) return false;
     } else if (Array.isArray(v)) {
-      pending.push(...v);
+      pending.push(...(v as unknown[]));
     } else if (typeof v === 'object' && v !== null) {
       for (const [k, x] of Object.entries(v)) {
         if (LONE_SURROGATE.test(k)) return false;

@@ -103,8 +103,8 @@ function listen(site: Site, host: string, port: number): Promise<{ socket: uWS.u
   return new Promise((resolve, reject) => {
     // Exclusive: uWS otherwise binds with SO_REUSEPORT, and a second instance given the same
     // port would share it silently, splitting the requests between the two.
-    const listenExclusive = app.listen as unknown as (h: string, p: number, o: number, cb: (s: uWS.us_listen_socket | false) => void) => void;
-    listenExclusive.call(app, host, port, LISTEN_EXCLUSIVE_PORT, (socket) => {
+    const listenExclusive = app.listen.bind(app) as unknown as (h: string, p: number, o: number, cb: (s: uWS.us_listen_socket | false) => void) => void;
+    listenExclusive(host, port, LISTEN_EXCLUSIVE_PORT, (socket) => {
       if (!socket) {
         const names = site.listener === 'public' ? 'PORT/HOST' : 'INTERNAL_PORT/INTERNAL_HOST';
         reject(new Error(`cannot listen on ${host}:${port} (${names}); is the port taken?`));
@@ -119,7 +119,10 @@ function listen(site: Site, host: string, port: number): Promise<{ socket: uWS.u
 function serve(site: Site, res: uWS.HttpResponse, req: uWS.HttpRequest): void {
   const ex = new Exchange(site, res, req);
   site.inFlight.begin();
-  answer(site, ex).finally(site.inFlight.end);
+  // `answer` turns a handler's failure into a reply; what can still throw is writing that reply.
+  answer(site, ex)
+    .catch((err: unknown) => site.log.error('answering a request failed', { method: ex.sentMethod, path: ex.path, error: err instanceof Error ? err : String(err) }))
+    .finally(site.inFlight.end);
 }
 
 /**

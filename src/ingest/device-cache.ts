@@ -38,7 +38,7 @@ export class DeviceCache {
   /** Models for every device key of a batch (`<tenant>/<id>`); misses are loaded in one query. */
   async resolve(keys: string[]): Promise<(i: number) => DeviceModel | null> {
     const n = keys.length;
-    const found: Array<DeviceModel | null | undefined> = new Array(n);
+    const found = new Array<DeviceModel | null | undefined>(n);
     const missing = new Map<string, { tenant: string; id: string }>();
     for (let i = 0; i < n; i++) {
       const key = keys[i]!;

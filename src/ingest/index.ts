@@ -134,7 +134,9 @@ class RouterThread implements Ingest {
     }
     if (!this.stopping) {
       this.log.error('ingest router thread exited; starting it again', { code });
-      setTimeout(() => this.launch().catch((err: Error) => this.log.error('ingest restart failed', { error: err.message })), 1000).unref();
+      setTimeout(() => {
+        this.launch().catch((err: Error) => this.log.error('ingest restart failed', { error: err.message }));
+      }, 1000).unref();
     }
   }
 }

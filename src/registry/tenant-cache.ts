@@ -31,7 +31,7 @@ export class TenantCache<V> {
   set(tenant: string, key: string, value: V, stamp: string): void {
     if (this.maxEntries <= 0 || stamp !== this.stamp(tenant)) return;
     let entries = this.tenants.get(tenant);
-    if (!entries) this.tenants.set(tenant, (entries = new Map()));
+    if (!entries) this.tenants.set(tenant, (entries = new Map<string, V>()));
     if (!entries.has(key)) this.size++;
     entries.set(key, value);
     while (this.size > this.maxEntries) this.evictOne();

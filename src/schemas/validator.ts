@@ -62,8 +62,10 @@ function text(e: ErrorObject): string {
     case 'type': {
       // marshmallow's words for a null where a value is required, as for the other type errors
       if (e.data === null && e.instancePath !== '') return 'Field may not be null.';
-      const t = Array.isArray(e.params.type) ? e.params.type[0] : e.params.type;
-      return TYPE_TEXT[t as string] ?? 'Invalid value.';
+      // ajv's params are untyped; a `type` error's is the type name, or the list of them.
+      const type = e.params.type as string | string[];
+      const t = Array.isArray(type) ? type[0]! : type;
+      return TYPE_TEXT[t] ?? 'Invalid value.';
     }
     case 'maxLength':
       return custom ?? `Longer than maximum length ${e.params.limit}.`;

@@ -60,7 +60,7 @@ describe('through the external broker (MQTT_URL)', () => {
     const res = await actuate(device, { topic: 'ignored', attrs: { setpoint: 21.5, mode: 'eco' } });
     expect(res.status).toBe(200);
     expect(res.text).toBe('{" status":"configuration sent to device"}');
-    await eventually(async () => got.length >= 2 || undefined, 'both configuration messages');
+    await eventually(() => got.length >= 2 || undefined, 'both configuration messages');
     expect(got.sort((a, b) => a.topic.localeCompare(b.topic))).toEqual([
       { topic: `/${tenant}/${device}/config`, payload: '{"setpoint":21.5,"mode":"eco"}', qos: 1, retain: false },
       { topic: `${tenant}:${device}/config`, payload: '{"setpoint":21.5,"mode":"eco"}', qos: 1, retain: false },
@@ -116,7 +116,7 @@ describe('through the external broker (MQTT_URL)', () => {
     expect(res.body).toEqual({ status: 'some of the attributes are not configurable', attrs: ['temperature', 'serial', 'nosuch'] });
     // A later, valid actuation is the first thing the device sees.
     expect((await actuate(device, { attrs: { mode: 'off' } })).status).toBe(200);
-    await eventually(async () => got.length >= 1 || undefined, 'the valid message');
+    await eventually(() => got.length >= 1 || undefined, 'the valid message');
     expect(got.map((g) => g.payload)).toEqual(['{"mode":"off"}']);
     await dev.endAsync();
   });
@@ -133,7 +133,7 @@ describe('through the external broker (MQTT_URL)', () => {
     const mine = await deviceClient(svc.env.MQTT_URL!);
     const minesGot = await listen(mine, [`${tenant}:${device}/config`]);
     expect((await actuate(device, { attrs: { setpoint: 5 } })).status).toBe(200);
-    await eventually(async () => minesGot.length >= 1 || undefined, 'my message');
+    await eventually(() => minesGot.length >= 1 || undefined, 'my message');
     expect(got).toEqual([]);
     await spy.endAsync();
     await mine.endAsync();
@@ -162,7 +162,7 @@ describe('through the embedded broker', () => {
       expect(res.status).toBe(200);
       expect(res.body).toEqual(SENT);
     }
-    await eventually(async () => gotA.length >= 1 && gotB.length >= 1 || undefined, 'both devices');
+    await eventually(() => gotA.length >= 1 && gotB.length >= 1 || undefined, 'both devices');
     expect(gotA).toEqual([{ topic: `${tenant}:${a}/config`, payload: '{"setpoint":18}', qos: 1, retain: false }]);
     expect(gotB).toEqual([{ topic: `/${tenant}/${b}/config`, payload: '{"setpoint":18}', qos: 1, retain: false }]);
     await devA.endAsync();

@@ -67,7 +67,7 @@ describe('the body', () => {
     const res = await actuate(d, { attrs: {} });
     expect(res.status).toBe(200);
     expect(res.text).toBe(SENT);
-    await eventually(async () => got.length >= 2 || undefined, 'both messages');
+    await eventually(() => got.length >= 2 || undefined, 'both messages');
     await quiet();
     expect(got.map((g) => [g.topic, g.payload.toString('utf8'), g.qos, g.retain]).sort()).toEqual(
       [...topicsOf(tenantA, d)].sort().map((t) => [t, '{}', 1, false]),
@@ -80,7 +80,7 @@ describe('the body', () => {
     const { got } = await subscriber([`${tenantA}:${d}/config`]);
     const res = await actuate(d, { attrs: {} });
     expect([res.status, res.text]).toEqual([200, SENT]);
-    await eventually(async () => got.length >= 1 || undefined, 'the message');
+    await eventually(() => got.length >= 1 || undefined, 'the message');
     expect(got[0]!.payload.toString('utf8')).toBe('{}');
     // while a label is still refused there
     const refused = await actuate(d, { attrs: { temperature: 1 } });
@@ -100,7 +100,7 @@ describe('the body', () => {
       sent.push(JSON.stringify({ setpoint: value }));
       const res = await actuate(d, { attrs: { setpoint: value }, topic });
       expect([res.status, res.text], topic).toEqual([200, SENT]);
-      await eventually(async () => own.got.length >= 2 || undefined, `both messages (topic ${topic})`);
+      await eventually(() => own.got.length >= 2 || undefined, `both messages (topic ${topic})`);
       expect(own.got.map((g) => g.topic).sort(), topic).toEqual([...topicsOf(tenantA, d)].sort());
       for (const g of own.got) expect(g.payload.toString('utf8'), topic).toBe(JSON.stringify({ setpoint: value }));
     }
@@ -131,7 +131,7 @@ describe('tenant isolation', () => {
     expect(a.got).toEqual([]);
     // The subscription works: A's own actuation is the first thing it sees.
     expect((await actuate(d, { attrs: { mode: 'mine' } })).status).toBe(200);
-    await eventually(async () => a.got.length >= 2 || undefined, "A's own messages");
+    await eventually(() => a.got.length >= 2 || undefined, "A's own messages");
     expect(a.got.map((g) => g.payload.toString('utf8'))).toEqual(['{"mode":"mine"}', '{"mode":"mine"}']);
   });
 
@@ -143,7 +143,7 @@ describe('tenant isolation', () => {
     const b = await subscriber(topicsOf(tenantB, d), { as: `${tenantB}:${d}` });
     const res = await actuate(d, { attrs: { setpoint: 7 } }, tokenB);
     expect([res.status, res.text]).toEqual([200, SENT]);
-    await eventually(async () => b.got.length >= 2 || undefined, "B's messages");
+    await eventually(() => b.got.length >= 2 || undefined, "B's messages");
     await quiet();
     expect(a.got).toEqual([]);
     expect(b.got.map((g) => g.topic).sort()).toEqual([...topicsOf(tenantB, d)].sort());
@@ -162,7 +162,7 @@ describe('the message as the device receives it', () => {
       headers: { 'content-type': 'application/json' },
     });
     expect([res.status, res.text]).toEqual([200, SENT]);
-    await eventually(async () => got.length >= 2 || undefined, 'both messages');
+    await eventually(() => got.length >= 2 || undefined, 'both messages');
     for (const g of got) {
       expect(g.payload.toString('utf8')).toBe(JSON.stringify(attrs));
       expect(g.payload.equals(Buffer.from(JSON.stringify(attrs), 'utf8'))).toBe(true);
@@ -175,7 +175,7 @@ describe('the message as the device receives it', () => {
     const d = await newDeviceOfA();
     const live = await subscriber(topicsOf(tenantA, d), { as: `${tenantA}:${d}` });
     expect((await actuate(d, { attrs: { setpoint: 3 } })).status).toBe(200);
-    await eventually(async () => live.got.length >= 2 || undefined, 'the live messages');
+    await eventually(() => live.got.length >= 2 || undefined, 'the live messages');
     expect(live.got.map((g) => g.retain)).toEqual([false, false]);
 
     // The control: this broker does keep a retained message for a later subscriber.
@@ -185,7 +185,7 @@ describe('the message as the device receives it', () => {
     await publisher.publishAsync(control, 'kept', { qos: 1, retain: true });
     try {
       const late = await subscriber([...topicsOf(tenantA, d), control], { as: `${tenantA}:${d}` });
-      await eventually(async () => late.got.some((g) => g.topic === control) || undefined, 'the retained control message');
+      await eventually(() => late.got.some((g) => g.topic === control) || undefined, 'the retained control message');
       await quiet();
       expect(late.got.map((g) => [g.topic, g.payload.toString('utf8'), g.retain])).toEqual([[control, 'kept', true]]);
     } finally {

@@ -74,7 +74,7 @@ describe.skipIf(!mosquittoInstalled())('service + the compose broker configurati
     await client.subscribeAsync(`${tenant}:${device}/config`, { qos: 1 });
     const res = await http('PUT', `${svc.base}/device/${device}/actuate`, { token, body: { attrs: { setpoint: 18 } } });
     expect(res.status).toBe(200);
-    await eventually(async () => received.length > 0, 'the configuration message');
+    await eventually(() => received.length > 0, 'the configuration message');
     expect(received).toEqual([`${tenant}:${device}/config {"setpoint":18}`]);
   });
 

@@ -2,6 +2,7 @@
 // both flags that the service takes or refuses. Each describe block works in a fresh tenant.
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { DeviceList, DeviceRef, DevicesCreated, DeviceView, TemplateView } from '../helpers/api.js';
+import { stringMatching } from '../helpers/matchers.js';
 import { createTemplate, getDevice } from '../helpers/registry-api.js';
 import { http, useService } from '../helpers/service.js';
 import { deviceQueries, sensor, VIEW_KEYS } from './fixtures.js';
@@ -81,7 +82,7 @@ describe('POST /device: spellings of verbose and count', () => {
   it.each(['?verbose=yes', '?verbose=false', '?verbose=0', '?verbose=on', '?verbose=2'])('%s: the short form', async (query) => {
     const res = await post(query);
     expect(res.status, res.text).toBe(200);
-    expect(res.body).toEqual({ message: 'devices created', devices: [{ id: expect.stringMatching(/^[0-9a-f]{6}$/), label: 'v_0' }] });
+    expect(res.body).toEqual({ message: 'devices created', devices: [{ id: stringMatching(/^[0-9a-f]{6}$/), label: 'v_0' }] });
   });
 
   it.each(['?count=%2B2', '?count=%202%20', '?count=02', '?count=2&verbose=yes'])('%s: two devices', async (query) => {
@@ -91,8 +92,8 @@ describe('POST /device: spellings of verbose and count', () => {
     expect(res.body).toEqual({
       message: 'devices created',
       devices: [
-        { id: expect.stringMatching(/^[0-9a-f]{6}$/), label: 'two_0' },
-        { id: expect.stringMatching(/^[0-9a-f]{6}$/), label: 'two_1' },
+        { id: stringMatching(/^[0-9a-f]{6}$/), label: 'two_0' },
+        { id: stringMatching(/^[0-9a-f]{6}$/), label: 'two_1' },
       ],
     });
     expect(await deviceCount(token)).toBe(before + 2);

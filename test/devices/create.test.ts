@@ -1,6 +1,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { DeviceRef, DevicesCreated, DeviceView, TemplateView } from '../helpers/api.js';
 import { countOf } from '../helpers/db.js';
+import { stringMatching } from '../helpers/matchers.js';
 import { createDevices, createTemplate, getDevice } from '../helpers/registry-api.js';
 import { http, useService } from '../helpers/service.js';
 import { locator, thermometer, TS } from './fixtures.js';
@@ -23,7 +24,7 @@ describe('POST /device', () => {
     expect(res.status).toBe(200);
     expect(res.body.message).toBe('devices created');
     expect(res.body.devices).toHaveLength(1);
-    expect(res.body.devices[0]).toEqual({ id: expect.stringMatching(/^[0-9a-f]{6}$/), label: 'therm_0' });
+    expect(res.body.devices[0]).toEqual({ id: stringMatching(/^[0-9a-f]{6}$/), label: 'therm_0' });
   });
 
   it('the device view: string template ids, attrs keyed by template id, no updated, is_static_overridden', async () => {

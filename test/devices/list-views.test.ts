@@ -2,6 +2,7 @@
 // change shows in the next page at once, whatever was read (and cached) before it.
 import { describe, expect, it } from 'vitest';
 import type { DeviceList, DevicesCreated, DeviceView, TemplateBodyWithAttrs, TemplateList } from '../helpers/api.js';
+import { anyString } from '../helpers/matchers.js';
 import { createDevices, createTemplate, getDevice } from '../helpers/registry-api.js';
 import { eventually } from '../helpers/registry-fixtures.js';
 import { http, login, startTestService, useService } from '../helpers/service.js';
@@ -33,7 +34,7 @@ describe('device pages after changes', () => {
     for (const path of lists) {
       const body = await page(path);
       const byId = new Map(body.devices.map((d) => [d.id, d]));
-      expect(byId.get(ids[0]!)).toMatchObject({ label: 'v_renamed', updated: expect.any(String) });
+      expect(byId.get(ids[0]!)).toMatchObject({ label: 'v_renamed', updated: anyString() });
       expect(byId.get(ids[1]!)).toHaveProperty('updated');
       expect(JSON.stringify(body)).not.toMatch(/"key"[^}]*static_value/);
       for (const id of ids) expect(byId.get(id)).toEqual(await getDevice(svc.base, svc.token, id));

@@ -3,6 +3,7 @@
 // block works in a fresh tenant.
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { DevicesCreated, DeviceUpdated, DeviceView, TemplateView } from '../helpers/api.js';
+import { stringMatching } from '../helpers/matchers.js';
 import { createDevices, createTemplate, getDevice } from '../helpers/registry-api.js';
 import { http, useService } from '../helpers/service.js';
 import { deviceQueries, NOT_JSON, sensor, TS, VIEW_KEYS } from './fixtures.js';
@@ -23,7 +24,7 @@ describe('Content-Type on POST and PUT /device', () => {
     const before = await deviceCount(token);
     const res = await http<DevicesCreated>('POST', `${svc.base}/device`, { token, rawBody: JSON.stringify({ label: 'ct', templates: [t.id] }), headers: { 'content-type': type } });
     expect(res.status, res.text).toBe(200);
-    expect(res.body).toEqual({ message: 'devices created', devices: [{ id: expect.stringMatching(/^[0-9a-f]{6}$/), label: 'ct_0' }] });
+    expect(res.body).toEqual({ message: 'devices created', devices: [{ id: stringMatching(/^[0-9a-f]{6}$/), label: 'ct_0' }] });
     expect(await deviceCount(token)).toBe(before + 1);
     expect((await getDevice(svc.base, token, res.body.devices[0]!.id)).templates).toEqual([String(t.id)]);
   });
@@ -37,7 +38,7 @@ describe('Content-Type on POST and PUT /device', () => {
     });
     expect(res.status, res.text).toBe(200);
     expect(res.body.message).toBe('device updated');
-    expect(res.body.device).toMatchObject({ id: 'c1', label: 'renamed', templates: [String(t.id)], updated: expect.stringMatching(TS) });
+    expect(res.body.device).toMatchObject({ id: 'c1', label: 'renamed', templates: [String(t.id)], updated: stringMatching(TS) });
     expect(await getDevice(svc.base, token, 'c1')).toEqual(res.body.device);
   });
 

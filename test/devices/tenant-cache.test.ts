@@ -81,8 +81,8 @@ describe('ListCache', () => {
     key: 'k',
     sortByLabel: false,
     page,
-    fetchPage: async () => fetched.shift()!,
-    count: async () => counted.shift()!,
+    fetchPage: () => Promise.resolve(fetched.shift()!),
+    count: () => Promise.resolve(counted.shift()!),
     cachePage: true,
     ...extra,
   });
@@ -104,14 +104,14 @@ describe('ListCache', () => {
     expect(await c.page('t', request([['b', 'a']], [], { sortByLabel: true }))).toEqual({ items: ['b', 'a'], matches: 3 });
     expect(await c.page('t', request([['c']], [], { page: { num: 2, size: 2, offset: 2 } }))).toEqual({ items: ['c'], matches: 3 });
     const records = [[{ id: 'a' }], [{ id: 'a2' }]];
-    await c.page('u', { ...request([], [1]), fetchPage: async () => records.shift()!, cachePage: false });
-    expect(await c.page('u', { ...request([], []), fetchPage: async () => records.shift()!, cachePage: false })).toEqual({ items: [{ id: 'a2' }], matches: 1 });
+    await c.page('u', { ...request([], [1]), fetchPage: () => Promise.resolve(records.shift()!), cachePage: false });
+    expect(await c.page('u', { ...request([], []), fetchPage: () => Promise.resolve(records.shift()!), cachePage: false })).toEqual({ items: [{ id: 'a2' }], matches: 1 });
   });
 
   it('does not keep a page read while the tenant changed', async () => {
     const c = new ListCache();
     const fetched = [['old'], ['new']];
-    await c.page('t', { ...request(fetched, []), fetchPage: async () => (c.dropTenant('t'), fetched.shift()!) });
+    await c.page('t', { ...request(fetched, []), fetchPage: () => (c.dropTenant('t'), Promise.resolve(fetched.shift()!)) });
     expect(await c.page('t', request(fetched, []))).toEqual({ items: ['new'], matches: 1 });
   });
 });

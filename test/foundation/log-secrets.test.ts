@@ -3,7 +3,6 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import pg from 'pg';
 import { SignJWT } from 'jose';
 import { describe, expect, it } from 'vitest';
 import type { DevicesCreated, DeviceView, KeyRecord, TemplateCreated, TemplateList } from '../helpers/api.js';

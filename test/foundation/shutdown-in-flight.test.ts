@@ -1,7 +1,6 @@
 // SIGTERM with requests in flight: each gets its whole answer (and is committed whole), later
 // connections are refused, and the process exits 0 in time.
 import nodeHttp from 'node:http';
-import path from 'node:path';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';

@@ -44,7 +44,7 @@ describe('token validation (JWT_SECRET set: tokens forged with the service key)'
     const jwt = await sign(fullClaims());
     const { route, unknown } = await probe(jwt);
     expect(route.status, route.text).toBe(200);
-    expect(route.body).toMatchObject({ templates: expect.any(Array) });
+    expect(route.body.templates).toBeInstanceOf(Array);
     // Past authentication, an unknown route is a 404, not a 401.
     expect([unknown.status, unknown.body]).toEqual([404, { message: 'Invalid endpoint requested', status: 404 }]);
   });
@@ -72,7 +72,7 @@ describe('token validation (JWT_SECRET set: tokens forged with the service key)'
     ['no `profile`', () => sign(without('profile'))],
     ['no `iat`', () => sign(without('iat'))],
     ['no `jti`', () => sign(without('jti'))],
-    ['`alg: none` (unsigned)', async () => new UnsecuredJWT(fullClaims()).encode()],
+    ['`alg: none` (unsigned)', () => Promise.resolve(new UnsecuredJWT(fullClaims()).encode())],
     [
       '`alg: none` header on a token that carries the HS256 signature',
       async () => {

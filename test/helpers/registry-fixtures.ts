@@ -106,8 +106,11 @@ export async function historyCount(db: Db, tenant: string, device?: string): Pro
   return Number(rows[0]!.n);
 }
 
-/** Polls `check` until it returns a non-undefined value (not a timing assertion: a deadline for a hang). */
-export async function eventually<T>(check: () => Promise<T | undefined | false>, what: string, timeoutMs = 20_000): Promise<T> {
+/**
+ * Polls `check` until it returns (or resolves to) a value other than `undefined` or `false` (not a
+ * timing assertion: a deadline for a hang). `check` may be synchronous when it only reads state.
+ */
+export async function eventually<T>(check: () => T | undefined | false | Promise<T | undefined | false>, what: string, timeoutMs = 20_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {

@@ -5,6 +5,7 @@
 import crypto from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DevicesCreated, HistoryRecord, TemplateCreated } from '../helpers/api.js';
+import { anyString } from '../helpers/matchers.js';
 import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
 import { closedByPeer, deviceClient, eventually } from '../helpers/registry-fixtures.js';
 
@@ -41,7 +42,7 @@ describe('through the public API', () => {
     const first = await http('GET', `${svc.base}/history/device/${id}/history?lastN=5`, { token });
     expect(first.status).toBe(200);
     expect(first.body).toEqual({
-      temperature: [{ device_id: id, ts: expect.any(String), value: 20.5, attr: 'temperature' }],
+      temperature: [{ device_id: id, ts: anyString(), value: 20.5, attr: 'temperature' }],
       setpoint: [],
     });
 
@@ -56,7 +57,7 @@ describe('through the public API', () => {
 
     const act = await http('PUT', `${svc.base}/device/${id}/actuate`, { token, body: { attrs: { setpoint: 19 } } });
     expect(act.status).toBe(200);
-    await eventually(async () => got.length > 0 || undefined, 'the configuration message');
+    await eventually(() => got.length > 0 || undefined, 'the configuration message');
     expect(got).toEqual(['{"setpoint":19}']);
 
     const closed = closedByPeer(device);

@@ -10,9 +10,9 @@ describe('the shard device cache', () => {
   it('loads misses in one batch, caches absent devices, and drops entries on registry events', async () => {
     const registry = new Map<string, DeviceModel>([['t/a', model('t', 'a', [1])]]);
     const loads: string[][] = [];
-    const cache = new DeviceCache(async (devices) => {
+    const cache = new DeviceCache((devices) => {
       loads.push(devices.map((d) => d.id));
-      return new Map(devices.filter((d) => registry.has(`${d.tenant}/${d.id}`)).map((d) => [`${d.tenant}/${d.id}`, registry.get(`${d.tenant}/${d.id}`)!]));
+      return Promise.resolve(new Map(devices.filter((d) => registry.has(`${d.tenant}/${d.id}`)).map((d) => [`${d.tenant}/${d.id}`, registry.get(`${d.tenant}/${d.id}`)!])));
     }, 100);
     let get = await cache.resolve(['t/a', 't/b', 't/a']);
     expect([get(0)?.id, get(1), get(2)?.id]).toEqual(['a', null, 'a']);

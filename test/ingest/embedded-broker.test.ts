@@ -35,7 +35,7 @@ afterAll(() => svc?.stop());
 
 const newDevice = () => createDevice(svc.service.pool, tenant, [templateId]);
 const values = async (device: string, attr: string) =>
-  (await svc.service.pool.query<{ value: string }>('SELECT value FROM history WHERE tenant = $1 AND device_id = $2 AND attr = $3 ORDER BY ts', [tenant, device, attr])).rows.map((r) => JSON.parse(r.value));
+  (await svc.service.pool.query<{ value: string }>('SELECT value FROM history WHERE tenant = $1 AND device_id = $2 AND attr = $3 ORDER BY ts', [tenant, device, attr])).rows.map((r): unknown => JSON.parse(r.value));
 
 describe('default mode: username <tenant>:<id>', () => {
   it('an existing device connects and publishes; its PUBACK comes after the value is committed', async () => {

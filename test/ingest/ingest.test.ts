@@ -5,6 +5,7 @@ import crypto from 'node:crypto';
 import type mqtt from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { HistoryByLabel, HistoryRecord } from '../helpers/api.js';
+import { stringMatching } from '../helpers/matchers.js';
 import { http, login, startTestService, type TestService } from '../helpers/service.js';
 import {
   addTemplateAttrs,
@@ -92,7 +93,7 @@ describe('topics', () => {
     await send(d, { temperature: 21.5 });
     const all = await stored(d, 1);
     expect(all.temperature).toHaveLength(1);
-    expect(all.temperature![0]).toEqual({ device_id: d, ts: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/), value: 21.5, attr: 'temperature' });
+    expect(all.temperature![0]).toEqual({ device_id: d, ts: stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/), value: 21.5, attr: 'temperature' });
   });
 
   it('legacy layout /<tenant>/<id>/attrs', async () => {

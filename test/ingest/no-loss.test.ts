@@ -130,7 +130,7 @@ describe.skipIf(!hasMosquitto)('no acknowledged message is lost (Mosquitto)', ()
     expect(missing).toBe(0);
   }
 
-  const until = async (cond: () => boolean, what: string) => eventually(async () => cond() || undefined, what, 60_000);
+  const until = async (cond: () => boolean, what: string) => eventually(() => cond() || undefined, what, 60_000);
 
   it('SIGKILL during sustained ingest, then a restart: every acknowledged message is stored', async () => {
     let service = await launch();

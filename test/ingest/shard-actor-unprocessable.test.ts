@@ -13,12 +13,12 @@ describe('the shard actor', () => {
     // No input is known to make rendering throw: stand in for one with a converter that does.
     bad.stored.set('a', { ...bad.stored.get('a')!, convert: () => { throw new Error('unforeseen'); } });
     const models: Record<string, DeviceModel> = { 't/good': good, 't/bad': bad };
-    const cache = new DeviceCache(async (devices) => new Map(devices.map(({ tenant, id }) => [`${tenant}/${id}`, models[`${tenant}/${id}`]!])), 10);
+    const cache = new DeviceCache((devices) => Promise.resolve(new Map(devices.map(({ tenant, id }) => [`${tenant}/${id}`, models[`${tenant}/${id}`]!]))), 10);
     const written: string[] = [];
     const writer = {
-      write: async (lines: string[]) => {
+      write: (lines: string[]) => {
         written.push(...lines);
-        return { seconds: 0, rejected: 0 };
+        return Promise.resolve({ seconds: 0, rejected: 0 });
       },
     };
     const actor = new ShardActor(cache, writer as unknown as HistoryWriter, { batchRows: 100, batchMs: 1 });

@@ -49,7 +49,7 @@ describe('the ingest subscriber connection', () => {
     const pub = await mqtt.connectAsync(url, { clientId: 'ordered-publisher' });
     try {
       for (const n of ['1', '2', '3', '4']) await pub.publishAsync('ordered/dev/attrs', n, { qos: 1 });
-      await eventually(async () => received.length === 4, 'four messages delivered');
+      await eventually(() => received.length === 4, 'four messages delivered');
       expect(received.map((m) => m.payload)).toEqual(['1', '2', '3', '4']);
 
       received[2]!.ack();
@@ -58,12 +58,12 @@ describe('the ingest subscriber connection', () => {
       expect(acked).toEqual([]); // 2 and 3 wait for 1
 
       received[0]!.ack();
-      await eventually(async () => acked.length === 3, 'three PUBACKs');
+      await eventually(() => acked.length === 3, 'three PUBACKs');
       expect(acked).toEqual(['1', '2', '3']);
 
       received[3]!.ack();
       received[3]!.ack(); // a second ack of the same message sends nothing more
-      await eventually(async () => acked.length === 4, 'the fourth PUBACK');
+      await eventually(() => acked.length === 4, 'the fourth PUBACK');
       await new Promise((r) => setTimeout(r, 100));
       expect(acked).toEqual(['1', '2', '3', '4']);
     } finally {

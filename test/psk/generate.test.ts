@@ -2,6 +2,7 @@ import net from 'node:net';
 import { describe, expect, it } from 'vitest';
 import type { DeviceList, DeviceView } from '../helpers/api.js';
 import { countOf } from '../helpers/db.js';
+import { stringMatching } from '../helpers/matchers.js';
 import { createDevices, createTemplate, getDevice } from '../helpers/registry-api.js';
 import { http, useService } from '../helpers/service.js';
 import { TS } from '../devices/fixtures.js';
@@ -17,8 +18,8 @@ describe('POST /device/gen_psk/{id}', () => {
     const res = await genPsk(svc.base, svc.token, id!, '?key_length=16');
     expect(res.status).toBe(200);
     expect(res.body).toEqual([
-      { attribute: 'key', psk: expect.stringMatching(/^[0-9a-f]{32}$/) },
-      { attribute: 'spare', psk: expect.stringMatching(/^[0-9a-f]{32}$/) },
+      { attribute: 'key', psk: stringMatching(/^[0-9a-f]{32}$/) },
+      { attribute: 'spare', psk: stringMatching(/^[0-9a-f]{32}$/) },
     ]);
     expect(res.body[0]!.psk).not.toBe(res.body[1]!.psk);
   });
@@ -26,7 +27,7 @@ describe('POST /device/gen_psk/{id}', () => {
   it('attrs=<labels>: only those; the key shows in the internal view as static_value, never in the public one', async () => {
     const { ids: [id] } = await keyedDevices(svc.base, svc.token);
     const res = await genPsk(svc.base, svc.token, id!, '?key_length=8&attrs=spare');
-    expect(res.body).toEqual([{ attribute: 'spare', psk: expect.stringMatching(/^[0-9a-f]{16}$/) }]);
+    expect(res.body).toEqual([{ attribute: 'spare', psk: stringMatching(/^[0-9a-f]{16}$/) }]);
     const internal = await internalView(id!);
     expect(attrOf(internal, 'spare')).toMatchObject({ static_value: res.body[0]!.psk, is_static_overridden: true });
     expect(attrOf(internal, 'key')).not.toHaveProperty('static_value');

@@ -2,6 +2,7 @@
 // shows in the next answer at once, whatever was read (and cached) before it.
 import { describe, expect, it } from 'vitest';
 import type { TemplateBodyWithAttrs, TemplateCreated, TemplateInFormat, TemplateList, TemplateView } from '../helpers/api.js';
+import { anyString } from '../helpers/matchers.js';
 import { http, login, startTestService, useService } from '../helpers/service.js';
 
 const svc = useService();
@@ -33,7 +34,7 @@ describe('template views after changes', () => {
 
     await ok('PUT', `/template/${a.id}`, sensor('cache-a2', 'two'));
     const got = await ok<TemplateView>('GET', `/template/${a.id}`);
-    expect(got).toMatchObject({ id: a.id, label: 'cache-a2', updated: expect.any(String) });
+    expect(got).toMatchObject({ id: a.id, label: 'cache-a2', updated: anyString() });
     expect(got.attrs.find((x) => x.label === 'serial')!.static_value).toBe('two');
     for (const f of formats) {
       const listed = await ok<TemplateList<TemplateInFormat>>('GET', `/template?label=cache-${f}`);
