@@ -28,7 +28,13 @@ try {
     label: 'Thermometer',
     attrs: [
       { label: 'temperature', type: 'dynamic', value_type: 'float' },
-      { label: 'serial', type: 'static', value_type: 'string', static_value: 'SN-0', metadata: [{ label: 'unit', type: 'static', value_type: 'string', static_value: 'C' }] },
+      {
+        label: 'serial',
+        type: 'static',
+        value_type: 'string',
+        static_value: 'SN-0',
+        metadata: [{ label: 'unit', type: 'static', value_type: 'string', static_value: 'C' }],
+      },
       { label: 'led', type: 'actuator', value_type: 'bool' },
       { label: 'vendor', type: 'static', value_type: 'string', static_value: 'acme' },
     ],
@@ -61,7 +67,11 @@ try {
   }
   // One device with its own serial (an override): the sparse attr= case.
   const marked = ids[Math.floor(ids.length / 2)]!;
-  const put = await api('PUT', `/device/${marked}`, { label: 'marked', templates: [templateId], attrs: [{ label: 'serial', static_value: 'SN-UNIQUE' }] });
+  const put = await api('PUT', `/device/${marked}`, {
+    label: 'marked',
+    templates: [templateId],
+    attrs: [{ label: 'serial', static_value: 'SN-UNIQUE' }],
+  });
   if (put.status !== 200) throw new Error(`update failed: ${put.status} ${put.text.slice(0, 200)}`);
   answers[`/device/${marked}`] = JSON.stringify((JSON.parse(put.text) as { device: unknown }).device);
   const lists = [
@@ -96,13 +106,38 @@ try {
   const randomPath = () => `/device/${ids[Math.floor(Math.random() * ids.length)]}`;
   const byId: LoadResult[] = [];
   for (let round = 1; round <= 2; round++) {
-    byId.push(await load({ name: `bare GET /device/{id} #${round}`, url: bare.base + '/', seconds: SECONDS, connections: CONNECTIONS, path: randomPath }));
-    byId.push(await load({ name: `service GET /device/{id} #${round}`, url: svc.base + '/', token: svc.token, seconds: SECONDS, connections: CONNECTIONS, path: randomPath }));
+    byId.push(
+      await load({
+        name: `bare GET /device/{id} #${round}`,
+        url: bare.base + '/',
+        seconds: SECONDS,
+        connections: CONNECTIONS,
+        path: randomPath,
+      }),
+    );
+    byId.push(
+      await load({
+        name: `service GET /device/{id} #${round}`,
+        url: svc.base + '/',
+        token: svc.token,
+        seconds: SECONDS,
+        connections: CONNECTIONS,
+        path: randomPath,
+      }),
+    );
   }
   const listed: LoadResult[] = [];
   for (const path of lists) {
     listed.push(await load({ name: `bare ${path}`, url: bare.base + path, seconds: Math.ceil(SECONDS / 2), connections: CONNECTIONS }));
-    listed.push(await load({ name: `service ${path}`, url: svc.base + path, token: svc.token, seconds: Math.ceil(SECONDS / 2), connections: CONNECTIONS }));
+    listed.push(
+      await load({
+        name: `service ${path}`,
+        url: svc.base + path,
+        token: svc.token,
+        seconds: Math.ceil(SECONDS / 2),
+        connections: CONNECTIONS,
+      }),
+    );
   }
   await bare.stop();
 
@@ -110,13 +145,18 @@ try {
   const bareRps = mean(byId.filter((r) => r.name.startsWith('bare')).map((r) => r.rps));
   const svcRps = mean(byId.filter((r) => r.name.startsWith('service')).map((r) => r.rps));
   console.log(`\n## POST /device?count=${COUNT}\n`);
-  console.log(`service: ${createSeconds.map((s) => s.toFixed(2)).join(', ')} s (mean ${mean(createSeconds).toFixed(2)} s); bare answer of the same JSON: ${bareCreateMs.toFixed(1)} ms`);
-  console.log(`\n## GET /device/{id}, ${ids.length} devices, ${CONNECTIONS} connections, ${SECONDS} s per run; service RSS after warm-up ${rssMb.toFixed(0)} MiB\n`);
+  console.log(
+    `service: ${createSeconds.map((s) => s.toFixed(2)).join(', ')} s (mean ${mean(createSeconds).toFixed(2)} s); bare answer of the same JSON: ${bareCreateMs.toFixed(1)} ms`,
+  );
+  console.log(
+    `\n## GET /device/{id}, ${ids.length} devices, ${CONNECTIONS} connections, ${SECONDS} s per run; service RSS after warm-up ${rssMb.toFixed(0)} MiB\n`,
+  );
   console.log(table(byId));
   console.log(`\nratio service/bare (mean req/s): ${(svcRps / bareRps).toFixed(2)}`);
   console.log(`\n## GET /device pages (20 devices each), ${ids.length} devices\n`);
   console.log(table(listed));
-  for (let i = 0; i < listed.length; i += 2) console.log(`${lists[i / 2]}: service/bare ${(listed[i + 1]!.rps / listed[i]!.rps).toFixed(3)}`);
+  for (let i = 0; i < listed.length; i += 2)
+    console.log(`${lists[i / 2]}: service/bare ${(listed[i + 1]!.rps / listed[i]!.rps).toFixed(3)}`);
 } finally {
   await svc.stop();
 }

@@ -72,43 +72,77 @@ async function main(): Promise<void> {
     });
     const db = new pg.Pool({ connectionString: url.toString(), max: 2 });
     if (!reuse) {
-    const { rows } = await db.query<{ id: string }>("INSERT INTO templates (tenant, label) VALUES ($1, 'bench') RETURNING id", [tenant]);
-    for (const a of ATTRS) await db.query("INSERT INTO template_attrs (tenant, template_id, label, type, value_type) VALUES ($1, $2, $3, 'dynamic', 'float')", [tenant, rows[0]!.id, a]);
-    await db.query(`INSERT INTO devices (tenant, id, label) SELECT $1, lpad(to_hex(d), 6, '0'), 'dev' FROM generate_series(0, $2 - 1) d`, [tenant, DEVICES]);
-    await db.query(`INSERT INTO device_templates (tenant, device_id, template_id) SELECT $1, lpad(to_hex(d), 6, '0'), $3 FROM generate_series(0, $2 - 1) d`, [tenant, DEVICES, rows[0]!.id]);
-    await db.query(`SELECT history_ensure_partition(now() - g * interval '1 day') FROM generate_series(0, 7) g`);
-
-    log(`writing ${DEVICES * ATTRS.length * PER_SERIES} values (${DEVICES} devices x ${ATTRS.length} attributes x ${PER_SERIES}) over 7 days`);
-    const t0 = performance.now();
-    for (let from = 0; from < DEVICES; from += 1000) {
+      const { rows } = await db.query<{ id: string }>("INSERT INTO templates (tenant, label) VALUES ($1, 'bench') RETURNING id", [tenant]);
+      for (const a of ATTRS)
+        await db.query(
+          "INSERT INTO template_attrs (tenant, template_id, label, type, value_type) VALUES ($1, $2, $3, 'dynamic', 'float')",
+          [tenant, rows[0]!.id, a],
+        );
       await db.query(
-        `INSERT INTO history (tenant, device_id, attr, series, ts, value)
+        `INSERT INTO devices (tenant, id, label) SELECT $1, lpad(to_hex(d), 6, '0'), 'dev' FROM generate_series(0, $2 - 1) d`,
+        [tenant, DEVICES],
+      );
+      await db.query(
+        `INSERT INTO device_templates (tenant, device_id, template_id) SELECT $1, lpad(to_hex(d), 6, '0'), $3 FROM generate_series(0, $2 - 1) d`,
+        [tenant, DEVICES, rows[0]!.id],
+      );
+      await db.query(`SELECT history_ensure_partition(now() - g * interval '1 day') FROM generate_series(0, 7) g`);
+
+      log(
+        `writing ${DEVICES * ATTRS.length * PER_SERIES} values (${DEVICES} devices x ${ATTRS.length} attributes x ${PER_SERIES}) over 7 days`,
+      );
+      const t0 = performance.now();
+      for (let from = 0; from < DEVICES; from += 1000) {
+        await db.query(
+          `INSERT INTO history (tenant, device_id, attr, series, ts, value)
          SELECT $1, lpad(to_hex(d), 6, '0'), a, history_series($1, lpad(to_hex(d), 6, '0'), a), now() - i * (interval '7 days' / $4), round((random() * 100)::numeric, 2)::text
            FROM generate_series($2::int, $3::int) d, unnest($5::text[]) a, generate_series(0, $4 - 1) i`,
-        [tenant, from, Math.min(from + 999, DEVICES - 1), PER_SERIES, ATTRS],
-      );
-      if (from % 2000 === 0) log(`  ${from + 1000} devices written`);
-    }
-    await db.query('VACUUM ANALYZE history');
-    const count = Number((await db.query<{ count: string }>('SELECT count(*) FROM history')).rows[0]!.count);
-    const partitions = Number((await db.query<{ count: string }>('SELECT count(*) FROM history_partitions')).rows[0]!.count);
-    results.storedValues = count;
-    results.partitions = partitions;
-    const loadSeconds = Math.round((performance.now() - t0) / 1000);
-    results.loadSeconds = loadSeconds;
-    log(`${count} values in ${partitions} partitions (${loadSeconds} s)`);
+          [tenant, from, Math.min(from + 999, DEVICES - 1), PER_SERIES, ATTRS],
+        );
+        if (from % 2000 === 0) log(`  ${from + 1000} devices written`);
+      }
+      await db.query('VACUUM ANALYZE history');
+      const count = Number((await db.query<{ count: string }>('SELECT count(*) FROM history')).rows[0]!.count);
+      const partitions = Number((await db.query<{ count: string }>('SELECT count(*) FROM history_partitions')).rows[0]!.count);
+      results.storedValues = count;
+      results.partitions = partitions;
+      const loadSeconds = Math.round((performance.now() - t0) / 1000);
+      results.loadSeconds = loadSeconds;
+      log(`${count} values in ${partitions} partitions (${loadSeconds} s)`);
     } else {
       results.storedValues = Number((await db.query<{ count: string }>('SELECT count(*) FROM history')).rows[0]!.count);
       results.partitions = Number((await db.query<{ count: string }>('SELECT count(*) FROM history_partitions')).rows[0]!.count);
     }
 
     // A user of the tenant.
-    const adminJwt = ((await (await fetch(`${base}/auth`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'admin', passwd: 'admin' }) })).json()) as { jwt: string }).jwt;
-    await fetch(`${base}/auth/user`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${adminJwt}` }, body: JSON.stringify({ username: 'bench', passwd: 'bench-pass', service: tenant, profile: 'user' }) }); // 409 on a kept database: fine
-    const jwt = ((await (await fetch(`${base}/auth`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'bench', passwd: 'bench-pass' }) })).json()) as { jwt: string }).jwt;
+    const adminJwt = (
+      (await (
+        await fetch(`${base}/auth`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ username: 'admin', passwd: 'admin' }),
+        })
+      ).json()) as { jwt: string }
+    ).jwt;
+    await fetch(`${base}/auth/user`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${adminJwt}` },
+      body: JSON.stringify({ username: 'bench', passwd: 'bench-pass', service: tenant, profile: 'user' }),
+    }); // 409 on a kept database: fine
+    const jwt = (
+      (await (
+        await fetch(`${base}/auth`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ username: 'bench', passwd: 'bench-pass' }),
+        })
+      ).json()) as { jwt: string }
+    ).jwt;
     const headers = { authorization: `Bearer ${jwt}` };
     const randomUrl = () => {
-      const d = Math.floor(Math.random() * DEVICES).toString(16).padStart(6, '0');
+      const d = Math.floor(Math.random() * DEVICES)
+        .toString(16)
+        .padStart(6, '0');
       return `${base}/history/device/${d}/history?lastN=10&attr=${ATTRS[Math.floor(Math.random() * ATTRS.length)]}`;
     };
     // node:http with a keep-alive agent: fetch (undici) adds ~0.5 ms and its own GC pauses to
@@ -136,18 +170,30 @@ async function main(): Promise<void> {
     const seq: number[] = [];
     for (let i = 0; i < REQUESTS; i++) seq.push(await one());
     seq.sort((a, b) => a - b);
-    results.sequential = { requests: REQUESTS, p50Ms: +pct(seq, 50).toFixed(2), p99Ms: +pct(seq, 99).toFixed(2), maxMs: +seq.at(-1)!.toFixed(2) };
+    results.sequential = {
+      requests: REQUESTS,
+      p50Ms: +pct(seq, 50).toFixed(2),
+      p99Ms: +pct(seq, 99).toFixed(2),
+      maxMs: +seq.at(-1)!.toFixed(2),
+    };
     log(`  p50 ${pct(seq, 50).toFixed(2)} ms, p99 ${pct(seq, 99).toFixed(2)} ms`);
 
     log(`lastN=10, one attribute: 16 concurrent clients, ${REQUESTS} requests each`);
     const conc: number[] = [];
     const tc = performance.now();
-    await Promise.all(Array.from({ length: 16 }, async () => {
-      for (let i = 0; i < REQUESTS / 4; i++) conc.push(await one());
-    }));
+    await Promise.all(
+      Array.from({ length: 16 }, async () => {
+        for (let i = 0; i < REQUESTS / 4; i++) conc.push(await one());
+      }),
+    );
     const secs = (performance.now() - tc) / 1000;
     conc.sort((a, b) => a - b);
-    results.concurrent16 = { requests: conc.length, perSecond: Math.round(conc.length / secs), p50Ms: +pct(conc, 50).toFixed(2), p99Ms: +pct(conc, 99).toFixed(2) };
+    results.concurrent16 = {
+      requests: conc.length,
+      perSecond: Math.round(conc.length / secs),
+      p50Ms: +pct(conc, 50).toFixed(2),
+      p99Ms: +pct(conc, 99).toFixed(2),
+    };
     log(`  ${Math.round(conc.length / secs)} req/s, p50 ${pct(conc, 50).toFixed(2)} ms, p99 ${pct(conc, 99).toFixed(2)} ms`);
 
     // The query alone, as PostgreSQL runs it (the service's statement: series key and texts).

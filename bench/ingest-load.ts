@@ -60,7 +60,10 @@ export function deviceIds(range: { from: number; count: number }): string[] {
   return Array.from({ length: range.count }, (_, i) => (range.from + i).toString(16).padStart(6, '0'));
 }
 
-export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void): Promise<{ stop(): Promise<void>; setRate(rate: number): void }> {
+export async function runLoad(
+  cfg: LoadConfig,
+  report: (p: LoadProgress) => void,
+): Promise<{ stop(): Promise<void>; setRate(rate: number): void }> {
   const url = new URL(cfg.url);
   const port = Number(url.port || 1883);
   const conns: Conn[] = [];
@@ -192,7 +195,10 @@ export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void
       }
     }, 5);
   }
-  const reporter = setInterval(() => report({ type: 'progress', sent, acked, connected: conns.filter((c) => c.ready).length, failed }), 200);
+  const reporter = setInterval(
+    () => report({ type: 'progress', sent, acked, connected: conns.filter((c) => c.ready).length, failed }),
+    200,
+  );
   report({ type: 'progress', sent, acked, connected: conns.filter((c) => c.ready).length, failed });
 
   return {
@@ -204,7 +210,8 @@ export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void
       clearInterval(ticker);
       // Let in-flight messages be acknowledged (up to 5 s), then disconnect.
       const deadline = Date.now() + 5000;
-      while (conns.some((c) => c.pending.size > 0 && !c.socket.destroyed) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      while (conns.some((c) => c.pending.size > 0 && !c.socket.destroyed) && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 20));
       clearInterval(reporter);
       report({ type: 'progress', sent, acked, connected: conns.filter((c) => c.ready).length, failed });
       for (const c of conns) c.socket.end(Buffer.from([0xe0, 0x00]));

@@ -16,7 +16,10 @@ export interface SinkConfig {
   receiveMaximum: number;
 }
 
-export async function runSink(cfg: SinkConfig, report: (m: { type: 'progress'; received: number }) => void): Promise<{ stop(): Promise<void> }> {
+export async function runSink(
+  cfg: SinkConfig,
+  report: (m: { type: 'progress'; received: number }) => void,
+): Promise<{ stop(): Promise<void> }> {
   let received = 0;
   const log = createLogger('warn', { component: 'bench-sink' });
   const conns = Array.from(
@@ -57,9 +60,10 @@ if (process.argv[1] && import.meta.url.endsWith(process.argv[1].split('/').pop()
   const handle = await runSink(cfg, send);
   send({ type: 'ready' });
   process.on('message', (m: { type: string }) => {
-    if (m.type === 'stop') void handle.stop().then(() => {
-      send({ type: 'stopped' });
-      setTimeout(() => process.exit(0), 100);
-    });
+    if (m.type === 'stop')
+      void handle.stop().then(() => {
+        send({ type: 'stopped' });
+        setTimeout(() => process.exit(0), 100);
+      });
   });
 }

@@ -52,11 +52,22 @@ try {
     await res.text();
   }
   const warm = 'GET /template/{random id}, every view cached';
-  results.push(await load({ name: warm, url: `${svc.base}/`, token: svc.token, seconds: SECONDS, connections: CONNECTIONS, path: () => `/template/${randomId()}` }));
+  results.push(
+    await load({
+      name: warm,
+      url: `${svc.base}/`,
+      token: svc.token,
+      seconds: SECONDS,
+      connections: CONNECTIONS,
+      path: () => `/template/${randomId()}`,
+    }),
+  );
   console.log(`${warm}: ${results.at(-1)!.rps} req/s, p99 ${results.at(-1)!.p99} ms`);
   const metrics = await (await fetch(`${svc.base}/metrics`)).text();
   const rssMb = Number(/^process_resident_memory_bytes (\S+)/m.exec(metrics)?.[1] ?? 0) / 2 ** 20;
-  console.log(`\n${N} templates, ${CONNECTIONS} connections, ${SECONDS} s per case; service RSS with every view cached ${rssMb.toFixed(0)} MiB\n`);
+  console.log(
+    `\n${N} templates, ${CONNECTIONS} connections, ${SECONDS} s per case; service RSS with every view cached ${rssMb.toFixed(0)} MiB\n`,
+  );
   console.log(table(results, results[0]));
 } finally {
   await svc.stop();

@@ -19,7 +19,10 @@ function newest(dir) {
 }
 
 const built = existsSync(entry) ? statSync(entry).mtimeMs : 0;
-const sources = Math.max(...['src', 'workers', 'bench'].map((d) => newest(path.join(root, d))), statSync(path.join(root, 'tsconfig.json')).mtimeMs);
+const sources = Math.max(
+  ...['src', 'workers', 'bench'].map((d) => newest(path.join(root, d))),
+  statSync(path.join(root, 'tsconfig.json')).mtimeMs,
+);
 if (built === 0 || sources > built) {
   let tsc;
   try {

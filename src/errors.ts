@@ -7,7 +7,7 @@ export class ApiError extends Error {
     readonly body: unknown,
     readonly headers: Record<string, string> = {},
   ) {
-    super(typeof body === 'object' && body && 'message' in body ? String((body).message) : `HTTP ${httpStatus}`);
+    super(typeof body === 'object' && body && 'message' in body ? String(body.message) : `HTTP ${httpStatus}`);
     this.name = 'ApiError';
   }
 }

@@ -9,7 +9,11 @@ import path from 'node:path';
  * /proc (`/proc/nonexistent` loops on ENOENT), which would hang the start without a word.
  */
 async function makeDirs(dir: string): Promise<void> {
-  const isDir = (d: string) => fs.stat(d).then((st) => st.isDirectory(), () => false);
+  const isDir = (d: string) =>
+    fs.stat(d).then(
+      (st) => st.isDirectory(),
+      () => false,
+    );
   const parent = path.dirname(dir);
   if (parent !== dir && !(await isDir(parent))) await makeDirs(parent);
   try {

@@ -13,7 +13,10 @@ export async function ensureAdmin(pool: pg.Pool, config: Config, log: Logger): P
   let password = config.adminPassword;
   if (password === undefined) {
     if (config.databaseUrl) {
-      throw new ConfigError('ADMIN_PASSWORD', 'must be set when DATABASE_URL is set and the database has no users yet (it is the first admin\'s password)');
+      throw new ConfigError(
+        'ADMIN_PASSWORD',
+        "must be set when DATABASE_URL is set and the database has no users yet (it is the first admin's password)",
+      );
     }
     password = 'admin';
   }

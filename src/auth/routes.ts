@@ -43,7 +43,13 @@ const createUserBody = bodySchema({
       allOf: [{ pattern: '^[A-Za-z0-9_-]*$', 'x-message': 'Tenants may contain letters, numbers or dashes(-_)' }],
       description: 'The tenant.',
     },
-    profile: { type: 'string', minLength: 1, maxLength: 64, allOf: [noNul], description: '`admin` may create users; any other text is an ordinary user.' },
+    profile: {
+      type: 'string',
+      minLength: 1,
+      maxLength: 64,
+      allOf: [noNul],
+      description: '`admin` may create users; any other text is an ordinary user.',
+    },
   },
 });
 
@@ -63,16 +69,37 @@ export const authRoutes: RouteSpec<{ pool: pg.Pool; tokens: Tokens }>[] = [
     },
     responses: {
       200: { description: 'A token.', schema: 'Token' },
-      400: { description: 'Not a JSON object, or a field is missing.', errors: ['authInvalidMimetype', 'authMissingUsername', 'authMissingPassword'] },
+      400: {
+        description: 'Not a JSON object, or a field is missing.',
+        errors: ['authInvalidMimetype', 'authMissingUsername', 'authMissingPassword'],
+      },
       401: { description: 'Unknown user.', errors: ['authUnknownUser'] },
       403: { description: 'Wrong password.', errors: ['authWrongPassword'] },
       503: { description: 'The database is unavailable; retry later.', errors: ['unhealthy'] },
     },
     examples: [
-      { name: 'token', summary: 'Credentials of the first admin', body: { username: 'admin', passwd: 'admin' }, status: 200, response: { jwt: 'eyJhbGciOiJIUzI1NiJ9.eyJzZXJ2aWNlIjoiYWRtaW4ifQ.c2lnbmF0dXJl' } },
+      {
+        name: 'token',
+        summary: 'Credentials of the first admin',
+        body: { username: 'admin', passwd: 'admin' },
+        status: 200,
+        response: { jwt: 'eyJhbGciOiJIUzI1NiJ9.eyJzZXJ2aWNlIjoiYWRtaW4ifQ.c2lnbmF0dXJl' },
+      },
       { name: 'noPassword', summary: 'passwd missing', body: { username: 'admin' }, status: 400, response: err('authMissingPassword') },
-      { name: 'unknownUser', summary: 'No such user', body: { username: 'nobody', passwd: 'secret' }, status: 401, response: err('authUnknownUser') },
-      { name: 'wrongPassword', summary: 'Wrong password', body: { username: 'admin', passwd: 'wrong' }, status: 403, response: err('authWrongPassword') },
+      {
+        name: 'unknownUser',
+        summary: 'No such user',
+        body: { username: 'nobody', passwd: 'secret' },
+        status: 401,
+        response: err('authUnknownUser'),
+      },
+      {
+        name: 'wrongPassword',
+        summary: 'Wrong password',
+        body: { username: 'admin', passwd: 'wrong' },
+        status: 403,
+        response: err('authWrongPassword'),
+      },
     ],
     async handler(req, { pool, tokens }) {
       // Not an object: `invalid mimetype`; then `missing username`, `missing password`.
@@ -105,7 +132,13 @@ export const authRoutes: RouteSpec<{ pool: pg.Pool; tokens: Tokens }>[] = [
         status: 201,
         response: { id: 2, username: 'alice', service: 'acme', profile: 'user', created: TIME },
       },
-      { name: 'taken', summary: 'Username taken', body: { username: 'admin', passwd: 's3cret', service: 'acme', profile: 'user' }, status: 409, response: err('userExists', 'admin') },
+      {
+        name: 'taken',
+        summary: 'Username taken',
+        body: { username: 'admin', passwd: 's3cret', service: 'acme', profile: 'user' },
+        status: 409,
+        response: err('userExists', 'admin'),
+      },
       {
         name: 'invalid',
         summary: 'Fields missing',
@@ -122,7 +155,12 @@ export const authRoutes: RouteSpec<{ pool: pg.Pool; tokens: Tokens }>[] = [
       if (req.claims?.profile !== 'admin') throw errors.forbidden();
       if (req.bodyError) throw req.bodyError;
       const input = validate<{ username: string; passwd: string; service: string; profile: string }>(createUserBody, req.body);
-      const user = await createUser(pool, { username: input.username, password: input.passwd, tenant: input.service, profile: input.profile });
+      const user = await createUser(pool, {
+        username: input.username,
+        password: input.passwd,
+        tenant: input.service,
+        profile: input.profile,
+      });
       if (!user) throw errors.userExists(input.username);
       return {
         status: 201,

@@ -55,13 +55,18 @@ export class Tokens {
     }
     let payload: Record<string, unknown>;
     try {
-      ({ payload } = await jwtVerify(token, this.key, { algorithms: ['HS256'], issuer: this.issuer, requiredClaims: ['exp', 'iat', 'jti'] }));
+      ({ payload } = await jwtVerify(token, this.key, {
+        algorithms: ['HS256'],
+        issuer: this.issuer,
+        requiredClaims: ['exp', 'iat', 'jti'],
+      }));
     } catch {
       return undefined;
     }
     const claims = payload as unknown as Claims;
     if (
-      typeof claims.service !== 'string' || claims.service === '' ||
+      typeof claims.service !== 'string' ||
+      claims.service === '' ||
       typeof claims.username !== 'string' ||
       typeof claims.userid !== 'number' ||
       typeof claims.profile !== 'string'

@@ -32,7 +32,9 @@ export async function claimDataDir(dataDir: string): Promise<() => Promise<void>
     }
     const owner = Number((await fs.readFile(file, 'utf8').catch(() => '')).trim());
     if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && isAlive(owner) && isNode(owner)) {
-      throw new Error(`DATA_DIR ${dataDir} is in use by another running instance (pid ${owner}); give each instance its own DATA_DIR (if that process is not this service, remove ${file})`);
+      throw new Error(
+        `DATA_DIR ${dataDir} is in use by another running instance (pid ${owner}); give each instance its own DATA_DIR (if that process is not this service, remove ${file})`,
+      );
     }
     await fs.rm(file, { force: true });
   }
@@ -53,7 +55,8 @@ const ROOT_CLUSTERS = '/var/lib/device-registry';
 /** uid and gid of the user `postgres`, if it exists. */
 function postgresIds(): { uid: number; gid: number } | undefined {
   try {
-    const id = (flag: string) => Number(execFileSync('id', [flag, 'postgres'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim());
+    const id = (flag: string) =>
+      Number(execFileSync('id', [flag, 'postgres'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim());
     return { uid: id('-u'), gid: id('-g') };
   } catch {
     return undefined;
@@ -66,7 +69,9 @@ function firstBlocked(dir: string, ids: { uid: number; gid: number } | undefined
   for (const part of dir.slice(at.length).split(path.sep).filter(Boolean)) {
     at = path.join(at, part);
     const st = statSync(at);
-    const searchable = (st.mode & 0o001) !== 0 || (ids !== undefined && ((st.uid === ids.uid && (st.mode & 0o100) !== 0) || (st.gid === ids.gid && (st.mode & 0o010) !== 0)));
+    const searchable =
+      (st.mode & 0o001) !== 0 ||
+      (ids !== undefined && ((st.uid === ids.uid && (st.mode & 0o100) !== 0) || (st.gid === ids.gid && (st.mode & 0o010) !== 0)));
     if (!searchable) return at;
   }
   return undefined;
@@ -86,12 +91,17 @@ export async function clusterDirOf(dataDir: string, log: Logger): Promise<string
   const blocked = firstBlocked(path.resolve(dataDir), postgresIds());
   if (!blocked) return inside;
   if (link) {
-    throw new Error(`${inside} cannot be reached by the user postgres, which runs the embedded PostgreSQL when the service runs as root (${blocked} is not searchable by it); move DATA_DIR elsewhere`);
+    throw new Error(
+      `${inside} cannot be reached by the user postgres, which runs the embedded PostgreSQL when the service runs as root (${blocked} is not searchable by it); move DATA_DIR elsewhere`,
+    );
   }
   const target = path.join(ROOT_CLUSTERS, createHash('sha256').update(path.resolve(dataDir)).digest('hex').slice(0, 16), 'pg');
   await fs.mkdir(path.dirname(target), { recursive: true, mode: 0o755 });
   await fs.chmod(ROOT_CLUSTERS, 0o755);
   await fs.symlink(target, inside);
-  log.warn('DATA_DIR cannot be reached by the user postgres (the embedded PostgreSQL runs as postgres when the service runs as root); its cluster is kept elsewhere and linked from DATA_DIR', { blocked, cluster: target, link: inside });
+  log.warn(
+    'DATA_DIR cannot be reached by the user postgres (the embedded PostgreSQL runs as postgres when the service runs as root); its cluster is kept elsewhere and linked from DATA_DIR',
+    { blocked, cluster: target, link: inside },
+  );
   return target;
 }

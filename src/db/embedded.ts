@@ -41,7 +41,10 @@ process.on('exit', () => {
   for (const instance of running) instance.process?.kill('SIGINT');
 });
 
-const tmpPasswordFiles = async () => (await fs.readdir(os.tmpdir()).catch(() => [] as string[])).filter((f) => f.startsWith('pg-password-')).map((f) => path.join(os.tmpdir(), f));
+const tmpPasswordFiles = async () =>
+  (await fs.readdir(os.tmpdir()).catch(() => [] as string[]))
+    .filter((f) => f.startsWith('pg-password-'))
+    .map((f) => path.join(os.tmpdir(), f));
 
 /** A postmaster left running by a process that was killed (kill -9) holds the data directory. */
 async function stopOrphan(clusterDir: string, log: Logger): Promise<void> {
@@ -138,7 +141,9 @@ async function startCluster(
     await pg.start();
   } catch (err) {
     // The library rejects with an Error, or with nothing when postgres exits before it is ready.
-    throw new Error(`embedded PostgreSQL did not start on 127.0.0.1:${pgPort} (port taken? set EMBEDDED_PG_PORT): ${err instanceof Error ? String(err) : 'exited early'}`);
+    throw new Error(
+      `embedded PostgreSQL did not start on 127.0.0.1:${pgPort} (port taken? set EMBEDDED_PG_PORT): ${err instanceof Error ? String(err) : 'exited early'}`,
+    );
   }
   log.info('embedded PostgreSQL listening', { address: `127.0.0.1:${pgPort}`, dir: clusterDir });
   // The library keeps the postmaster's ChildProcess in a private field.

@@ -27,16 +27,17 @@ export async function startHistoryMaintenance(opts: {
   );
   const settings = rows[0]!;
   if (!settings.same) {
-    log.warn('HISTORY_CHUNK_INTERVAL differs from the interval the history partitions were laid out with; the partitions keep their interval', {
-      configured: opts.chunkInterval,
-      inUseSeconds: settings.secs,
-    });
+    log.warn(
+      'HISTORY_CHUNK_INTERVAL differs from the interval the history partitions were laid out with; the partitions keep their interval',
+      {
+        configured: opts.chunkInterval,
+        inUseSeconds: settings.secs,
+      },
+    );
   }
   const retention = opts.retentionDays ?? null;
   const runOnce = async () => {
-    await pool.query(
-      `SELECT history_ensure_partition(now() + s.chunk_interval * g) FROM history_settings s, generate_series(-1, 2) AS g`,
-    );
+    await pool.query(`SELECT history_ensure_partition(now() + s.chunk_interval * g) FROM history_settings s, generate_series(-1, 2) AS g`);
     if (!settings.timescale) {
       const res = await pool.query<{ dropped: number }>('SELECT history_apply_retention($1::int) AS dropped', [retention]);
       const dropped = res.rows[0]?.dropped ?? 0;

@@ -111,7 +111,13 @@ export async function readSeries(pool: pg.Pool, tenant: string, id: string, aske
  * request). Undefined: no such device in the tenant. A label the device does not have (any
  * more) reads nothing, whatever rows it left.
  */
-export async function readOneSeriesOfDevice(pool: pg.Pool, tenant: string, id: string, label: string, q: HistoryQuery): Promise<HistoryRow[] | undefined> {
+export async function readOneSeriesOfDevice(
+  pool: pg.Pool,
+  tenant: string,
+  id: string,
+  label: string,
+  q: HistoryQuery,
+): Promise<HistoryRow[] | undefined> {
   if (hasNul(label)) return (await deviceAttributeLabels(pool, tenant, id)) ? [] : undefined;
   if (hasNul(id)) return undefined;
   const dir = q.order === 'asc' ? 'ASC' : 'DESC';

@@ -18,7 +18,11 @@ const historyCount = (name: 'lastN' | 'firstN', max: number, description: string
     minimum: 0,
     maximum: max,
     description,
-    'x-error': { type: notCount, minimum: notCount, maximum: { error: 'badHistoryQuery', message: `${name} must be at most {limit}, got {value}` } },
+    'x-error': {
+      type: notCount,
+      minimum: notCount,
+      maximum: { error: 'badHistoryQuery', message: `${name} must be at most {limit}, got {value}` },
+    },
   };
 };
 
@@ -32,7 +36,12 @@ const historyBound = (name: 'dateFrom' | 'dateTo', description: string) => ({
   },
 });
 
-const example = (value: number, minute: number) => ({ device_id: DEV, ts: `2026-05-01T12:0${minute}:00.000000Z`, value, attr: 'temperature' });
+const example = (value: number, minute: number) => ({
+  device_id: DEV,
+  ts: `2026-05-01T12:0${minute}:00.000000Z`,
+  value,
+  attr: 'temperature',
+});
 
 function record(deviceJson: string, r: HistoryRow): string {
   return `{"device_id":${deviceJson},"ts":"${r.ts}","value":${r.value},"attr":${JSON.stringify(r.attr)}}`;
@@ -51,7 +60,11 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
     query: (l) => ({
       type: 'object',
       properties: {
-        lastN: historyCount('lastN', l.historyMaxResults, `The last N values, newest first. 0 or absent: all (at most ${l.historyMaxResults}, HISTORY_MAX_RESULTS).`),
+        lastN: historyCount(
+          'lastN',
+          l.historyMaxResults,
+          `The last N values, newest first. 0 or absent: all (at most ${l.historyMaxResults}, HISTORY_MAX_RESULTS).`,
+        ),
         firstN: historyCount('firstN', l.historyMaxResults, 'The first N values, oldest first; wins over lastN.'),
         dateFrom: historyBound('dateFrom', 'Inclusive lower bound:'),
         dateTo: historyBound('dateTo', 'Inclusive upper bound:'),
@@ -66,15 +79,36 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       'x-error-order': ['badHistoryQuery'],
     }),
     responses: {
-      200: { description: 'One attr: an array; several or none: an object by label.', schema: { oneOf: [ref('HistorySeries'), ref('HistoryByLabel')] } },
+      200: {
+        description: 'One attr: an array; several or none: an object by label.',
+        schema: { oneOf: [ref('HistorySeries'), ref('HistoryByLabel')] },
+      },
       400: { description: 'A bad operator value.', errors: ['badHistoryQuery'] },
       404: { description: 'No such device.', errors: ['noSuchDevice'] },
     },
     exampleParams: { id: DEV },
     examples: [
-      { name: 'lastN', summary: 'The last two temperatures', query: { lastN: 2, attr: ['temperature'] }, status: 200, response: [example(22, 1), example(21.5, 0)] },
-      { name: 'byLabel', summary: 'The last value of every attribute', query: { lastN: 1 }, status: 200, response: { temperature: [example(22, 1)], serial: [], led: [], key: [], spare: [] } },
-      { name: 'badLastN', summary: 'lastN not an integer', query: { lastN: 'abc' }, status: 400, response: err('badHistoryQuery', 'lastN must be a non-negative integer, got "abc"') },
+      {
+        name: 'lastN',
+        summary: 'The last two temperatures',
+        query: { lastN: 2, attr: ['temperature'] },
+        status: 200,
+        response: [example(22, 1), example(21.5, 0)],
+      },
+      {
+        name: 'byLabel',
+        summary: 'The last value of every attribute',
+        query: { lastN: 1 },
+        status: 200,
+        response: { temperature: [example(22, 1)], serial: [], led: [], key: [], spare: [] },
+      },
+      {
+        name: 'badLastN',
+        summary: 'lastN not an integer',
+        query: { lastN: 'abc' },
+        status: 400,
+        response: err('badHistoryQuery', 'lastN must be a non-negative integer, got "abc"'),
+      },
       { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, status: 404, response: err('noSuchDevice', 'ffffff') },
     ],
     async handler(req, { pool, historyMaxResults }) {
@@ -91,7 +125,10 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       } else if (q.attrs) {
         // Both at once: a device of another tenant has no rows here anyway. Labels the device
         // does not have (any more) answer [], whatever rows they left.
-        const [has, series] = await Promise.all([deviceAttributeLabels(pool, req.tenant, id), readSeries(pool, req.tenant, id, q.attrs, q)]);
+        const [has, series] = await Promise.all([
+          deviceAttributeLabels(pool, req.tenant, id),
+          readSeries(pool, req.tenant, id, q.attrs, q),
+        ]);
         if (!has) throw errors.noSuchDevice(id);
         const current = new Set(has);
         labels = q.attrs;

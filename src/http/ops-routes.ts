@@ -37,8 +37,16 @@ export const opsRoutes: RouteSpec<{ pool: pg.Pool; metrics: Metrics }>[] = [
     listeners: ['public', 'internal'],
     summary: 'Prometheus metrics',
     tag: 'operations',
-    responses: { 200: { description: 'Prometheus text format (process, HTTP, ingest metrics).', schema: { type: 'string' }, contentType: 'text/plain' } },
-    examples: [{ name: 'scrape', summary: 'A scrape', status: 200, response: 'http_requests_total{method="GET",route="/health",status="200"} 3\n' }],
+    responses: {
+      200: {
+        description: 'Prometheus text format (process, HTTP, ingest metrics).',
+        schema: { type: 'string' },
+        contentType: 'text/plain',
+      },
+    },
+    examples: [
+      { name: 'scrape', summary: 'A scrape', status: 200, response: 'http_requests_total{method="GET",route="/health",status="200"} 3\n' },
+    ],
     async handler(_req, { metrics }) {
       return { status: 200, raw: await metrics.registry.metrics(), contentType: metrics.registry.contentType };
     },

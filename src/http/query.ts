@@ -46,6 +46,9 @@ export function listFiltersOf(q: QueryValues): ListFilters {
 /** Comma-separated label lists (`attrs=a, b`, repeatable): trimmed, empty ones dropped; none: undefined. */
 export function labelListOf(raw: unknown): string[] | undefined {
   const values = Array.isArray(raw) ? raw : typeof raw === 'string' ? [raw] : [];
-  const labels = values.flatMap((v: string) => v.split(',')).map((l) => l.trim()).filter((l) => l !== '');
+  const labels = values
+    .flatMap((v: string) => v.split(','))
+    .map((l) => l.trim())
+    .filter((l) => l !== '');
   return labels.length > 0 ? labels : undefined;
 }

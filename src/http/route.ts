@@ -10,7 +10,8 @@ export function bindRoutes<Deps>(specs: readonly RouteSpec<Deps>[], deps: Deps):
 }
 
 /** `GET /device/:id` -> `GET /device/{id}`: the route's operation in the document. */
-export const operationKey = (r: Pick<RouteDecl, 'method' | 'path'>) => `${r.method} ${r.path.replace(/:([A-Za-z_][A-Za-z0-9_]*)/g, '{$1}')}`;
+export const operationKey = (r: Pick<RouteDecl, 'method' | 'path'>) =>
+  `${r.method} ${r.path.replace(/:([A-Za-z_][A-Za-z0-9_]*)/g, '{$1}')}`;
 
 /** The compiled query check of every route that declares a query, by operation key; done once at start. */
 export function queryChecks(routes: readonly RouteDecl[], limits: QueryLimits): Map<string, QueryCheck> {

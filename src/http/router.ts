@@ -18,9 +18,7 @@ interface Node {
 const node = (): Node => ({ statics: new Map(), param: undefined, routes: new Map() });
 
 export type Match =
-  | { kind: 'route'; endpoint: Endpoint; params: Record<string, string> }
-  | { kind: 'method'; allowed: Method[] }
-  | { kind: 'none' };
+  { kind: 'route'; endpoint: Endpoint; params: Record<string, string> } | { kind: 'method'; allowed: Method[] } | { kind: 'none' };
 
 export class Router {
   private readonly root = node();

@@ -21,9 +21,18 @@ import type { BodyDecl, Listener, Method, Reply, Request, Route } from './types.
 const LISTEN_EXCLUSIVE_PORT = (uWS as unknown as { LIBUS_LISTEN_EXCLUSIVE_PORT: number }).LIBUS_LISTEN_EXCLUSIVE_PORT;
 
 const STATUS_TEXT: Record<number, string> = {
-  200: '200 OK', 201: '201 Created', 204: '204 No Content', 400: '400 Bad Request', 401: '401 Unauthorized',
-  403: '403 Forbidden', 404: '404 Not Found', 405: '405 Method Not Allowed', 409: '409 Conflict',
-  413: '413 Payload Too Large', 500: '500 Internal Server Error', 503: '503 Service Unavailable',
+  200: '200 OK',
+  201: '201 Created',
+  204: '204 No Content',
+  400: '400 Bad Request',
+  401: '401 Unauthorized',
+  403: '403 Forbidden',
+  404: '404 Not Found',
+  405: '405 Method Not Allowed',
+  409: '409 Conflict',
+  413: '413 Payload Too Large',
+  500: '500 Internal Server Error',
+  503: '503 Service Unavailable',
 };
 const KNOWN_METHODS = new Set(['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'HEAD', 'OPTIONS']);
 const NO_VALUES: QueryValues = Object.freeze({});
@@ -103,7 +112,12 @@ function listen(site: Site, host: string, port: number): Promise<{ socket: uWS.u
   return new Promise((resolve, reject) => {
     // Exclusive: uWS otherwise binds with SO_REUSEPORT, and a second instance given the same
     // port would share it silently, splitting the requests between the two.
-    const listenExclusive = app.listen.bind(app) as unknown as (h: string, p: number, o: number, cb: (s: uWS.us_listen_socket | false) => void) => void;
+    const listenExclusive = app.listen.bind(app) as unknown as (
+      h: string,
+      p: number,
+      o: number,
+      cb: (s: uWS.us_listen_socket | false) => void,
+    ) => void;
     listenExclusive(host, port, LISTEN_EXCLUSIVE_PORT, (socket) => {
       if (!socket) {
         const names = site.listener === 'public' ? 'PORT/HOST' : 'INTERNAL_PORT/INTERNAL_HOST';
@@ -121,7 +135,13 @@ function serve(site: Site, res: uWS.HttpResponse, req: uWS.HttpRequest): void {
   site.inFlight.begin();
   // `answer` turns a handler's failure into a reply; what can still throw is writing that reply.
   answer(site, ex)
-    .catch((err: unknown) => site.log.error('answering a request failed', { method: ex.sentMethod, path: ex.path, error: err instanceof Error ? err : String(err) }))
+    .catch((err: unknown) =>
+      site.log.error('answering a request failed', {
+        method: ex.sentMethod,
+        path: ex.path,
+        error: err instanceof Error ? err : String(err),
+      }),
+    )
     .finally(site.inFlight.end);
 }
 
@@ -191,7 +211,12 @@ async function answer(site: Site, ex: Exchange): Promise<void> {
     reply = errorReply(err, site.log, ex);
   }
   const status = send(ex, reply);
-  site.metrics.observeHttp(KNOWN_METHODS.has(ex.sentMethod) ? ex.sentMethod : 'OTHER', metricRoute(ex.match), status, (performance.now() - ex.started) / 1000);
+  site.metrics.observeHttp(
+    KNOWN_METHODS.has(ex.sentMethod) ? ex.sentMethod : 'OTHER',
+    metricRoute(ex.match),
+    status,
+    (performance.now() - ex.started) / 1000,
+  );
 }
 
 async function handle(site: Site, ex: Exchange): Promise<Reply> {
@@ -242,7 +267,8 @@ function checkQuery(ex: Exchange, endpoint: Endpoint): void {
   if (checked.failure && endpoint.route.queryFailure !== 'handler') throw checked.failure.error;
 }
 
-const metricRoute = (match: Match) => (match.kind === 'route' ? match.endpoint.route.path : match.kind === 'method' ? '<method-not-allowed>' : '<unmatched>');
+const metricRoute = (match: Match) =>
+  match.kind === 'route' ? match.endpoint.route.path : match.kind === 'method' ? '<method-not-allowed>' : '<unmatched>';
 
 /** Writes the reply unless the client is gone; returns the status for the metrics. */
 function send(ex: Exchange, reply: Reply): number {

@@ -54,7 +54,9 @@ const OPS = new Set(['add', 'remove', 'replace', 'move', 'copy', 'test']);
 
 /** COPY text format: backslash, tab, newline and carriage return are escaped. */
 export function copyEscape(s: string): string {
-  return /[\\\t\n\r]/.test(s) ? s.replace(/[\\\t\n\r]/g, (c) => (c === '\\' ? '\\\\' : c === '\t' ? '\\t' : c === '\n' ? '\\n' : '\\r')) : s;
+  return /[\\\t\n\r]/.test(s)
+    ? s.replace(/[\\\t\n\r]/g, (c) => (c === '\\' ? '\\\\' : c === '\t' ? '\\t' : c === '\n' ? '\\n' : '\\r'))
+    : s;
 }
 
 /** The pointers fast-json-patch refuses when banning prototype modifications. */
@@ -78,7 +80,8 @@ export function parseTranslator(text: string | null): Translator | string {
   const error = jsonPatch.validate([op as unknown as Operation]);
   if (error) return `invalid JSON Patch operation: ${error.name}`;
   // Applied with prototype protection, such a path would fail on every message: unusable now.
-  if ([op.path, op.from].some((p) => typeof p === 'string' && touchesPrototype(p))) return 'path touches __proto__ or constructor/prototype';
+  if ([op.path, op.from].some((p) => typeof p === 'string' && touchesPrototype(p)))
+    return 'path touches __proto__ or constructor/prototype';
   return { op: op as unknown as Operation, optional: optional === true };
 }
 
@@ -180,7 +183,13 @@ export interface MessageOutcome {
  * (`tenant \t device_id \t attr \t series \t ts \t value`). `receivedUs` is the receive time (µs).
  * `tsText` renders microseconds as timestamptz text (cached by the caller).
  */
-export function renderMessage(model: DeviceModel, payload: string, receivedUs: number, tsText: (us: number) => string, out: string[]): MessageOutcome {
+export function renderMessage(
+  model: DeviceModel,
+  payload: string,
+  receivedUs: number,
+  tsText: (us: number) => string,
+  out: string[],
+): MessageOutcome {
   const outcome: MessageOutcome = { rows: out, unknownKeys: 0, wrongTypes: 0, values: 0, us: receivedUs };
   const obj = translatedObject(model, payload, outcome);
   if (obj) renderValues(model, obj, messageTime(model, obj, outcome), tsText, out, outcome);
@@ -229,7 +238,14 @@ function messageTime(model: DeviceModel, obj: Record<string, unknown>, outcome: 
 }
 
 /** One COPY line per key that is a stored attribute of the device and whose value fits its type; the rest counted. */
-function renderValues(model: DeviceModel, obj: Record<string, unknown>, us: number, tsText: (us: number) => string, out: string[], outcome: MessageOutcome): void {
+function renderValues(
+  model: DeviceModel,
+  obj: Record<string, unknown>,
+  us: number,
+  tsText: (us: number) => string,
+  out: string[],
+  outcome: MessageOutcome,
+): void {
   let ts: string | undefined;
   for (const key of Object.keys(obj)) {
     if (key === 'timestamp' && !model.timestampIsAttr) continue;

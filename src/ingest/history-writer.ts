@@ -79,7 +79,12 @@ export class HistoryWriter {
     return this.layout;
   }
 
-  private async copyWithRecovery(lines: string[], chunks: Set<number>, layout: HistoryLayout, partitionsRetried: boolean): Promise<CopyOutcome> {
+  private async copyWithRecovery(
+    lines: string[],
+    chunks: Set<number>,
+    layout: HistoryLayout,
+    partitionsRetried: boolean,
+  ): Promise<CopyOutcome> {
     try {
       return { seconds: await this.copy(lines), rejected: 0 };
     } catch (err) {

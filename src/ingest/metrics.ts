@@ -20,9 +20,21 @@ export class IngestMetrics {
 
   constructor(metrics: Metrics) {
     const registers = [metrics.registry];
-    this.received = new client.Counter({ name: 'ingest_messages_received_total', help: 'Device messages received from the broker', registers });
-    this.messagesStored = new client.Counter({ name: 'ingest_messages_stored_total', help: 'Device messages with at least one value committed to history', registers });
-    this.valuesReceived = new client.Counter({ name: 'ingest_values_received_total', help: 'Keys of valid device messages (after translation, without timestamp)', registers });
+    this.received = new client.Counter({
+      name: 'ingest_messages_received_total',
+      help: 'Device messages received from the broker',
+      registers,
+    });
+    this.messagesStored = new client.Counter({
+      name: 'ingest_messages_stored_total',
+      help: 'Device messages with at least one value committed to history',
+      registers,
+    });
+    this.valuesReceived = new client.Counter({
+      name: 'ingest_values_received_total',
+      help: 'Keys of valid device messages (after translation, without timestamp)',
+      registers,
+    });
     this.valuesStored = new client.Counter({ name: 'ingest_values_stored_total', help: 'Values committed to history', registers });
     this.dropped = new client.Counter({
       name: 'ingest_dropped_total',
@@ -43,10 +55,24 @@ export class IngestMetrics {
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
       registers,
     });
-    this.cacheHits = new client.Counter({ name: 'ingest_cache_hits_total', help: 'Messages whose device was in the shard cache', registers });
+    this.cacheHits = new client.Counter({
+      name: 'ingest_cache_hits_total',
+      help: 'Messages whose device was in the shard cache',
+      registers,
+    });
     this.cacheMisses = new client.Counter({ name: 'ingest_cache_misses_total', help: 'Messages whose device had to be loaded', registers });
-    this.queueDepth = new client.Gauge({ name: 'ingest_queue_depth', help: 'Unacknowledged messages per shard', labelNames: ['shard'] as const, registers });
-    this.cachedDevices = new client.Gauge({ name: 'ingest_cached_devices', help: 'Devices in each shard worker cache', labelNames: ['shard'] as const, registers });
+    this.queueDepth = new client.Gauge({
+      name: 'ingest_queue_depth',
+      help: 'Unacknowledged messages per shard',
+      labelNames: ['shard'] as const,
+      registers,
+    });
+    this.cachedDevices = new client.Gauge({
+      name: 'ingest_cached_devices',
+      help: 'Devices in each shard worker cache',
+      labelNames: ['shard'] as const,
+      registers,
+    });
   }
 
   apply(d: IngestMetricsDelta): void {

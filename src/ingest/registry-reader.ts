@@ -44,7 +44,11 @@ async function loadDeviceModels(
   log: Logger,
   schemas?: SchemaPool,
 ): Promise<Map<string, DeviceModel>> {
-  const { rows } = await pool.query<Row>({ name: 'ingest-load-devices', text: SQL, values: [devices.map((d) => d.tenant), devices.map((d) => d.id)] });
+  const { rows } = await pool.query<Row>({
+    name: 'ingest-load-devices',
+    text: SQL,
+    values: [devices.map((d) => d.tenant), devices.map((d) => d.id)],
+  });
   const byDevice = new Map<string, Row[]>();
   for (const r of rows) {
     const key = deviceKey(r.tenant, r.id);
@@ -57,7 +61,13 @@ async function loadDeviceModels(
     const { tenant, id } = list[0]!;
     models.set(
       key,
-      buildDeviceModel(tenant, id, list, (label, reason) => log.warn('translator ignored', { tenant, device: id, attr: label, reason }), schemas),
+      buildDeviceModel(
+        tenant,
+        id,
+        list,
+        (label, reason) => log.warn('translator ignored', { tenant, device: id, attr: label, reason }),
+        schemas,
+      ),
     );
   }
   return models;

@@ -11,7 +11,14 @@ export const openApiRoutes: RouteSpec<{ openApiText: string }>[] = [
     description: 'Generated once at start from the schemas that validate the requests; committed as docs/openapi.json (`npm run openapi`).',
     tag: 'operations',
     responses: { 200: { description: 'The document.', schema: 'OpenApiDocument' } },
-    examples: [{ name: 'document', summary: 'The document', status: 200, response: { openapi: '3.1.0', info: { title: 'device-registry', version: '0.1.0' }, paths: {} } }],
+    examples: [
+      {
+        name: 'document',
+        summary: 'The document',
+        status: 200,
+        response: { openapi: '3.1.0', info: { title: 'device-registry', version: '0.1.0' }, paths: {} },
+      },
+    ],
     handler: (_req, { openApiText }) => ({ status: 200, raw: openApiText }),
   },
 ];

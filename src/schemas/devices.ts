@@ -16,7 +16,12 @@ const override = {
     // `Unknown template <tid> in attr list` from the service, not a validation body.
     template_id: { type: ['integer', 'string'] },
     // An empty label names no attribute either: missing.
-    label: { type: 'string', minLength: 1, allOf: [noNul], 'x-error': { required: 'missingOverrideLabel', minLength: 'missingOverrideLabel' } },
+    label: {
+      type: 'string',
+      minLength: 1,
+      allOf: [noNul],
+      'x-error': { required: 'missingOverrideLabel', minLength: 'missingOverrideLabel' },
+    },
     static_value: staticValueSchema,
     metadata: {
       type: 'array',
@@ -28,7 +33,11 @@ const override = {
 const deviceFields = {
   label: { type: 'string', minLength: 1, maxLength: 128, allOf: [noNul] },
   templates: { type: 'array', items: idRef, description: 'Template ids (integers or numeric strings); may be empty.' },
-  attrs: { type: 'array', items: override, description: "The override list: the device's own `static_value` of template attributes and their metadata." },
+  attrs: {
+    type: 'array',
+    items: override,
+    description: "The override list: the device's own `static_value` of template attributes and their metadata.",
+  },
 };
 
 /** POST /device. Checked: this body, then `id` (its own message), then the override list. */

@@ -60,7 +60,10 @@ export function errorSchemas(l: ErrorLimits): Record<string, object> {
     type: 'object',
     required: ['message', 'errors'],
     properties: {
-      message: { enum: ['failed to parse input', 'failed to parse attr'], description: '`failed to parse attr`: one attribute of a template body.' },
+      message: {
+        enum: ['failed to parse input', 'failed to parse attr'],
+        description: '`failed to parse attr`: one attribute of a template body.',
+      },
       errors: ref('FieldErrors'),
     },
     additionalProperties: false,

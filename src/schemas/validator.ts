@@ -27,7 +27,15 @@ const TYPE_TEXT: Record<string, string> = {
 
 // Union types (`["integer", "string"]`) are how the contract's "ints or numeric strings" are written.
 const newAjv = (useDefaults: boolean) =>
-  new Ajv2020({ allErrors: true, verbose: true, strict: true, allowUnionTypes: true, useDefaults, keywords: [...ANNOTATIONS], formats: queryFormats });
+  new Ajv2020({
+    allErrors: true,
+    verbose: true,
+    strict: true,
+    allowUnionTypes: true,
+    useDefaults,
+    keywords: [...ANNOTATIONS],
+    formats: queryFormats,
+  });
 
 const bodyAjv = newAjv(false);
 const queryAjv = newAjv(true);
@@ -97,7 +105,11 @@ export function addFieldError(out: FieldErrors, path: string[], text: string): v
   if (!list.includes(text)) list.push(text);
 }
 
-const pathOf = (e: ErrorObject) => e.instancePath.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
+const pathOf = (e: ErrorObject) =>
+  e.instancePath
+    .split('/')
+    .slice(1)
+    .map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
 
 /** Turns ajv errors into nested field errors. `required` names the missing child field. */
 export function fieldErrors(errs: ErrorObject[]): FieldErrors {
@@ -133,7 +145,8 @@ function mappingOf(e: ErrorObject): Mapped | undefined {
   const parent = e.parentSchema as SchemaNode | undefined;
   const pick = (spec: ErrorSpec) => mapped(spec === undefined || typeof spec === 'string' ? spec : spec[e.keyword]);
   // A missing property: the property's own mapping, else the object's.
-  if (e.keyword === 'required') return pick(parent?.properties?.[e.params.missingProperty as string]?.['x-error']) ?? pick(parent?.['x-error']);
+  if (e.keyword === 'required')
+    return pick(parent?.properties?.[e.params.missingProperty as string]?.['x-error']) ?? pick(parent?.['x-error']);
   return pick(parent?.['x-error']);
 }
 
@@ -302,10 +315,10 @@ export class QueryCheck {
     const first = firstMapped(this.order, errs);
     if (first) {
       const e = first.error;
-      const param = e.keyword === 'required' ? (e.params.missingProperty as string) : pathOf(e)[0] ?? '';
+      const param = e.keyword === 'required' ? (e.params.missingProperty as string) : (pathOf(e)[0] ?? '');
       // The text as sent: an item of a repeated parameter is its own text already.
       const single = this.params.find((p) => p.name === param)?.type !== 'array';
-      const input = single ? query.get(param) ?? undefined : undefined;
+      const input = single ? (query.get(param) ?? undefined) : undefined;
       return { error: contractError(first.mapping, e, input), param, keyword: e.keyword };
     }
     // Not expected: every parameter that can fail maps to a contract error.

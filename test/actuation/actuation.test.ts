@@ -29,7 +29,9 @@ interface Received {
 /** Subscribes `client` to `topics` and collects what arrives. */
 async function listen(client: mqtt.MqttClient, topics: string[]): Promise<Received[]> {
   const got: Received[] = [];
-  client.on('message', (topic, payload, packet) => got.push({ topic, payload: payload.toString(), qos: packet.qos, retain: packet.retain }));
+  client.on('message', (topic, payload, packet) =>
+    got.push({ topic, payload: payload.toString(), qos: packet.qos, retain: packet.retain }),
+  );
   await client.subscribeAsync(topics, { qos: 1 });
   return got;
 }
@@ -84,7 +86,10 @@ describe('through the external broker (MQTT_URL)', () => {
     ['no attrs', { body: { setpoint: 1 } }, /"attrs" object/],
     ['attrs not an object', { body: { attrs: ['setpoint'] } }, /"attrs" object/],
   ])('a body that is %s: 400', async (_what, input, message) => {
-    const res = 'raw' in input ? await actuate<ErrorBody>(device, null, { raw: input.raw, contentType: (input as { contentType?: string }).contentType }) : await actuate<ErrorBody>(device, input.body);
+    const res =
+      'raw' in input
+        ? await actuate<ErrorBody>(device, null, { raw: input.raw, contentType: (input as { contentType?: string }).contentType })
+        : await actuate<ErrorBody>(device, input.body);
     expect(res.status).toBe(400);
     expect(res.body.status).toBe(400);
     expect(res.body.message).toMatch(message);
@@ -101,7 +106,10 @@ describe('through the external broker (MQTT_URL)', () => {
   ])('a body that is %s: 400 with the exact body (the actuation.body schema)', async (_what, body) => {
     const res = await actuate(device, null, { raw: JSON.stringify(body) });
     expect(res.status).toBe(400);
-    expect(res.body).toEqual({ message: 'The body must be a JSON object with an "attrs" object (attribute label to new value)', status: 400 });
+    expect(res.body).toEqual({
+      message: 'The body must be a JSON object with an "attrs" object (attribute label to new value)',
+      status: 400,
+    });
   });
 
   it('other body keys are ignored, whatever their value (topic a number, an unknown key)', async () => {
@@ -162,7 +170,7 @@ describe('through the embedded broker', () => {
       expect(res.status).toBe(200);
       expect(res.body).toEqual(SENT);
     }
-    await eventually(() => gotA.length >= 1 && gotB.length >= 1 || undefined, 'both devices');
+    await eventually(() => (gotA.length >= 1 && gotB.length >= 1) || undefined, 'both devices');
     expect(gotA).toEqual([{ topic: `${tenant}:${a}/config`, payload: '{"setpoint":18}', qos: 1, retain: false }]);
     expect(gotB).toEqual([{ topic: `/${tenant}/${b}/config`, payload: '{"setpoint":18}', qos: 1, retain: false }]);
     await devA.endAsync();

@@ -48,7 +48,10 @@ const topicsOf = (tenant: string, id: string) => [`${tenant}:${id}/config`, `/${
 const actuate = (id: string, body: unknown, token = tokenA) => http('PUT', `${svc.base}/device/${id}/actuate`, { token, body });
 
 /** A client of the run's broker (as device `tenant:id` when given) collecting what arrives on `topics`. */
-async function subscriber(topics: string[], opts: { as?: string; qos?: 0 | 1 | 2 } = {}): Promise<{ client: mqtt.MqttClient; got: Received[] }> {
+async function subscriber(
+  topics: string[],
+  opts: { as?: string; qos?: 0 | 1 | 2 } = {},
+): Promise<{ client: mqtt.MqttClient; got: Received[] }> {
   const client = await deviceClient(svc.env.MQTT_URL!, opts.as ? { username: opts.as } : {});
   clients.push(client);
   const got: Received[] = [];
@@ -75,7 +78,9 @@ describe('the body', () => {
   });
 
   it('{"attrs": {}} on a device without any actuator attribute: 200 too (no label is refused)', async () => {
-    const bare = await createTemplate(svc.service.pool, tenantA, 'sensor', [{ label: 'temperature', type: 'dynamic', value_type: 'float' }]);
+    const bare = await createTemplate(svc.service.pool, tenantA, 'sensor', [
+      { label: 'temperature', type: 'dynamic', value_type: 'float' },
+    ]);
     const d = await createDevice(svc.service.pool, tenantA, [bare]);
     const { got } = await subscriber([`${tenantA}:${d}/config`]);
     const res = await actuate(d, { attrs: {} });
@@ -114,7 +119,10 @@ describe('the body', () => {
     const d = await newDeviceOfA();
     const res = await actuate(d, { topic: `${tenantA}:${d}/config` });
     expect(res.status).toBe(400);
-    expect(res.body).toEqual({ message: 'The body must be a JSON object with an "attrs" object (attribute label to new value)', status: 400 });
+    expect(res.body).toEqual({
+      message: 'The body must be a JSON object with an "attrs" object (attribute label to new value)',
+      status: 400,
+    });
   });
 });
 

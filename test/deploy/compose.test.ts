@@ -8,7 +8,17 @@ import { describe, expect, it } from 'vitest';
 import { readConfig } from '../../src/config.js';
 import { projectRoot } from '../../src/paths.js';
 import { tempDir } from '../helpers/service.js';
-import { composeCli, interpolate, interpolatedNames, parseEnvFile, readRepoFile, repoFile, yamlBlock, yamlList, yamlMapping } from './files.js';
+import {
+  composeCli,
+  interpolate,
+  interpolatedNames,
+  parseEnvFile,
+  readRepoFile,
+  repoFile,
+  yamlBlock,
+  yamlList,
+  yamlMapping,
+} from './files.js';
 
 const compose = readRepoFile('docker-compose.yml');
 const envExample = parseEnvFile(readRepoFile('.env.example'));

@@ -13,7 +13,10 @@ const secrets = [...new Set([...readRepoFile('docker-compose.yml').matchAll(/\$\
 
 /** Relative markdown link targets of a document in `dir`. */
 function links(text: string, dir: string): string[] {
-  return [...text.matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)].map((m) => m[1]!).filter((t) => !/^[a-z]+:/.test(t)).map((t) => path.join(dir, t));
+  return [...text.matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)]
+    .map((m) => m[1]!)
+    .filter((t) => !/^[a-z]+:/.test(t))
+    .map((t) => path.join(dir, t));
 }
 
 describe('README, Deployment', () => {
@@ -43,8 +46,19 @@ describe('docs/operations.md', () => {
   });
 
   it('covers sizing, backup and restore, key rotation and scale-out, saying what was measured', () => {
-    for (const heading of ['Sizing', 'Backup and restore', 'Key rotation', 'Scaling out']) expect(operations).toMatch(new RegExp(`^## \\d+\\. ${heading}`, 'm'));
-    for (const word of ['pg_dump', 'timescaledb_pre_restore()', 'timescaledb_post_restore()', 'JWT_SECRET', 'PSK_ENCRYPTION_KEY', 'EMQX', 'VerneMQ', 'NOTIFY', '$share']) {
+    for (const heading of ['Sizing', 'Backup and restore', 'Key rotation', 'Scaling out'])
+      expect(operations).toMatch(new RegExp(`^## \\d+\\. ${heading}`, 'm'));
+    for (const word of [
+      'pg_dump',
+      'timescaledb_pre_restore()',
+      'timescaledb_post_restore()',
+      'JWT_SECRET',
+      'PSK_ENCRYPTION_KEY',
+      'EMQX',
+      'VerneMQ',
+      'NOTIFY',
+      '$share',
+    ]) {
       expect(operations).toContain(word);
     }
     expect(operations).toMatch(/measured/i);

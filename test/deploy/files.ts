@@ -41,7 +41,14 @@ export function yamlMapping(lines: string[]): Record<string, string> {
 
 /** `- item` lines of a block, quotes removed. */
 export function yamlList(lines: string[]): string[] {
-  return lines.filter((l) => l.trimStart().startsWith('- ')).map((l) => l.trim().slice(2).replace(/^"(.*)"$/, '$1'));
+  return lines
+    .filter((l) => l.trimStart().startsWith('- '))
+    .map((l) =>
+      l
+        .trim()
+        .slice(2)
+        .replace(/^"(.*)"$/, '$1'),
+    );
 }
 
 /** Names of the variables a compose file interpolates (`$$` is a literal dollar). */
@@ -53,15 +60,18 @@ export function interpolatedNames(text: string): Set<string> {
 
 /** Compose interpolation of one value; throws like compose on `${VAR:?message}`. */
 export function interpolate(value: string, vars: Record<string, string | undefined>): string {
-  return value.replace(/\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}/g, (whole, name: string, op: string | undefined, arg: string) => {
-    if (whole === '$$') return '$';
-    const v = vars[name];
-    const missing = v === undefined || (op?.startsWith(':') === true && v === '');
-    if (!op) return v ?? '';
-    if (op.endsWith('-')) return missing ? arg : v;
-    if (missing) throw new Error(`${name}: ${arg}`);
-    return v;
-  });
+  return value.replace(
+    /\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}/g,
+    (whole, name: string, op: string | undefined, arg: string) => {
+      if (whole === '$$') return '$';
+      const v = vars[name];
+      const missing = v === undefined || (op?.startsWith(':') === true && v === '');
+      if (!op) return v ?? '';
+      if (op.endsWith('-')) return missing ? arg : v;
+      if (missing) throw new Error(`${name}: ${arg}`);
+      return v;
+    },
+  );
 }
 
 /** `KEY=value` lines of an env file. */

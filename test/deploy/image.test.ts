@@ -37,7 +37,11 @@ describe('Dockerfile', () => {
     const modules = copies.find((c) => / \/app\/node_modules /.test(c))!;
     expect(modules).toBeDefined();
     const from = /--from=(\S+)/.exec(modules)![1]!;
-    expect(lineage(from).flat().some((i) => /^RUN npm ci\b.*--omit=dev/.test(i))).toBe(true);
+    expect(
+      lineage(from)
+        .flat()
+        .some((i) => /^RUN npm ci\b.*--omit=dev/.test(i)),
+    ).toBe(true);
     // The runtime stage installs nothing itself.
     expect(instr(runtime, 'RUN').some((i) => /npm (ci|install)/.test(i))).toBe(false);
     expect(copies.some((c) => /--from=build \/app\/dist \.\/dist$/.test(c))).toBe(true);
@@ -74,7 +78,12 @@ describe('Dockerfile', () => {
     const sources = stages
       .flatMap((s) => instr(s, 'COPY'))
       .filter((c) => !c.includes('--from='))
-      .flatMap((c) => c.split(/\s+/).slice(1, -1).filter((p) => !p.startsWith('--')));
+      .flatMap((c) =>
+        c
+          .split(/\s+/)
+          .slice(1, -1)
+          .filter((p) => !p.startsWith('--')),
+      );
     expect(sources).toEqual(expect.arrayContaining(['package.json', 'src', 'sql']));
     for (const src of sources) {
       await fs.access(path.join(projectRoot, src));
@@ -90,11 +99,20 @@ describe('the runtime stage layout', () => {
   // The `deps` stage, outside docker: package.json and the lock file, then its `npm ci` command
   // (from the npm cache when it has everything, as after CI's own `npm ci`).
   beforeAll(async () => {
-    const depsStage = stages.find((s) => lineage(s.name).flat().some((i) => /^RUN npm ci\b.*--omit=dev/.test(i)))!;
+    const depsStage = stages.find((s) =>
+      lineage(s.name)
+        .flat()
+        .some((i) => /^RUN npm ci\b.*--omit=dev/.test(i)),
+    )!;
     const command = lineage(depsStage.name)
       .flat()
       .filter((i) => i.startsWith('RUN '))
-      .flatMap((i) => i.slice(4).split('&&').map((c) => c.trim()))
+      .flatMap((i) =>
+        i
+          .slice(4)
+          .split('&&')
+          .map((c) => c.trim()),
+      )
       .find((c) => /^npm ci\b.*--omit=dev/.test(c))!;
     const dir = await tempDir('dr-image-deps-');
     dirs.push(dir);
@@ -130,7 +148,10 @@ describe('the runtime stage layout', () => {
     const app = await tempDir('dr-image-');
     dirs.push(app);
     for (const copy of instr(runtime, 'COPY')) {
-      const parts = copy.split(/\s+/).slice(1).filter((p) => !p.startsWith('--'));
+      const parts = copy
+        .split(/\s+/)
+        .slice(1)
+        .filter((p) => !p.startsWith('--'));
       const dest = parts.pop()!;
       for (const src of parts) {
         const from = src.startsWith('/app/') ? path.join(projectRoot, src.slice('/app/'.length)) : path.join(projectRoot, src);

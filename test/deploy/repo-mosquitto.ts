@@ -107,7 +107,21 @@ export class RepoMosquitto {
   addDevice(username: string, password: string): void {
     execFileSync(
       'mosquitto_ctrl',
-      ['-h', '127.0.0.1', '-p', String(this.port), '-u', 'broker-admin', '-P', this.passwords.MQTT_ADMIN_PASSWORD, 'dynsec', 'createClient', username, '-p', password],
+      [
+        '-h',
+        '127.0.0.1',
+        '-p',
+        String(this.port),
+        '-u',
+        'broker-admin',
+        '-P',
+        this.passwords.MQTT_ADMIN_PASSWORD,
+        'dynsec',
+        'createClient',
+        username,
+        '-p',
+        password,
+      ],
       { stdio: 'pipe' },
     );
   }

@@ -12,7 +12,10 @@ import { http, tenantToken, useService } from '../helpers/service.js';
 import { mosquittoInstalled, RepoMosquitto } from './repo-mosquitto.js';
 
 describe.skipIf(!mosquittoInstalled())('service + the compose broker configuration', () => {
-  const passwords = { MQTT_SERVICE_PASSWORD: crypto.randomBytes(12).toString('hex'), MQTT_ADMIN_PASSWORD: crypto.randomBytes(12).toString('hex') };
+  const passwords = {
+    MQTT_SERVICE_PASSWORD: crypto.randomBytes(12).toString('hex'),
+    MQTT_ADMIN_PASSWORD: crypto.randomBytes(12).toString('hex'),
+  };
   const tenant = `dep${crypto.randomBytes(3).toString('hex')}`;
   let broker: RepoMosquitto;
   let token: string;
@@ -82,7 +85,9 @@ describe.skipIf(!mosquittoInstalled())('service + the compose broker configurati
     const before = await historyCount(svc.service.pool, tenant, device);
     // MQTT 5, so that the broker says why in the PUBACK (3.1.1 acknowledges and drops silently).
     const intruder = await connectAs(other, 'other-pw', { protocolVersion: 5 });
-    await expect(intruder.publishAsync(`${tenant}:${device}/attrs`, JSON.stringify({ temperature: -99 }), { qos: 1 })).rejects.toThrow(/Not authorized/);
+    await expect(intruder.publishAsync(`${tenant}:${device}/attrs`, JSON.stringify({ temperature: -99 }), { qos: 1 })).rejects.toThrow(
+      /Not authorized/,
+    );
     // Its own topic works, and the pipeline is live.
     await intruder.publishAsync(`${tenant}:${other}/attrs`, JSON.stringify({ temperature: 1 }), { qos: 1 });
     await eventually(async () => (await historyCount(svc.service.pool, tenant, other)) === 1, 'the allowed message in history');

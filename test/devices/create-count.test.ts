@@ -44,8 +44,15 @@ describe('POST /device?count at the maximum (10000)', () => {
     const ids = await idsOf(token);
     expect(ids).toHaveLength(10000);
     expect([...ids].sort()).toEqual(devices.map((d) => d.id).sort());
-    expect((await http<DeviceList>('GET', `${svc.base}/device?page_size=1000`, { token })).body.pagination).toEqual({ page: 1, total: 10, has_next: true, next_page: 2 });
-    expect((await http<DeviceList>('GET', `${svc.base}/device?label=x_9999`, { token })).body.devices.map((d) => d.id)).toEqual([devices[9999]!.id]);
+    expect((await http<DeviceList>('GET', `${svc.base}/device?page_size=1000`, { token })).body.pagination).toEqual({
+      page: 1,
+      total: 10,
+      has_next: true,
+      next_page: 2,
+    });
+    expect((await http<DeviceList>('GET', `${svc.base}/device?label=x_9999`, { token })).body.devices.map((d) => d.id)).toEqual([
+      devices[9999]!.id,
+    ]);
   });
 
   it('count=10001 afterwards: 400, still 10000 devices', async () => {
@@ -64,20 +71,24 @@ describe('POST /device: spellings of verbose and count', () => {
     token = (await svc.freshTenant('qs')).token;
     t = await createTemplate(svc.base, token, sensor());
   });
-  const post = (query: string, label = 'v') => http<DevicesCreated<DeviceView>>('POST', `${svc.base}/device${query}`, { token, body: { label, templates: [t.id] } });
+  const post = (query: string, label = 'v') =>
+    http<DevicesCreated<DeviceView>>('POST', `${svc.base}/device${query}`, { token, body: { label, templates: [t.id] } });
 
-  it.each(['?verbose=TRUE', '?verbose=1', '?verbose=True', '?verbose', '?count=%2B1&verbose=TRUE'])('%s: the full device', async (query) => {
-    const res = await post(query);
-    expect(res.status, res.text).toBe(200);
-    expect(Object.keys(res.body).sort()).toEqual(['devices', 'message']);
-    expect(res.body.message).toBe('device created');
-    expect(res.body.devices).toHaveLength(1);
-    const d = res.body.devices[0]!;
-    expect(Object.keys(d)).toEqual(VIEW_KEYS);
-    expect(d).toMatchObject({ label: 'v_0', templates: [String(t.id)] });
-    expect(d.attrs[String(t.id)]!.map((a) => a.label)).toEqual(['temperature', 'serial', 'led']);
-    expect(d).toEqual(await getDevice(svc.base, token, d.id));
-  });
+  it.each(['?verbose=TRUE', '?verbose=1', '?verbose=True', '?verbose', '?count=%2B1&verbose=TRUE'])(
+    '%s: the full device',
+    async (query) => {
+      const res = await post(query);
+      expect(res.status, res.text).toBe(200);
+      expect(Object.keys(res.body).sort()).toEqual(['devices', 'message']);
+      expect(res.body.message).toBe('device created');
+      expect(res.body.devices).toHaveLength(1);
+      const d = res.body.devices[0]!;
+      expect(Object.keys(d)).toEqual(VIEW_KEYS);
+      expect(d).toMatchObject({ label: 'v_0', templates: [String(t.id)] });
+      expect(d.attrs[String(t.id)]!.map((a) => a.label)).toEqual(['temperature', 'serial', 'led']);
+      expect(d).toEqual(await getDevice(svc.base, token, d.id));
+    },
+  );
 
   it.each(['?verbose=yes', '?verbose=false', '?verbose=0', '?verbose=on', '?verbose=2'])('%s: the short form', async (query) => {
     const res = await post(query);

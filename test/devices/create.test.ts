@@ -15,7 +15,8 @@ beforeAll(async () => {
   loc = await createTemplate(svc.base, svc.token, locator);
 });
 
-const post = <D = DeviceRef>(body: unknown, query = '') => http<DevicesCreated<D>>('POST', `${svc.base}/device${query}`, { token: svc.token, body });
+const post = <D = DeviceRef>(body: unknown, query = '') =>
+  http<DevicesCreated<D>>('POST', `${svc.base}/device${query}`, { token: svc.token, body });
 const deviceCount = () => countOf(svc.service.pool, 'SELECT count(*)::int AS n FROM devices');
 
 describe('POST /device', () => {
@@ -86,14 +87,20 @@ describe('POST /device', () => {
     expect((await getDevice(svc.base, svc.token, 'C0FFEE')).label).toBe('mine_0');
   });
 
-  it('the override list sets the device\'s own static values', async () => {
+  it("the override list sets the device's own static values", async () => {
     const serial = thermo.attrs[1]!;
     const res = await post<DeviceView>(
       {
         label: 'own',
         templates: [thermo.id, loc.id],
         attrs: [
-          { id: serial.id, template_id: String(thermo.id), label: 'serial', static_value: 'SN-1', metadata: [{ id: serial.metadata![0]!.id, static_value: 'mm' }] },
+          {
+            id: serial.id,
+            template_id: String(thermo.id),
+            label: 'serial',
+            static_value: 'SN-1',
+            metadata: [{ id: serial.metadata![0]!.id, static_value: 'mm' }],
+          },
           { label: 'vendor', static_value: 'initech' },
         ],
       },
@@ -112,15 +119,45 @@ describe('POST /device', () => {
 
 describe('POST /device: bad input changes nothing', () => {
   const cases = (): Array<[string, unknown, string, number, unknown]> => [
-    ['count not an integer', { label: 'x', templates: [] }, '?count=abc', 400, { message: 'If provided, count must be integer', status: 400 }],
+    [
+      'count not an integer',
+      { label: 'x', templates: [] },
+      '?count=abc',
+      400,
+      { message: 'If provided, count must be integer', status: 400 },
+    ],
     ['count empty', { label: 'x', templates: [] }, '?count=', 400, { message: 'If provided, count must be integer', status: 400 }],
     ['count 0', { label: 'x', templates: [] }, '?count=0', 400, { message: 'If provided, count must be integer', status: 400 }],
     ['count negative', { label: 'x', templates: [] }, '?count=-2', 400, { message: 'If provided, count must be integer', status: 400 }],
     ['count 1.5', { label: 'x', templates: [] }, '?count=1.5', 400, { message: 'If provided, count must be integer', status: 400 }],
-    ['count above the maximum', { label: 'x', templates: [] }, '?count=10001', 400, { message: 'count must be at most 10000', status: 400 }],
-    ['verbose with count > 1', { label: 'x', templates: [] }, '?count=2&verbose=true', 400, { message: 'Verbose can only be used for single device creation', status: 400 }],
-    ['label missing', { templates: [] }, '', 400, { message: 'failed to parse input', errors: { label: ['Missing data for required field.'] } }],
-    ['templates missing', { label: 'x' }, '', 400, { message: 'failed to parse input', errors: { templates: ['Missing data for required field.'] } }],
+    [
+      'count above the maximum',
+      { label: 'x', templates: [] },
+      '?count=10001',
+      400,
+      { message: 'count must be at most 10000', status: 400 },
+    ],
+    [
+      'verbose with count > 1',
+      { label: 'x', templates: [] },
+      '?count=2&verbose=true',
+      400,
+      { message: 'Verbose can only be used for single device creation', status: 400 },
+    ],
+    [
+      'label missing',
+      { templates: [] },
+      '',
+      400,
+      { message: 'failed to parse input', errors: { label: ['Missing data for required field.'] } },
+    ],
+    [
+      'templates missing',
+      { label: 'x' },
+      '',
+      400,
+      { message: 'failed to parse input', errors: { templates: ['Missing data for required field.'] } },
+    ],
     [
       'a template id that is not an integer',
       { label: 'x', templates: [thermo.id, 'abc', 1.5] },
@@ -128,14 +165,39 @@ describe('POST /device: bad input changes nothing', () => {
       400,
       { message: 'failed to parse input', errors: { templates: { '1': ['Not a valid integer.'], '2': ['Not a valid integer.'] } } },
     ],
-    ['label not a string', { label: 3, templates: [] }, '', 400, { message: 'failed to parse input', errors: { label: ['Not a valid string.'] } }],
-    ['label too long', { label: 'l'.repeat(129), templates: [] }, '', 400, { message: 'failed to parse input', errors: { label: ['Longer than maximum length 128.'] } }],
+    [
+      'label not a string',
+      { label: 3, templates: [] },
+      '',
+      400,
+      { message: 'failed to parse input', errors: { label: ['Not a valid string.'] } },
+    ],
+    [
+      'label too long',
+      { label: 'l'.repeat(129), templates: [] },
+      '',
+      400,
+      { message: 'failed to parse input', errors: { label: ['Longer than maximum length 128.'] } },
+    ],
     ['unknown template', { label: 'x', templates: [thermo.id, 4865] }, '', 404, { message: 'No such template: 4865', status: 404 }],
     ['unknown template as a string', { label: 'x', templates: ['99999'] }, '', 404, { message: 'No such template: 99999', status: 404 }],
-    ['a negative template id, as a number or a string', { label: 'x', templates: [thermo.id, '-1', -1] }, '', 404, { message: 'No such template: -1', status: 404 }],
+    [
+      'a negative template id, as a number or a string',
+      { label: 'x', templates: [thermo.id, '-1', -1] },
+      '',
+      404,
+      { message: 'No such template: -1', status: 404 },
+    ],
     [
       'the same attribute id twice in the override list',
-      { label: 'x', templates: [thermo.id], attrs: [{ id: thermo.attrs[1]!.id, label: 'a', static_value: 'A' }, { id: thermo.attrs[1]!.id, label: 'b', static_value: 'B' }] },
+      {
+        label: 'x',
+        templates: [thermo.id],
+        attrs: [
+          { id: thermo.attrs[1]!.id, label: 'a', static_value: 'A' },
+          { id: thermo.attrs[1]!.id, label: 'b', static_value: 'B' },
+        ],
+      },
       '',
       400,
       { message: ['a device can not have repeated attributes'], status: 400 },
@@ -154,15 +216,58 @@ describe('POST /device: bad input changes nothing', () => {
       400,
       { message: ['Device ID must be 2-6 characters and must be hexadecimal (0-9,a-f,A-F).'], status: 400 },
     ],
-    ['device id too long', { label: 'x', templates: [], id: 'abcdef0' }, '', 400, { message: ['Device ID must be 2-6 characters and must be hexadecimal (0-9,a-f,A-F).'], status: 400 }],
-    ['device id too short', { label: 'x', templates: [], id: 'a' }, '', 400, { message: ['Device ID must be 2-6 characters and must be hexadecimal (0-9,a-f,A-F).'], status: 400 }],
-    ['device id not a string', { label: 'x', templates: [], id: 1234 }, '', 400, { message: ['Device ID must be 2-6 characters and must be hexadecimal (0-9,a-f,A-F).'], status: 400 }],
-    ['device id with count', { label: 'x', templates: [], id: 'abcd' }, '?count=2', 400, { message: 'A device ID can only be given for single device creation', status: 400 }],
-    ['override without label', { label: 'x', templates: [thermo.id], attrs: [{ id: 1, static_value: 'a' }] }, '', 400, { message: ['missing label attribute'], status: 400 }],
-    ['override with an empty label', { label: 'x', templates: [thermo.id], attrs: [{ label: '', static_value: 'a' }] }, '', 400, { message: ['missing label attribute'], status: 400 }],
+    [
+      'device id too long',
+      { label: 'x', templates: [], id: 'abcdef0' },
+      '',
+      400,
+      { message: ['Device ID must be 2-6 characters and must be hexadecimal (0-9,a-f,A-F).'], status: 400 },
+    ],
+    [
+      'device id too short',
+      { label: 'x', templates: [], id: 'a' },
+      '',
+      400,
+      { message: ['Device ID must be 2-6 characters and must be hexadecimal (0-9,a-f,A-F).'], status: 400 },
+    ],
+    [
+      'device id not a string',
+      { label: 'x', templates: [], id: 1234 },
+      '',
+      400,
+      { message: ['Device ID must be 2-6 characters and must be hexadecimal (0-9,a-f,A-F).'], status: 400 },
+    ],
+    [
+      'device id with count',
+      { label: 'x', templates: [], id: 'abcd' },
+      '?count=2',
+      400,
+      { message: 'A device ID can only be given for single device creation', status: 400 },
+    ],
+    [
+      'override without label',
+      { label: 'x', templates: [thermo.id], attrs: [{ id: 1, static_value: 'a' }] },
+      '',
+      400,
+      { message: ['missing label attribute'], status: 400 },
+    ],
+    [
+      'override with an empty label',
+      { label: 'x', templates: [thermo.id], attrs: [{ label: '', static_value: 'a' }] },
+      '',
+      400,
+      { message: ['missing label attribute'], status: 400 },
+    ],
     [
       'the same label twice in the override list',
-      { label: 'x', templates: [thermo.id], attrs: [{ label: 'serial', static_value: 'a' }, { label: 'serial', static_value: 'b' }] },
+      {
+        label: 'x',
+        templates: [thermo.id],
+        attrs: [
+          { label: 'serial', static_value: 'a' },
+          { label: 'serial', static_value: 'b' },
+        ],
+      },
       '',
       400,
       { message: ['a device can not have repeated attributes'], status: 400 },
@@ -190,7 +295,11 @@ describe('POST /device: bad input changes nothing', () => {
     ],
     [
       'override of an unknown metadata entry: HTTP 404, body status 400',
-      { label: 'x', templates: [thermo.id], attrs: [{ id: thermo.attrs[1]!.id, label: 'serial', metadata: [{ id: 2, static_value: 'a' }] }] },
+      {
+        label: 'x',
+        templates: [thermo.id],
+        attrs: [{ id: thermo.attrs[1]!.id, label: 'serial', metadata: [{ id: 2, static_value: 'a' }] }],
+      },
       '',
       404,
       { message: 'Unknown metadata attribute 2 in override list', status: 400 },
@@ -205,14 +314,38 @@ describe('POST /device: bad input changes nothing', () => {
   ];
 
   // The table refers to templates created in beforeAll: build it when the test runs.
-  const names = ['count not an integer', 'count empty', 'count 0', 'count negative', 'count 1.5', 'count above the maximum',
-    'verbose with count > 1', 'label missing', 'templates missing', 'a template id that is not an integer', 'label not a string',
-    'label too long', 'unknown template', 'unknown template as a string', 'a negative template id, as a number or a string',
-    'the same attribute id twice in the override list', 'a template id that is a word', 'bad device id',
-    'device id too long', 'device id too short', 'device id not a string', 'device id with count', 'override without label', 'override with an empty label',
-    'the same label twice in the override list', 'override of a template the device does not have',
-    'override naming a template id that is no number', 'override of an unknown attribute: HTTP 404, body status 400', 'override of an unknown metadata entry: HTTP 404, body status 400',
-    'override value an object'];
+  const names = [
+    'count not an integer',
+    'count empty',
+    'count 0',
+    'count negative',
+    'count 1.5',
+    'count above the maximum',
+    'verbose with count > 1',
+    'label missing',
+    'templates missing',
+    'a template id that is not an integer',
+    'label not a string',
+    'label too long',
+    'unknown template',
+    'unknown template as a string',
+    'a negative template id, as a number or a string',
+    'the same attribute id twice in the override list',
+    'a template id that is a word',
+    'bad device id',
+    'device id too long',
+    'device id too short',
+    'device id not a string',
+    'device id with count',
+    'override without label',
+    'override with an empty label',
+    'the same label twice in the override list',
+    'override of a template the device does not have',
+    'override naming a template id that is no number',
+    'override of an unknown attribute: HTTP 404, body status 400',
+    'override of an unknown metadata entry: HTTP 404, body status 400',
+    'override value an object',
+  ];
   it('the table names every case', () => expect(cases().map((c) => c[0])).toEqual(names));
   it.each(names)('%s', async (name) => {
     const [, body, query, status, expected] = cases().find((c) => c[0] === name)!;
@@ -224,7 +357,10 @@ describe('POST /device: bad input changes nothing', () => {
   });
 
   it('templates that would give repeated attributes: 400, nothing created', async () => {
-    const twin = await createTemplate(svc.base, svc.token, { label: 'twin', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'integer' }] });
+    const twin = await createTemplate(svc.base, svc.token, {
+      label: 'twin',
+      attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'integer' }],
+    });
     const before = await deviceCount();
     const res = await post({ label: 'x', templates: [thermo.id, twin.id] }, '?count=3');
     expect(res.status).toBe(400);
@@ -243,10 +379,18 @@ describe('POST /device: bad input changes nothing', () => {
 
   it('a body that is not JSON, or not sent as JSON: 400', async () => {
     const expected = { message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 };
-    const broken = await http('POST', `${svc.base}/device`, { token: svc.token, rawBody: '{"label":', headers: { 'content-type': 'application/json' } });
+    const broken = await http('POST', `${svc.base}/device`, {
+      token: svc.token,
+      rawBody: '{"label":',
+      headers: { 'content-type': 'application/json' },
+    });
     expect(broken.status).toBe(400);
     expect(broken.body).toEqual(expected);
-    const plain = await http('POST', `${svc.base}/device`, { token: svc.token, rawBody: JSON.stringify({ label: 'x', templates: [] }), headers: { 'content-type': 'text/plain' } });
+    const plain = await http('POST', `${svc.base}/device`, {
+      token: svc.token,
+      rawBody: JSON.stringify({ label: 'x', templates: [] }),
+      headers: { 'content-type': 'text/plain' },
+    });
     expect(plain.body).toEqual(expected);
   });
 });

@@ -15,7 +15,11 @@ beforeAll(async () => {
 
 describe('DELETE /device/{id}', () => {
   it('removes the device: {removed_device, result}', async () => {
-    const [{ id }] = await createDevices(svc.base, svc.token, { label: 'd', templates: [thermo.id], attrs: [{ label: 'serial', static_value: 'S' }] });
+    const [{ id }] = await createDevices(svc.base, svc.token, {
+      label: 'd',
+      templates: [thermo.id],
+      attrs: [{ label: 'serial', static_value: 'S' }],
+    });
     const view = await getDevice(svc.base, svc.token, id);
     const res = await http('DELETE', `${svc.base}/device/${id}`, { token: svc.token });
     expect(res.status).toBe(200);
@@ -56,6 +60,9 @@ describe('DELETE /device', () => {
     const removed = seen.find((e): e is Extract<RegistryEvent, { type: 'devices.removed' }> => e.type === 'devices.removed');
     expect(removed!.deviceIds.sort()).toEqual(made.map((d) => d.id).sort());
     for (const d of made) expect((await http('GET', `${svc.base}/device/${d.id}`, { token: svc.token })).status).toBe(404);
-    expect(await http('DELETE', `${svc.base}/device`, { token: svc.token }).then((r) => r.body)).toEqual({ removed_devices: [], result: 'ok' });
+    expect(await http('DELETE', `${svc.base}/device`, { token: svc.token }).then((r) => r.body)).toEqual({
+      removed_devices: [],
+      result: 'ok',
+    });
   });
 });

@@ -12,18 +12,37 @@ beforeAll(async () => {
   const token = svc.token;
   const thermo = await createTemplate(svc.base, token, thermometer);
   const loc = await createTemplate(svc.base, token, locator);
-  const twin = await createTemplate(svc.base, token, { label: 'twin', attrs: [{ label: 'vendor', type: 'static', value_type: 'string', static_value: 'initech' }] });
+  const twin = await createTemplate(svc.base, token, {
+    label: 'twin',
+    attrs: [{ label: 'vendor', type: 'static', value_type: 'string', static_value: 'initech' }],
+  });
   await createDevices(svc.base, token, { id: 'd1', label: 'a', templates: [thermo.id, loc.id] });
-  await createDevices(svc.base, token, { id: 'd2', label: 'b', templates: [loc.id], attrs: [{ label: 'vendor', static_value: 'initech' }] });
+  await createDevices(svc.base, token, {
+    id: 'd2',
+    label: 'b',
+    templates: [loc.id],
+    attrs: [{ label: 'vendor', static_value: 'initech' }],
+  });
   await createDevices(svc.base, token, { id: 'd3', label: 'c', templates: [twin.id] });
   await createDevices(svc.base, token, { id: 'd4', label: 'd', templates: [twin.id], attrs: [{ label: 'vendor', static_value: 'acme' }] });
-  await createDevices(svc.base, token, { id: 'd5', label: 'e', templates: [thermo.id], attrs: [{ label: 'serial', static_value: 'SN-5' }] });
+  await createDevices(svc.base, token, {
+    id: 'd5',
+    label: 'e',
+    templates: [thermo.id],
+    attrs: [{ label: 'serial', static_value: 'SN-5' }],
+  });
   await createDevices(svc.base, token, { id: 'd6', label: 'f', templates: [] });
 });
 
 const ids = async (plan: AttrPlan, attrs: Array<{ label: string; value: string }>, label?: string) =>
   (
-    await listDevices(svc.service.pool, 'admin', { filters: { label, attrs, attrTypes: [], sortByLabel: false } }, { num: 1, size: 100, offset: 0 }, plan)
+    await listDevices(
+      svc.service.pool,
+      'admin',
+      { filters: { label, attrs, attrTypes: [], sortByLabel: false } },
+      { num: 1, size: 100, offset: 0 },
+      plan,
+    )
   ).map((d) => d.id);
 
 describe('attr= filter plans', () => {
@@ -32,7 +51,15 @@ describe('attr= filter plans', () => {
     ['override value and template value', [{ label: 'vendor', value: 'initech' }], undefined, ['d2', 'd3']],
     ['a unique override', [{ label: 'serial', value: 'SN-5' }], undefined, ['d5']],
     ['an overridden template value no longer matches', [{ label: 'serial', value: 'undefined' }], undefined, ['d1']],
-    ['two filters', [{ label: 'vendor', value: 'acme' }, { label: 'serial', value: 'undefined' }], undefined, ['d1']],
+    [
+      'two filters',
+      [
+        { label: 'vendor', value: 'acme' },
+        { label: 'serial', value: 'undefined' },
+      ],
+      undefined,
+      ['d1'],
+    ],
     ['with a label filter', [{ label: 'vendor', value: 'initech' }], 'c', ['d3']],
     ['nothing', [{ label: 'vendor', value: 'nobody' }], undefined, []],
   ];

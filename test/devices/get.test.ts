@@ -16,11 +16,14 @@ describe('GET /device/{id}', () => {
     expect(second.text).toBe(first.text);
   });
 
-  it.each(['ffffff', 'nope', 'x'.repeat(300), "a'; DROP TABLE devices;--", '%00', '%E2%82%AC'])('unknown id %s: 404 No such device', async (id) => {
-    const res = await http('GET', `${svc.base}/device/${id}`, { token: svc.token });
-    expect(res.status).toBe(404);
-    expect(res.body).toEqual({ message: `No such device: ${decodeURIComponent(id)}`, status: 404 });
-  });
+  it.each(['ffffff', 'nope', 'x'.repeat(300), "a'; DROP TABLE devices;--", '%00', '%E2%82%AC'])(
+    'unknown id %s: 404 No such device',
+    async (id) => {
+      const res = await http('GET', `${svc.base}/device/${id}`, { token: svc.token });
+      expect(res.status).toBe(404);
+      expect(res.body).toEqual({ message: `No such device: ${decodeURIComponent(id)}`, status: 404 });
+    },
+  );
 
   it('a deleted device is gone at once, even after being cached', async () => {
     const [{ id }] = await createDevices(svc.base, svc.token, { label: 'gone', templates: [] });

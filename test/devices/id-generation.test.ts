@@ -20,13 +20,21 @@ describe('device id generation', () => {
   it('a taken id is drawn again', async () => {
     await createDevices(svc.base, svc.token, { id: 'aaaaaa', label: 'taken', templates: [] });
     const draws = ['aaaaaa', 'aaaaaa', 'bbbbbb'];
-    const r = await serviceWith(() => draws.shift() ?? 'cccccc').create('admin', { count: 1, verbose: false }, { label: 'new', templates: [] });
+    const r = await serviceWith(() => draws.shift() ?? 'cccccc').create(
+      'admin',
+      { count: 1, verbose: false },
+      { label: 'new', templates: [] },
+    );
     expect(r.devices).toEqual([{ id: 'bbbbbb', label: 'new_0' }]);
   });
 
   it('ids repeated within one request are drawn again', async () => {
     const draws = ['dddddd', 'dddddd', 'dddddd', 'eeeeee'];
-    const r = await serviceWith(() => draws.shift() ?? 'ffffff').create('admin', { count: 3, verbose: false }, { label: 'rep', templates: [] });
+    const r = await serviceWith(() => draws.shift() ?? 'ffffff').create(
+      'admin',
+      { count: 3, verbose: false },
+      { label: 'rep', templates: [] },
+    );
     expect(r.devices.map((d) => d.id).sort()).toEqual(['dddddd', 'eeeeee', 'ffffff']);
     expect(r.devices.map((d) => d.label).sort()).toEqual(['rep_0', 'rep_1', 'rep_2']);
   });

@@ -12,7 +12,12 @@ beforeAll(async () => {
   thermo = await createTemplate(svc.base, svc.token, thermometer);
   loc = await createTemplate(svc.base, svc.token, locator);
   await createDevices(svc.base, svc.token, { id: 'b1', label: 'one', templates: [thermo.id] });
-  await createDevices(svc.base, svc.token, { id: 'b2', label: 'two', templates: [loc.id], attrs: [{ label: 'vendor', static_value: 'initech' }] });
+  await createDevices(svc.base, svc.token, {
+    id: 'b2',
+    label: 'two',
+    templates: [loc.id],
+    attrs: [{ label: 'vendor', static_value: 'initech' }],
+  });
 });
 
 describe('internal endpoints', () => {
@@ -25,13 +30,31 @@ describe('internal endpoints', () => {
   it('GET /internal/device: pages, filters and idsOnly as GET /device, without attr_type', async () => {
     const res = await http('GET', `${svc.internal}/internal/device?page_size=1&page_num=2`, { token: svc.token });
     expect(res.status).toBe(200);
-    expect(res.body).toEqual({ devices: [await getDevice(svc.base, svc.token, 'b2')], pagination: { page: 2, total: 2, has_next: false, next_page: null } });
-    expect((await http<DeviceList>('GET', `${svc.internal}/internal/device?attr=vendor=initech`, { token: svc.token })).body.devices.map((d) => d.id)).toEqual(['b2']);
-    expect((await http<DeviceList>('GET', `${svc.internal}/internal/device?label=one`, { token: svc.token })).body.devices.map((d) => d.id)).toEqual(['b1']);
-    expect((await http('GET', `${svc.internal}/internal/device?idsOnly=true&sortBy=label`, { token: svc.token })).body).toEqual(['b1', 'b2']);
+    expect(res.body).toEqual({
+      devices: [await getDevice(svc.base, svc.token, 'b2')],
+      pagination: { page: 2, total: 2, has_next: false, next_page: null },
+    });
+    expect(
+      (await http<DeviceList>('GET', `${svc.internal}/internal/device?attr=vendor=initech`, { token: svc.token })).body.devices.map(
+        (d) => d.id,
+      ),
+    ).toEqual(['b2']);
+    expect(
+      (await http<DeviceList>('GET', `${svc.internal}/internal/device?label=one`, { token: svc.token })).body.devices.map((d) => d.id),
+    ).toEqual(['b1']);
+    expect((await http('GET', `${svc.internal}/internal/device?idsOnly=true&sortBy=label`, { token: svc.token })).body).toEqual([
+      'b1',
+      'b2',
+    ]);
     // attr_type is not a filter here
-    expect((await http('GET', `${svc.internal}/internal/device?idsOnly&attr_type=geopoint`, { token: svc.token })).body).toEqual(['b1', 'b2']);
-    expect((await http('GET', `${svc.internal}/internal/device?page_num=0`, { token: svc.token })).body).toEqual({ message: 'Page numbers must be greater than 1', status: 400 });
+    expect((await http('GET', `${svc.internal}/internal/device?idsOnly&attr_type=geopoint`, { token: svc.token })).body).toEqual([
+      'b1',
+      'b2',
+    ]);
+    expect((await http('GET', `${svc.internal}/internal/device?page_num=0`, { token: svc.token })).body).toEqual({
+      message: 'Page numbers must be greater than 1',
+      status: 400,
+    });
   });
 
   it('unknown device: 404', async () => {

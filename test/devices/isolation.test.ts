@@ -20,7 +20,7 @@ beforeAll(async () => {
 });
 
 describe('tenant isolation of devices', () => {
-  it('a second tenant cannot see, list, change or delete the first tenant\'s devices', async () => {
+  it("a second tenant cannot see, list, change or delete the first tenant's devices", async () => {
     const notFound = { message: 'No such device: cafe', status: 404 };
     expect((await http('GET', `${svc.base}/device/cafe`, { token: second })).body).toEqual(notFound);
     expect((await http('GET', `${svc.internal}/internal/device/cafe`, { token: second })).body).toEqual(notFound);
@@ -34,7 +34,7 @@ describe('tenant isolation of devices', () => {
     expect((await getDevice(svc.base, first, 'cafe')).label).toBe('mine_0');
   });
 
-  it('a second tenant cannot build devices from the first tenant\'s templates', async () => {
+  it("a second tenant cannot build devices from the first tenant's templates", async () => {
     const res = await http('POST', `${svc.base}/device`, { token: second, body: { label: 'x', templates: [thermo.id] } });
     expect(res.status).toBe(404);
     expect(res.body).toEqual({ message: `No such template: ${thermo.id}`, status: 404 });
@@ -73,7 +73,7 @@ describe('tenant isolation of PUT and DELETE', () => {
     expect(await idsOf(a)).toEqual(aViews.map((v) => v.id));
   };
 
-  it('PUT on the shared id changes the caller\'s device only', async () => {
+  it("PUT on the shared id changes the caller's device only", async () => {
     const res = await http<DeviceUpdated>('PUT', `${svc.base}/device/beef`, { token: b, body: { label: 'b-renamed', templates: [tB.id] } });
     expect(res.status, res.text).toBe(200);
     expect(res.body.device).toMatchObject({ id: 'beef', label: 'b-renamed', templates: [String(tB.id)] });
@@ -81,7 +81,7 @@ describe('tenant isolation of PUT and DELETE', () => {
     await aUnchanged();
   });
 
-  it('PUT on an id only the other tenant has: 404; with the other tenant\'s template: 404 No such template', async () => {
+  it("PUT on an id only the other tenant has: 404; with the other tenant's template: 404 No such template", async () => {
     const res = await http('PUT', `${svc.base}/device/f00d`, { token: b, body: { label: 'stolen', templates: [tB.id] } });
     expect(res.status).toBe(404);
     expect(res.body).toEqual({ message: 'No such device: f00d', status: 404 });
@@ -91,7 +91,7 @@ describe('tenant isolation of PUT and DELETE', () => {
     await aUnchanged();
   });
 
-  it('DELETE on an id only the other tenant has: 404; on the shared id: the caller\'s device only', async () => {
+  it("DELETE on an id only the other tenant has: 404; on the shared id: the caller's device only", async () => {
     const miss = await http('DELETE', `${svc.base}/device/f00d`, { token: b });
     expect(miss.status).toBe(404);
     expect(miss.body).toEqual({ message: 'No such device: f00d', status: 404 });
@@ -103,7 +103,7 @@ describe('tenant isolation of PUT and DELETE', () => {
     await aUnchanged();
   });
 
-  it('DELETE /device removes the caller\'s devices only', async () => {
+  it("DELETE /device removes the caller's devices only", async () => {
     const made = await createDevices(svc.base, b, { label: 'b-many', templates: [tB.id] }, '?count=2');
     await createDevices(svc.base, b, { id: 'beef', label: 'b-again', templates: [] });
     const res = await http<DevicesRemoved>('DELETE', `${svc.base}/device`, { token: b });

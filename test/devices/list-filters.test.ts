@@ -59,7 +59,8 @@ describe('the label filter: case-sensitive, literal, prefix or suffix only', () 
   });
 
   it('GET /internal/device filters the same way', async () => {
-    const ids = async (q: string) => (await http<DeviceList>('GET', `${svc.internal}/internal/device?${q}`, { token })).body.devices.map((d) => d.id);
+    const ids = async (q: string) =>
+      (await http<DeviceList>('GET', `${svc.internal}/internal/device?${q}`, { token })).body.devices.map((d) => d.id);
     expect(await ids('label=x%25')).toEqual(['d1']);
     expect(await ids('label=a_c')).toEqual(['e1']);
     expect(await ids('label=_')).toEqual([]);
@@ -106,25 +107,34 @@ describe('attr=<label>=<value>: split at the first `=`, the device override wins
 
   it('the override shows in the device view the filter matched', async () => {
     const res = await http<DeviceList>('GET', `${svc.base}/device?attr=conf=x=y=z`, { token });
-    expect(res.body.devices[0]!.attrs[String(t.id)]![0]).toMatchObject({ label: 'conf', static_value: 'x=y=z', is_static_overridden: true });
+    expect(res.body.devices[0]!.attrs[String(t.id)]![0]).toMatchObject({
+      label: 'conf',
+      static_value: 'x=y=z',
+      is_static_overridden: true,
+    });
   });
 
   it('GET /internal/device splits and uses overrides the same way', async () => {
-    const ids = async (q: string) => (await http<DeviceList>('GET', `${svc.internal}/internal/device?${q}`, { token })).body.devices.map((d) => d.id);
+    const ids = async (q: string) =>
+      (await http<DeviceList>('GET', `${svc.internal}/internal/device?${q}`, { token })).body.devices.map((d) => d.id);
     expect(await ids('attr=conf=a=b')).toEqual(['a1']);
     expect(await ids('attr=conf=x=y=z')).toEqual(['a2']);
     expect(await ids('attr=conf==')).toEqual(['a4']);
   });
 
   it('templates are filtered by their own value, device overrides do not count', async () => {
-    const tpl = async (q: string) => (await http<TemplateList>('GET', `${svc.base}/template?${q}`, { token })).body.templates.map((x) => x.id);
+    const tpl = async (q: string) =>
+      (await http<TemplateList>('GET', `${svc.base}/template?${q}`, { token })).body.templates.map((x) => x.id);
     expect(await tpl('attr=conf=a=b')).toEqual([t.id]);
     expect(await tpl('attr=conf=x=y=z')).toEqual([]);
   });
 
   it('an override set by PUT /device is matched at once; the template value no longer is', async () => {
     expect(await idsOf(token, 'attr=conf=x=y=z')).toEqual(['a2']); // the list is cached now
-    const res = await http('PUT', `${svc.base}/device/a1`, { token, body: { label: 'tpl_0', templates: [t.id], attrs: [{ label: 'conf', static_value: 'x=y=z' }] } });
+    const res = await http('PUT', `${svc.base}/device/a1`, {
+      token,
+      body: { label: 'tpl_0', templates: [t.id], attrs: [{ label: 'conf', static_value: 'x=y=z' }] },
+    });
     expect(res.status, res.text).toBe(200);
     expect(await idsOf(token, 'attr=conf=x=y=z')).toEqual(['a1', 'a2']);
     expect(await idsOf(token, 'attr=conf=a=b')).toEqual([]);

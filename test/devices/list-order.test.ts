@@ -34,13 +34,21 @@ describe('GET /device order', () => {
     return res.body.devices.map((d) => d.id);
   };
 
-  it.each(['', 'sortBy=id', 'sortBy=LABEL', 'sortBy=Label', 'sortBy=', 'sortBy', 'sortBy=label%20', 'sortBy=created', 'sortBy=-label', 'sortBy=label,id'])(
-    '%s: by id ascending',
-    async (query) => {
-      expect(await page(query)).toEqual(byId);
-      expect(await idsOf(token, query)).toEqual(byId);
-    },
-  );
+  it.each([
+    '',
+    'sortBy=id',
+    'sortBy=LABEL',
+    'sortBy=Label',
+    'sortBy=',
+    'sortBy',
+    'sortBy=label%20',
+    'sortBy=created',
+    'sortBy=-label',
+    'sortBy=label,id',
+  ])('%s: by id ascending', async (query) => {
+    expect(await page(query)).toEqual(byId);
+    expect(await idsOf(token, query)).toEqual(byId);
+  });
 
   it('sortBy=label: label ascending, ties by id', async () => {
     expect(await page('sortBy=label')).toEqual(byLabel);
@@ -58,7 +66,8 @@ describe('GET /device order', () => {
   });
 
   it('GET /internal/device orders the same way', async () => {
-    const ids = async (q: string) => (await http<DeviceList>('GET', `${svc.internal}/internal/device?${q}`, { token })).body.devices.map((d) => d.id);
+    const ids = async (q: string) =>
+      (await http<DeviceList>('GET', `${svc.internal}/internal/device?${q}`, { token })).body.devices.map((d) => d.id);
     expect(await ids('sortBy=label')).toEqual(byLabel);
     expect(await ids('sortBy=id')).toEqual(byId);
     expect(await ids('sortBy=LABEL')).toEqual(byId);

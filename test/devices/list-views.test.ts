@@ -18,7 +18,10 @@ const page = async (path: string) => {
 
 describe('device pages after changes', () => {
   it('show each change at once: update, key generation, template update, deletion', async () => {
-    const psk: TemplateBodyWithAttrs = { label: 'Keyed', attrs: [...thermometer.attrs, { label: 'key', type: 'static', value_type: 'psk' }] };
+    const psk: TemplateBodyWithAttrs = {
+      label: 'Keyed',
+      attrs: [...thermometer.attrs, { label: 'key', type: 'static', value_type: 'psk' }],
+    };
     const t = await createTemplate(svc.base, svc.token, psk);
     const made = await createDevices(svc.base, svc.token, { label: 'v', templates: [t.id] }, '?count=3');
     const ids = made.map((d) => d.id).sort();
@@ -95,7 +98,7 @@ describe('device pages after changes', () => {
     expect((await page(byLabel)).pagination).toEqual({ page: 1, total: 1, has_next: false, next_page: null });
   });
 
-  it('a second instance on the same database drops its cached pages and views on the first one\'s changes (NOTIFY)', async () => {
+  it("a second instance on the same database drops its cached pages and views on the first one's changes (NOTIFY)", async () => {
     const t = await createTemplate(svc.base, svc.token, thermometer);
     const [first] = await createDevices(svc.base, svc.token, { label: 'twin', templates: [t.id] });
     const other = await startTestService({ DATABASE_URL: svc.env.DATABASE_URL, PSK_ENCRYPTION_KEY: svc.env.PSK_ENCRYPTION_KEY });
@@ -111,8 +114,14 @@ describe('device pages after changes', () => {
 
       await createDevices(svc.base, svc.token, { label: 'twin', templates: [t.id] });
       await eventually(async () => (await labels()).length === 2 || undefined, 'the new device on the other instance');
-      expect((await http('PUT', `${svc.base}/device/${first.id}`, { token: svc.token, body: { label: 'twin-renamed', templates: [t.id] } })).status).toBe(200);
-      await eventually(async () => (await read<DeviceView>(`/device/${first.id}`)).label === 'twin-renamed' || undefined, 'the new label on the other instance');
+      expect(
+        (await http('PUT', `${svc.base}/device/${first.id}`, { token: svc.token, body: { label: 'twin-renamed', templates: [t.id] } }))
+          .status,
+      ).toBe(200);
+      await eventually(
+        async () => (await read<DeviceView>(`/device/${first.id}`)).label === 'twin-renamed' || undefined,
+        'the new label on the other instance',
+      );
       await eventually(async () => (await labels()).join() === ['twin-renamed', 'twin_0'].join() || undefined, 'the page in label order');
       expect((await http('DELETE', `${svc.base}/template/${t.id}`, { token: svc.token })).status).toBe(200);
       await eventually(async () => !(await templatePage()).includes(t.id) || undefined, 'the template page without the deleted template');
@@ -122,17 +131,38 @@ describe('device pages after changes', () => {
   });
 
   it('the views cached at creation are the JSON the database gives (overrides, metadata, keys, verbose, count)', async () => {
-    const keyed: TemplateBodyWithAttrs = { label: 'Keyed', attrs: [...thermometer.attrs, { label: 'key', type: 'static', value_type: 'psk' }] };
+    const keyed: TemplateBodyWithAttrs = {
+      label: 'Keyed',
+      attrs: [...thermometer.attrs, { label: 'key', type: 'static', value_type: 'psk' }],
+    };
     const t = await createTemplate(svc.base, svc.token, keyed);
-    const loc = await createTemplate(svc.base, svc.token, { label: 'Loc', attrs: [{ label: 'vendor', type: 'static', value_type: 'string', static_value: 'acme' }] });
+    const loc = await createTemplate(svc.base, svc.token, {
+      label: 'Loc',
+      attrs: [{ label: 'vendor', type: 'static', value_type: 'string', static_value: 'acme' }],
+    });
     const serial = t.attrs.find((a) => a.label === 'serial')!;
-    const overrides = [{ id: serial.id, template_id: String(t.id), label: 'serial', static_value: 'SN-9', metadata: [{ id: serial.metadata![0]!.id, static_value: 'K' }] }];
+    const overrides = [
+      {
+        id: serial.id,
+        template_id: String(t.id),
+        label: 'serial',
+        static_value: 'SN-9',
+        metadata: [{ id: serial.metadata![0]!.id, static_value: 'K' }],
+      },
+    ];
     const many = await createDevices(svc.base, svc.token, { label: 'born', templates: [t.id, loc.id], attrs: overrides }, '?count=25');
-    const verbose = await http<DevicesCreated<DeviceView>>('POST', `${svc.base}/device?verbose=true`, { token: svc.token, body: { label: 'born-v', templates: [loc.id] } });
+    const verbose = await http<DevicesCreated<DeviceView>>('POST', `${svc.base}/device?verbose=true`, {
+      token: svc.token,
+      body: { label: 'born-v', templates: [loc.id] },
+    });
     expect(verbose.status).toBe(200);
     const ids = [...many.map((d) => d.id), verbose.body.devices[0]!.id];
     const cached = await Promise.all(ids.map(async (id) => (await http('GET', `${svc.base}/device/${id}`, { token: svc.token })).text));
-    const plain = await startTestService({ DATABASE_URL: svc.env.DATABASE_URL, PSK_ENCRYPTION_KEY: svc.env.PSK_ENCRYPTION_KEY, DEVICE_CACHE_SIZE: '0' });
+    const plain = await startTestService({
+      DATABASE_URL: svc.env.DATABASE_URL,
+      PSK_ENCRYPTION_KEY: svc.env.PSK_ENCRYPTION_KEY,
+      DEVICE_CACHE_SIZE: '0',
+    });
     try {
       const other = await login(plain.base);
       for (const [i, id] of ids.entries()) expect(cached[i]).toBe((await http('GET', `${plain.base}/device/${id}`, { token: other })).text);
@@ -140,7 +170,10 @@ describe('device pages after changes', () => {
       await plain.stop();
     }
     expect(JSON.parse(cached[3]!) as DeviceView).toMatchObject({ id: ids[3], label: 'born_3' });
-    expect((JSON.parse(cached[3]!) as DeviceView).attrs[String(t.id)]![1]).toMatchObject({ static_value: 'SN-9', is_static_overridden: true });
+    expect((JSON.parse(cached[3]!) as DeviceView).attrs[String(t.id)]![1]).toMatchObject({
+      static_value: 'SN-9',
+      is_static_overridden: true,
+    });
     // Cached at creation indeed: a change behind the service's back (no event) does not show.
     const [late] = await createDevices(svc.base, svc.token, { label: 'late', templates: [loc.id] }, '?count=2');
     await svc.service.pool.query("UPDATE devices SET label = 'changed-behind' WHERE id = $1", [late.id]);
@@ -149,9 +182,18 @@ describe('device pages after changes', () => {
 
   it('a page is the same JSON with the view cache off', async () => {
     const t = await createTemplate(svc.base, svc.token, thermometer);
-    await createDevices(svc.base, svc.token, { label: 'nocache', templates: [t.id], attrs: [{ label: 'serial', static_value: 'SN-1' }] }, '?count=2');
+    await createDevices(
+      svc.base,
+      svc.token,
+      { label: 'nocache', templates: [t.id], attrs: [{ label: 'serial', static_value: 'SN-1' }] },
+      '?count=2',
+    );
     const cached = await page(`/device/template/${t.id}`);
-    const plain = await startTestService({ DATABASE_URL: svc.env.DATABASE_URL, PSK_ENCRYPTION_KEY: svc.env.PSK_ENCRYPTION_KEY, DEVICE_CACHE_SIZE: '0' });
+    const plain = await startTestService({
+      DATABASE_URL: svc.env.DATABASE_URL,
+      PSK_ENCRYPTION_KEY: svc.env.PSK_ENCRYPTION_KEY,
+      DEVICE_CACHE_SIZE: '0',
+    });
     try {
       const other = await login(plain.base);
       const res = await http<DeviceList>('GET', `${plain.base}/device/template/${t.id}`, { token: other });

@@ -43,7 +43,10 @@ describe('GET /device', () => {
   it('pagination: total pages, past the end, and the error order', async () => {
     expect((await list('?page_size=2&page_num=2')).body.pagination).toEqual({ page: 2, total: 3, has_next: true, next_page: 3 });
     expect(labels(await list('?page_size=2&page_num=3'))).toEqual(['bare_0']);
-    expect((await list('?page_size=2&page_num=7')).body).toEqual({ devices: [], pagination: { page: 7, total: 3, has_next: false, next_page: null } });
+    expect((await list('?page_size=2&page_num=7')).body).toEqual({
+      devices: [],
+      pagination: { page: 7, total: 3, has_next: false, next_page: null },
+    });
     expect((await list('?page_size=x&page_num=0')).body).toEqual({ message: 'page_size and page_num must be integers', status: 400 });
     expect((await list('?page_num=0&page_size=0')).body).toEqual({ message: 'Page numbers must be greater than 1', status: 400 });
     expect((await list('?page_size=0')).body).toEqual({ message: 'At least one entry per page is mandatory', status: 400 });
@@ -107,7 +110,9 @@ describe('GET /device/template/{template_id}', () => {
 
 describe('odd input is never a 500', () => {
   it('repeated filters: the same one twice counts once; the 16 allowed of each answer at once; a 17th is 400', async () => {
-    expect(labels(await list('?attr_type=geopoint&attr_type=geopoint&attr=vendor=acme&attr=vendor=acme'))).toEqual(labels(await list('?attr_type=geopoint&attr=vendor=acme')));
+    expect(labels(await list('?attr_type=geopoint&attr_type=geopoint&attr=vendor=acme&attr=vendor=acme'))).toEqual(
+      labels(await list('?attr_type=geopoint&attr=vendor=acme')),
+    );
     const types = Array.from({ length: 16 }, (_, i) => `attr_type=t${i}`).join('&');
     const attrs = Array.from({ length: 16 }, (_, i) => `attr=l${i}=v`).join('&');
     const all = await list(`?${types}&${attrs}`);
@@ -131,8 +136,10 @@ describe('odd input is never a 500', () => {
     const res = await http('POST', `${svc.base}/device`, { token: svc.token, body: { label: 'a\u0000b', templates: [] } });
     expect(res.status).toBe(400);
     expect(res.body).toEqual({ message: 'failed to parse input', errors: { label: ['Must not contain the NUL character.'] } });
-    const t = await http('POST', `${svc.base}/template`, { token: svc.token, body: { label: 'x', attrs: [{ label: 'a', type: 'dyn\u0000', value_type: 'float' }] } });
+    const t = await http('POST', `${svc.base}/template`, {
+      token: svc.token,
+      body: { label: 'x', attrs: [{ label: 'a', type: 'dyn\u0000', value_type: 'float' }] },
+    });
     expect(t.body).toEqual({ message: 'failed to parse attr', errors: { type: ['Must not contain the NUL character.'] } });
   });
 });
-

@@ -22,7 +22,11 @@ describe('Content-Type on POST and PUT /device', () => {
 
   it.each(['application/json; charset=utf-8', 'application/json;charset=UTF-8'])('POST with %s: created', async (type) => {
     const before = await deviceCount(token);
-    const res = await http<DevicesCreated>('POST', `${svc.base}/device`, { token, rawBody: JSON.stringify({ label: 'ct', templates: [t.id] }), headers: { 'content-type': type } });
+    const res = await http<DevicesCreated>('POST', `${svc.base}/device`, {
+      token,
+      rawBody: JSON.stringify({ label: 'ct', templates: [t.id] }),
+      headers: { 'content-type': type },
+    });
     expect(res.status, res.text).toBe(200);
     expect(res.body).toEqual({ message: 'devices created', devices: [{ id: stringMatching(/^[0-9a-f]{6}$/), label: 'ct_0' }] });
     expect(await deviceCount(token)).toBe(before + 1);
@@ -75,7 +79,17 @@ describe('extra keys in POST and PUT bodies are ignored', () => {
         foo: 1,
         created: OLD,
         updated: OLD,
-        attrs: [{ label: 'serial', static_value: 'S-1', foo: 1, type: 'dynamic', value_type: 'integer', created: OLD, is_static_overridden: false }],
+        attrs: [
+          {
+            label: 'serial',
+            static_value: 'S-1',
+            foo: 1,
+            type: 'dynamic',
+            value_type: 'integer',
+            created: OLD,
+            is_static_overridden: false,
+          },
+        ],
       },
     });
     expect(res.status, res.text).toBe(200);
@@ -88,13 +102,21 @@ describe('extra keys in POST and PUT bodies are ignored', () => {
     expect(await deviceCount(token)).toBe(before + 1);
   });
 
-  it('PUT: an `id` other than the path\'s, `created`, `updated`, unknown keys', async () => {
+  it("PUT: an `id` other than the path's, `created`, `updated`, unknown keys", async () => {
     await createDevices(svc.base, token, { id: 'aa', label: 'put', templates: [] });
     const before = await getDevice(svc.base, token, 'aa');
     const count = await deviceCount(token);
     const res = await http<DeviceUpdated>('PUT', `${svc.base}/device/aa`, {
       token,
-      body: { id: 'bb', label: 'renamed', templates: [t.id], created: OLD, updated: OLD, foo: { bar: 1 }, attrs: [{ label: 'serial', static_value: 'S-2', bar: [1] }] },
+      body: {
+        id: 'bb',
+        label: 'renamed',
+        templates: [t.id],
+        created: OLD,
+        updated: OLD,
+        foo: { bar: 1 },
+        attrs: [{ label: 'serial', static_value: 'S-2', bar: [1] }],
+      },
     });
     expect(res.status, res.text).toBe(200);
     expect(res.body.message).toBe('device updated');

@@ -1,7 +1,15 @@
 // A template update or deletion shows at once in every device built from it (issues 3 and 4),
 // and a template update never sets the devices' own `updated`.
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { DeviceList, DeviceUpdated, TemplateList, TemplateRemoved, TemplatesRemoved, TemplateUpdated, TemplateView } from '../helpers/api.js';
+import type {
+  DeviceList,
+  DeviceUpdated,
+  TemplateList,
+  TemplateRemoved,
+  TemplatesRemoved,
+  TemplateUpdated,
+  TemplateView,
+} from '../helpers/api.js';
 import { countOf } from '../helpers/db.js';
 import { createDevices, createTemplate, getDevice } from '../helpers/registry-api.js';
 import { http, useService } from '../helpers/service.js';
@@ -32,11 +40,18 @@ describe('template updates reach devices at once', () => {
 
   it('overrides of kept attributes survive; those of removed attributes go', async () => {
     const t = await createTemplate(svc.base, svc.token, thermometer);
-    const [{ id }] = await createDevices(svc.base, svc.token, { label: 'o', templates: [t.id], attrs: [{ label: 'serial', static_value: 'SN' }] });
+    const [{ id }] = await createDevices(svc.base, svc.token, {
+      label: 'o',
+      templates: [t.id],
+      attrs: [{ label: 'serial', static_value: 'SN' }],
+    });
     const body = structuredClone(thermometer);
     body.attrs[1]!.static_value = 'template-value';
     await putTemplate(t.id, body);
-    expect((await getDevice(svc.base, svc.token, id)).attrs[String(t.id)]![1]).toMatchObject({ static_value: 'SN', is_static_overridden: true });
+    expect((await getDevice(svc.base, svc.token, id)).attrs[String(t.id)]![1]).toMatchObject({
+      static_value: 'SN',
+      is_static_overridden: true,
+    });
     body.attrs[1]!.type = 'dynamic'; // (label, type) no longer present: a new attribute
     await putTemplate(t.id, body);
     const serial = (await getDevice(svc.base, svc.token, id)).attrs[String(t.id)]!.find((a) => a.label === 'serial');
@@ -63,7 +78,11 @@ describe('template deletion and devices', () => {
   it('DELETE /template/{id} in use: deleted and detached; the device loses its attributes and overrides', async () => {
     const t = await createTemplate(svc.base, svc.token, thermometer);
     const l = await createTemplate(svc.base, svc.token, locator);
-    const [{ id }] = await createDevices(svc.base, svc.token, { label: 'x', templates: [t.id, l.id], attrs: [{ label: 'serial', static_value: 'S' }] });
+    const [{ id }] = await createDevices(svc.base, svc.token, {
+      label: 'x',
+      templates: [t.id, l.id],
+      attrs: [{ label: 'serial', static_value: 'S' }],
+    });
     await getDevice(svc.base, svc.token, id);
     const res = await http<TemplateRemoved>('DELETE', `${svc.base}/template/${t.id}`, { token: svc.token });
     expect(res.status).toBe(200);
@@ -118,7 +137,10 @@ describe('a template update changes the devices built from it, but not their `up
 
     const d1 = await getDevice(svc.base, token, 'a1');
     const d2 = await getDevice(svc.base, token, 'a2');
-    for (const [d, before] of [[d1, before1], [d2, before2]] as const) {
+    for (const [d, before] of [
+      [d1, before1],
+      [d2, before2],
+    ] as const) {
       expect(Object.keys(d)).toEqual(VIEW_KEYS); // no `updated`
       expect(d.created).toBe(before.created);
       expect(d.label).toBe(before.label);

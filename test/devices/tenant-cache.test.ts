@@ -89,7 +89,10 @@ describe('ListCache', () => {
 
   it('answers a page read before from the cache until the tenant changes', async () => {
     const c = new ListCache();
-    const fetched = [['a', 'b'], ['a', 'c']];
+    const fetched = [
+      ['a', 'b'],
+      ['a', 'c'],
+    ];
     const counted = [3, 4];
     expect(await c.page('t', request(fetched, counted))).toEqual({ items: ['a', 'b'], matches: 3 });
     expect(await c.page('t', request(fetched, counted))).toEqual({ items: ['a', 'b'], matches: 3 });
@@ -105,7 +108,10 @@ describe('ListCache', () => {
     expect(await c.page('t', request([['c']], [], { page: { num: 2, size: 2, offset: 2 } }))).toEqual({ items: ['c'], matches: 3 });
     const records = [[{ id: 'a' }], [{ id: 'a2' }]];
     await c.page('u', { ...request([], [1]), fetchPage: () => Promise.resolve(records.shift()!), cachePage: false });
-    expect(await c.page('u', { ...request([], []), fetchPage: () => Promise.resolve(records.shift()!), cachePage: false })).toEqual({ items: [{ id: 'a2' }], matches: 1 });
+    expect(await c.page('u', { ...request([], []), fetchPage: () => Promise.resolve(records.shift()!), cachePage: false })).toEqual({
+      items: [{ id: 'a2' }],
+      matches: 1,
+    });
   });
 
   it('does not keep a page read while the tenant changed', async () => {

@@ -59,7 +59,11 @@ describe('odd or unknown ids on PUT and DELETE /device/{id}', () => {
     const wrongType = await http<DeviceUpdated>('PUT', `${svc.base}/device/${path}`, { token, body: { label: 'x', templates: 'all' } });
     expect(wrongType.status).toBe(400);
     expect(wrongType.body).toEqual({ message: 'failed to parse input', errors: { templates: ['Not a valid list.'] } });
-    const notJson = await http<DeviceUpdated>('PUT', `${svc.base}/device/${path}`, { token, rawBody: '{"label":', headers: { 'content-type': 'application/json' } });
+    const notJson = await http<DeviceUpdated>('PUT', `${svc.base}/device/${path}`, {
+      token,
+      rawBody: '{"label":',
+      headers: { 'content-type': 'application/json' },
+    });
     expect(notJson.status).toBe(400);
     expect(notJson.body).toEqual(NOT_JSON);
     expect(await getDevice(svc.base, token, 'ab')).toEqual(keep);

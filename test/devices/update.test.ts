@@ -23,7 +23,11 @@ describe('PUT /device/{id}', () => {
       attrs: [{ label: 'serial', static_value: 'SN-1' }],
     });
     const before = await getDevice(svc.base, svc.token, id);
-    const res = await put(id, { label: 'renamed', templates: [thermo.id, loc.id], attrs: [{ label: 'vendor', template_id: loc.id, static_value: 'initech' }] });
+    const res = await put(id, {
+      label: 'renamed',
+      templates: [thermo.id, loc.id],
+      attrs: [{ label: 'vendor', template_id: loc.id, static_value: 'initech' }],
+    });
     expect(res.status).toBe(200);
     expect(Object.keys(res.body).sort()).toEqual(['device', 'message']);
     expect(res.body.message).toBe('device updated');
@@ -49,7 +53,11 @@ describe('PUT /device/{id}', () => {
     const res = await put('doesnotexist', { templates: [] });
     expect(res.status).toBe(400);
     expect(res.body).toEqual({ message: 'failed to parse input', errors: { label: ['Missing data for required field.'] } });
-    const bad = await http('PUT', `${svc.base}/device/doesnotexist`, { token: svc.token, rawBody: 'nope', headers: { 'content-type': 'application/json' } });
+    const bad = await http('PUT', `${svc.base}/device/doesnotexist`, {
+      token: svc.token,
+      rawBody: 'nope',
+      headers: { 'content-type': 'application/json' },
+    });
     expect(bad.body).toEqual({ message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 });
   });
 
@@ -68,7 +76,12 @@ describe('PUT /device/{id}', () => {
         400,
         { message: 'failed to parse input', errors: { templates: { '2': ['Not a valid integer.'] } } },
       ],
-      ['override without label', { label: 'x', templates: [thermo.id], attrs: [{ static_value: 'a' }] }, 400, { message: ['missing label attribute'], status: 400 }],
+      [
+        'override without label',
+        { label: 'x', templates: [thermo.id], attrs: [{ static_value: 'a' }] },
+        400,
+        { message: ['missing label attribute'], status: 400 },
+      ],
       [
         'an override naming a template the device will not have',
         { label: 'x', templates: [thermo.id], attrs: [{ label: 'vendor', template_id: String(loc.id), static_value: 'a' }] },
@@ -83,13 +96,24 @@ describe('PUT /device/{id}', () => {
       ],
       [
         'an unknown metadata entry: HTTP 404, body status 400',
-        { label: 'x', templates: [thermo.id], attrs: [{ id: thermo.attrs[1]!.id, label: 'serial', metadata: [{ id: 2, static_value: 'a' }] }] },
+        {
+          label: 'x',
+          templates: [thermo.id],
+          attrs: [{ id: thermo.attrs[1]!.id, label: 'serial', metadata: [{ id: 2, static_value: 'a' }] }],
+        },
         404,
         { message: 'Unknown metadata attribute 2 in override list', status: 400 },
       ],
       [
         'the same attribute twice in the override list',
-        { label: 'x', templates: [thermo.id], attrs: [{ id: thermo.attrs[1]!.id, label: 'a', static_value: 'A' }, { id: thermo.attrs[1]!.id, label: 'b', static_value: 'B' }] },
+        {
+          label: 'x',
+          templates: [thermo.id],
+          attrs: [
+            { id: thermo.attrs[1]!.id, label: 'a', static_value: 'A' },
+            { id: thermo.attrs[1]!.id, label: 'b', static_value: 'B' },
+          ],
+        },
         400,
         { message: ['a device can not have repeated attributes'], status: 400 },
       ],
@@ -98,18 +122,38 @@ describe('PUT /device/{id}', () => {
         {
           label: 'x',
           templates: [thermo.id],
-          attrs: [{ id: thermo.attrs[1]!.id, label: 'serial', metadata: [{ id: thermo.attrs[1]!.metadata![0]!.id, static_value: 'A' }, { id: thermo.attrs[1]!.metadata![0]!.id, static_value: 'B' }] }],
+          attrs: [
+            {
+              id: thermo.attrs[1]!.id,
+              label: 'serial',
+              metadata: [
+                { id: thermo.attrs[1]!.metadata![0]!.id, static_value: 'A' },
+                { id: thermo.attrs[1]!.metadata![0]!.id, static_value: 'B' },
+              ],
+            },
+          ],
         },
         400,
         { message: ['a device can not have repeated attributes'], status: 400 },
       ],
     ];
-    const names = ['unknown template', 'templates with repeated attributes', 'override without label', 'an override naming a template the device will not have',
-      'an unknown attribute: HTTP 404, body status 400', 'an unknown metadata entry: HTTP 404, body status 400',
-      'the same attribute twice in the override list', 'the same metadata attribute twice in one entry'];
+    const names = [
+      'unknown template',
+      'templates with repeated attributes',
+      'override without label',
+      'an override naming a template the device will not have',
+      'an unknown attribute: HTTP 404, body status 400',
+      'an unknown metadata entry: HTTP 404, body status 400',
+      'the same attribute twice in the override list',
+      'the same metadata attribute twice in one entry',
+    ];
     it.each(names)('%s', async (name) => {
       const [, body, status, expected] = cases().find((c) => c[0] === name)!;
-      const [{ id }] = await createDevices(svc.base, svc.token, { label: 'keep', templates: [thermo.id], attrs: [{ label: 'serial', static_value: 'S' }] });
+      const [{ id }] = await createDevices(svc.base, svc.token, {
+        label: 'keep',
+        templates: [thermo.id],
+        attrs: [{ label: 'serial', static_value: 'S' }],
+      });
       const before = await getDevice(svc.base, svc.token, id);
       const res = await put(id, body);
       expect(res.status).toBe(status);
@@ -118,7 +162,10 @@ describe('PUT /device/{id}', () => {
     });
 
     it('templates that would give the device repeated attributes: 400', async () => {
-      const twin = await createTemplate(svc.base, svc.token, { label: 'twin', attrs: [{ label: 'vendor', type: 'dynamic', value_type: 'string' }] });
+      const twin = await createTemplate(svc.base, svc.token, {
+        label: 'twin',
+        attrs: [{ label: 'vendor', type: 'dynamic', value_type: 'string' }],
+      });
       const [{ id }] = await createDevices(svc.base, svc.token, { label: 'keep', templates: [loc.id] });
       const before = await getDevice(svc.base, svc.token, id);
       const res = await put(id, { label: 'x', templates: [loc.id, twin.id] });

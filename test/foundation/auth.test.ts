@@ -23,7 +23,11 @@ interface Claims {
 const claimsOf = (jwt: string) => JSON.parse(Buffer.from(jwt.split('.')[1]!, 'base64url').toString()) as Claims;
 
 function forge(claims: Record<string, unknown>, key = SECRET, iss = 'device-registry') {
-  return new SignJWT(claims).setProtectedHeader({ alg: 'HS256' }).setIssuer(iss).setJti(crypto.randomUUID()).sign(new TextEncoder().encode(key));
+  return new SignJWT(claims)
+    .setProtectedHeader({ alg: 'HS256' })
+    .setIssuer(iss)
+    .setJti(crypto.randomUUID())
+    .sign(new TextEncoder().encode(key));
 }
 const validClaims = { service: 'admin', username: 'admin', userid: 1, profile: 'admin' };
 
@@ -63,7 +67,10 @@ describe('POST /auth', () => {
 
   it('missing fields', async () => {
     expect((await http('POST', `${svc.base}/auth`, { body: { passwd: 'x' } })).body).toEqual({ message: 'missing username', status: 400 });
-    expect((await http('POST', `${svc.base}/auth`, { body: { username: 'admin' } })).body).toEqual({ message: 'missing password', status: 400 });
+    expect((await http('POST', `${svc.base}/auth`, { body: { username: 'admin' } })).body).toEqual({
+      message: 'missing password',
+      status: 400,
+    });
     expect((await http('POST', `${svc.base}/auth`, { body: {} })).status).toBe(400);
   });
 
@@ -82,7 +89,9 @@ describe('POST /auth', () => {
   });
 
   it('stores passwords as salted slow hashes, never in clear', async () => {
-    const { rows } = await svc.service.pool.query<{ password_hash: string }>('SELECT password_hash FROM users WHERE username = $1', ['admin']);
+    const { rows } = await svc.service.pool.query<{ password_hash: string }>('SELECT password_hash FROM users WHERE username = $1', [
+      'admin',
+    ]);
     expect(rows[0]!.password_hash).toMatch(/^scrypt\$/);
     expect(rows[0]!.password_hash).not.toContain('admin');
   });
@@ -122,16 +131,26 @@ describe('token verification', () => {
 
   it('expired token: 401', async () => {
     const now = Math.floor(Date.now() / 1000);
-    const jwt = await new SignJWT(validClaims).setProtectedHeader({ alg: 'HS256' }).setIssuer('device-registry').setJti('x')
-      .setIssuedAt(now - 100).setExpirationTime(now - 10).sign(new TextEncoder().encode(SECRET));
+    const jwt = await new SignJWT(validClaims)
+      .setProtectedHeader({ alg: 'HS256' })
+      .setIssuer('device-registry')
+      .setJti('x')
+      .setIssuedAt(now - 100)
+      .setExpirationTime(now - 10)
+      .sign(new TextEncoder().encode(SECRET));
     const res = await probe({ authorization: `Bearer ${jwt}` });
     expect(res.status).toBe(401);
     expect(res.body).toEqual(invalid);
   });
 
   it('token signed with another key: 401', async () => {
-    const jwt = await new SignJWT(validClaims).setProtectedHeader({ alg: 'HS256' }).setIssuer('device-registry').setJti('x')
-      .setIssuedAt().setExpirationTime('1h').sign(new TextEncoder().encode('another-secret-that-is-long-enough-xxxxxx'));
+    const jwt = await new SignJWT(validClaims)
+      .setProtectedHeader({ alg: 'HS256' })
+      .setIssuer('device-registry')
+      .setJti('x')
+      .setIssuedAt()
+      .setExpirationTime('1h')
+      .sign(new TextEncoder().encode('another-secret-that-is-long-enough-xxxxxx'));
     expect((await probe({ authorization: `Bearer ${jwt}` })).body).toEqual(invalid);
   });
 
@@ -155,7 +174,10 @@ describe('token verification', () => {
 
 describe('POST /auth/user', () => {
   it('an admin creates a user in any tenant: 201 without any password field', async () => {
-    const res = await http<UserAnswer>('POST', `${svc.base}/auth/user`, { token: svc.token, body: { username: 'alice', passwd: 'pw-alice', service: 'acme', profile: 'user' } });
+    const res = await http<UserAnswer>('POST', `${svc.base}/auth/user`, {
+      token: svc.token,
+      body: { username: 'alice', passwd: 'pw-alice', service: 'acme', profile: 'user' },
+    });
     expect(res.status).toBe(201);
     expect(res.body).toMatchObject({ username: 'alice', service: 'acme', profile: 'user' });
     expect(typeof res.body.id).toBe('number');
@@ -174,14 +196,24 @@ describe('POST /auth/user', () => {
   });
 
   it('non-admin profile: 403', async () => {
-    await http('POST', `${svc.base}/auth/user`, { token: svc.token, body: { username: 'carol', passwd: 'pw', service: 'acme', profile: 'user' } });
+    await http('POST', `${svc.base}/auth/user`, {
+      token: svc.token,
+      body: { username: 'carol', passwd: 'pw', service: 'acme', profile: 'user' },
+    });
     const carol = await login(svc.base, 'carol', 'pw');
-    const res = await http<ErrorBody>('POST', `${svc.base}/auth/user`, { token: carol, body: { username: 'dave', passwd: 'pw', service: 'acme', profile: 'admin' } });
+    const res = await http<ErrorBody>('POST', `${svc.base}/auth/user`, {
+      token: carol,
+      body: { username: 'dave', passwd: 'pw', service: 'acme', profile: 'admin' },
+    });
     expect(res.status).toBe(403);
     expect(res.body.status).toBe(403);
     expect((await http('POST', `${svc.base}/auth`, { body: { username: 'dave', passwd: 'pw' } })).status).toBe(401);
     // The profile is checked before the body: a non-admin learns nothing from its validation.
-    const junk = await http('POST', `${svc.base}/auth/user`, { token: carol, rawBody: 'junk', headers: { 'content-type': 'application/json' } });
+    const junk = await http('POST', `${svc.base}/auth/user`, {
+      token: carol,
+      rawBody: 'junk',
+      headers: { 'content-type': 'application/json' },
+    });
     expect(junk.body).toEqual({ message: 'Forbidden: this action needs the admin profile', status: 403 });
   });
 
@@ -211,12 +243,22 @@ describe('POST /auth/user', () => {
         profile: ['Must not contain the NUL character.'],
       },
     });
-    const pattern = await http('POST', `${svc.base}/auth/user`, { token: svc.token, body: { username: 'a b', passwd: 'x', service: 'acme', profile: 'user' } });
-    expect(pattern.body).toEqual({ message: 'failed to parse input', errors: { username: ['Usernames may contain letters, numbers and .@_-'] } });
+    const pattern = await http('POST', `${svc.base}/auth/user`, {
+      token: svc.token,
+      body: { username: 'a b', passwd: 'x', service: 'acme', profile: 'user' },
+    });
+    expect(pattern.body).toEqual({
+      message: 'failed to parse input',
+      errors: { username: ['Usernames may contain letters, numbers and .@_-'] },
+    });
   });
 
   it('body not JSON: 400 with the contract message', async () => {
-    const res = await http('POST', `${svc.base}/auth/user`, { token: svc.token, rawBody: 'x', headers: { 'content-type': 'application/json' } });
+    const res = await http('POST', `${svc.base}/auth/user`, {
+      token: svc.token,
+      rawBody: 'x',
+      headers: { 'content-type': 'application/json' },
+    });
     expect(res.body).toEqual({ message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 });
   });
 

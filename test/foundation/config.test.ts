@@ -22,7 +22,11 @@ describe('configuration', () => {
     expect(sharedBuffersMb).toBeGreaterThanOrEqual(128);
     expect(sharedBuffersMb).toBeLessThanOrEqual(1024);
     expect(c.embeddedPgSettings).toMatchObject({ max_wal_size: '4GB', checkpoint_timeout: '15min' });
-    expect(readConfig({ EMBEDDED_PG_SETTINGS: ' shared_buffers=2GB  jit=off ' }).embeddedPgSettings).toMatchObject({ shared_buffers: '2GB', jit: 'off', max_wal_size: '4GB' });
+    expect(readConfig({ EMBEDDED_PG_SETTINGS: ' shared_buffers=2GB  jit=off ' }).embeddedPgSettings).toMatchObject({
+      shared_buffers: '2GB',
+      jit: 'off',
+      max_wal_size: '4GB',
+    });
     expect(Object.isFrozen(c)).toBe(true);
   });
 
@@ -48,7 +52,9 @@ describe('configuration', () => {
   });
 
   it('needs PSK_ENCRYPTION_KEY with DATABASE_URL', () => {
-    expect(() => readConfig({ DATABASE_URL: 'postgres://x@localhost/db' })).toThrow(/PSK_ENCRYPTION_KEY must be set when DATABASE_URL is set/);
+    expect(() => readConfig({ DATABASE_URL: 'postgres://x@localhost/db' })).toThrow(
+      /PSK_ENCRYPTION_KEY must be set when DATABASE_URL is set/,
+    );
     expect(readConfig({ DATABASE_URL: 'postgres://x@localhost/db', PSK_ENCRYPTION_KEY: KEY }).pskEncryptionKey?.length).toBe(32);
   });
 

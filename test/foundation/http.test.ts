@@ -62,7 +62,11 @@ describe('routing', () => {
 describe('request bodies', () => {
   it('over MAX_BODY_BYTES: 413 with a JSON body', async () => {
     const big = JSON.stringify({ username: 'x'.repeat(4000), passwd: 'y', service: 's', profile: 'p' });
-    const res = await http('POST', `${svc.base}/auth/user`, { token: svc.token, rawBody: big, headers: { 'content-type': 'application/json' } });
+    const res = await http('POST', `${svc.base}/auth/user`, {
+      token: svc.token,
+      rawBody: big,
+      headers: { 'content-type': 'application/json' },
+    });
     expect(res.status).toBe(413);
     expect(res.body).toEqual({ message: 'Payload too large: the limit is 2048 bytes', status: 413 });
     // the service is still fine
@@ -78,23 +82,40 @@ describe('request bodies', () => {
   it('a body that is not UTF-8 is not JSON: 400, nothing created; a leading BOM is ignored', async () => {
     const json = { 'content-type': 'application/json' };
     const user = (name: string) => Buffer.from(`{"username":"${name}","passwd":"pw","service":"t","profile":"user"}`);
-    const latin1 = Buffer.concat([Buffer.from('{"username":"caf'), Buffer.from([0xe9]), Buffer.from('","passwd":"pw","service":"t","profile":"user"}')]);
+    const latin1 = Buffer.concat([
+      Buffer.from('{"username":"caf'),
+      Buffer.from([0xe9]),
+      Buffer.from('","passwd":"pw","service":"t","profile":"user"}'),
+    ]);
     const res = await http('POST', `${svc.base}/auth/user`, { token: svc.token, rawBody: latin1, headers: json });
     expect(res.status).toBe(400);
     expect(res.body).toEqual({ message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 });
     expect(await countOf(svc.service.pool, "SELECT count(*)::int AS n FROM users WHERE username LIKE 'caf%'")).toBe(0);
-    const withBom = await http<UserAnswer>('POST', `${svc.base}/auth/user`, { token: svc.token, rawBody: Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), user('bom-user')]), headers: json });
+    const withBom = await http<UserAnswer>('POST', `${svc.base}/auth/user`, {
+      token: svc.token,
+      rawBody: Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), user('bom-user')]),
+      headers: json,
+    });
     expect(withBom.status, withBom.text).toBe(201);
     expect(withBom.body.username).toBe('bom-user');
   });
 
   it('a lone surrogate escape (not Unicode text) is not JSON either; a surrogate pair is fine', async () => {
     const json = { 'content-type': 'application/json' };
-    for (const raw of ['{"label":"\\ud800","templates":[]}', '{"label":"x\\uDC00","templates":[]}', '{"label":"x","templates":[],"\\ud83d":1}', '{"label":"x","templates":[],"attrs":[{"label":"a","static_value":"\\udbff"}]}']) {
+    for (const raw of [
+      '{"label":"\\ud800","templates":[]}',
+      '{"label":"x\\uDC00","templates":[]}',
+      '{"label":"x","templates":[],"\\ud83d":1}',
+      '{"label":"x","templates":[],"attrs":[{"label":"a","static_value":"\\udbff"}]}',
+    ]) {
       const res = await http('POST', `${svc.base}/device`, { token: svc.token, rawBody: raw, headers: json });
       expect(res.body, raw).toEqual({ message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 });
     }
-    const pair = await http<DevicesCreated>('POST', `${svc.base}/device`, { token: svc.token, rawBody: '{"label":"\\ud83d\\ude00 \\\\ud800","templates":[]}', headers: json });
+    const pair = await http<DevicesCreated>('POST', `${svc.base}/device`, {
+      token: svc.token,
+      rawBody: '{"label":"\\ud83d\\ude00 \\\\ud800","templates":[]}',
+      headers: json,
+    });
     expect(pair.status, pair.text).toBe(200);
     expect(pair.body.devices[0]!.label).toBe('\u{1F600} \\ud800_0');
   });

@@ -14,7 +14,9 @@ const spawned = useSpawnedServices();
 
 function postgresRunningFor(dir: string): boolean {
   try {
-    return execSync('ps -eo args', { encoding: 'utf8' }).split('\n').some((l) => l.includes('postgres') && l.includes(dir));
+    return execSync('ps -eo args', { encoding: 'utf8' })
+      .split('\n')
+      .some((l) => l.includes('postgres') && l.includes(dir));
   } catch {
     return false;
   }
@@ -30,7 +32,8 @@ function start(env: Record<string, string>) {
   return spawned.ready({ PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', HOST: '127.0.0.1', ...env }, 60_000);
 }
 
-const logInStatus = async (base: string, username = 'admin', passwd = 'admin') => (await http('POST', `${base}/auth`, { body: { username, passwd } })).status;
+const logInStatus = async (base: string, username = 'admin', passwd = 'admin') =>
+  (await http('POST', `${base}/auth`, { body: { username, passwd } })).status;
 
 async function stopCleanly(svc: SpawnedService, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
   svc.child.kill(signal);
@@ -42,13 +45,21 @@ describe('zero-setup start', () => {
     const dataDir = await tempDir();
     const first = await start({ DATA_DIR: dataDir });
     expect(first.svc.output.some((l) => l.includes('initialising embedded PostgreSQL'))).toBe(true);
-    for (const msg of ['embedded PostgreSQL listening', 'embedded MQTT broker listening', 'public HTTP API listening', 'internal HTTP API listening']) {
+    for (const msg of [
+      'embedded PostgreSQL listening',
+      'embedded MQTT broker listening',
+      'public HTTP API listening',
+      'internal HTTP API listening',
+    ]) {
       expect(first.svc.output.filter((l) => l.includes(msg))).toHaveLength(1);
     }
     const auth = await http<TokenAnswer>('POST', `${first.base}/auth`, { body: { username: 'admin', passwd: 'admin' } });
     expect(auth.status).toBe(200);
     // Create a user so the restart can show the data survived.
-    await http('POST', `${first.base}/auth/user`, { token: auth.body.jwt, body: { username: 'kept', passwd: 'pw', service: 't1', profile: 'user' } });
+    await http('POST', `${first.base}/auth/user`, {
+      token: auth.body.jwt,
+      body: { username: 'kept', passwd: 'pw', service: 't1', profile: 'user' },
+    });
 
     const t0 = Date.now();
     await stopCleanly(first.svc);
@@ -98,7 +109,9 @@ describe('zero-setup start', () => {
     const first = await start({ DATA_DIR: dataDir });
     const second = spawnOnFreePorts({ DATA_DIR: dataDir });
     expect(await second.exited).toBe(2);
-    expect(second.output.filter((l) => l.trim()).at(-1)).toMatch(/^start failed: DATA_DIR .* is in use by another running instance \(pid \d+\)/);
+    expect(second.output.filter((l) => l.trim()).at(-1)).toMatch(
+      /^start failed: DATA_DIR .* is in use by another running instance \(pid \d+\)/,
+    );
     expect((await http('GET', `${first.base}/health`)).status).toBe(200);
     expect(await logInStatus(first.base)).toBe(200);
     await stopCleanly(first.svc);
@@ -109,40 +122,54 @@ describe('zero-setup start', () => {
     const port = new URL(first.base).port;
     const second = spawnOnFreePorts({ PORT: port, DATA_DIR: await tempDir() });
     expect(await second.exited).toBe(2);
-    expect(second.output.filter((l) => l.trim()).at(-1)).toBe(`start failed: cannot listen on 127.0.0.1:${port} (PORT/HOST); is the port taken?`);
+    expect(second.output.filter((l) => l.trim()).at(-1)).toBe(
+      `start failed: cannot listen on 127.0.0.1:${port} (PORT/HOST); is the port taken?`,
+    );
     // All of the first instance's requests still reach it.
     for (let i = 0; i < 5; i++) expect((await http('GET', `${first.base}/health`)).status).toBe(200);
     await stopCleanly(first.svc);
   });
 
-  it.runIf(process.getuid?.() === 0)('as root with DATA_DIR inside a private directory (a checkout under /root): the cluster is kept where postgres can reach it, linked from DATA_DIR', async () => {
-    const parent = await tempDir();
-    await fs.chmod(parent, 0o700);
-    const dataDir = path.join(parent, 'data');
-    const first = await start({ DATA_DIR: dataDir });
-    const cluster = await fs.readlink(path.join(dataDir, 'pg'));
-    try {
-      expect(cluster).toMatch(/^\/var\/lib\/device-registry\/[0-9a-f]{16}\/pg$/);
-      const auth = await http<TokenAnswer>('POST', `${first.base}/auth`, { body: { username: 'admin', passwd: 'admin' } });
-      expect(auth.status).toBe(200);
-      await http('POST', `${first.base}/auth/user`, { token: auth.body.jwt, body: { username: 'kept', passwd: 'pw', service: 't1', profile: 'user' } });
-      await stopCleanly(first.svc);
-      expect(postgresRunningFor(cluster)).toBe(false);
-      const second = await start({ DATA_DIR: dataDir });
-      expect(second.svc.output.some((l) => l.includes('initialising'))).toBe(false);
-      expect(await logInStatus(second.base, 'kept', 'pw')).toBe(200);
-      await stopCleanly(second.svc);
-    } finally {
-      await fs.rm(path.dirname(cluster), { recursive: true, force: true });
-    }
-  });
+  it.runIf(process.getuid?.() === 0)(
+    'as root with DATA_DIR inside a private directory (a checkout under /root): the cluster is kept where postgres can reach it, linked from DATA_DIR',
+    async () => {
+      const parent = await tempDir();
+      await fs.chmod(parent, 0o700);
+      const dataDir = path.join(parent, 'data');
+      const first = await start({ DATA_DIR: dataDir });
+      const cluster = await fs.readlink(path.join(dataDir, 'pg'));
+      try {
+        expect(cluster).toMatch(/^\/var\/lib\/device-registry\/[0-9a-f]{16}\/pg$/);
+        const auth = await http<TokenAnswer>('POST', `${first.base}/auth`, { body: { username: 'admin', passwd: 'admin' } });
+        expect(auth.status).toBe(200);
+        await http('POST', `${first.base}/auth/user`, {
+          token: auth.body.jwt,
+          body: { username: 'kept', passwd: 'pw', service: 't1', profile: 'user' },
+        });
+        await stopCleanly(first.svc);
+        expect(postgresRunningFor(cluster)).toBe(false);
+        const second = await start({ DATA_DIR: dataDir });
+        expect(second.svc.output.some((l) => l.includes('initialising'))).toBe(false);
+        expect(await logInStatus(second.base, 'kept', 'pw')).toBe(200);
+        await stopCleanly(second.svc);
+      } finally {
+        await fs.rm(path.dirname(cluster), { recursive: true, force: true });
+      }
+    },
+  );
 
   it('a taken MQTT port stops the start with one line naming MQTT_PORT and MQTT_URL', async () => {
     const port = await freePort();
     const blocker = net.createServer();
     await new Promise<void>((r) => blocker.listen(port, '127.0.0.1', r));
     try {
-      const svc = spawned.spawn({ DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_HOST: '127.0.0.1', MQTT_PORT: String(port) });
+      const svc = spawned.spawn({
+        DATA_DIR: await tempDir(),
+        PORT: '0',
+        INTERNAL_PORT: '0',
+        MQTT_HOST: '127.0.0.1',
+        MQTT_PORT: String(port),
+      });
       expect(await svc.exited).toBe(2);
       const last = svc.output.filter((l) => l.trim()).at(-1)!;
       expect(last).toMatch(/^configuration error: MQTT_PORT \d+ is already in use .*MQTT_URL/);
@@ -154,12 +181,19 @@ describe('zero-setup start', () => {
   it('a DATABASE_URL that cannot be used stops the start with one line naming it, without its password', async () => {
     const port = await freePort();
     const svc = spawned.spawn({
-      DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', DATABASE_URL: `postgres://u:s3cret-pw@127.0.0.1:${port}/registry`,
-      PSK_ENCRYPTION_KEY: 'b'.repeat(64), ADMIN_PASSWORD: 'x',
+      DATA_DIR: await tempDir(),
+      PORT: '0',
+      INTERNAL_PORT: '0',
+      MQTT_PORT: '0',
+      DATABASE_URL: `postgres://u:s3cret-pw@127.0.0.1:${port}/registry`,
+      PSK_ENCRYPTION_KEY: 'b'.repeat(64),
+      ADMIN_PASSWORD: 'x',
     });
     expect(await svc.exited).toBe(2);
     const lines = svc.output.filter((l) => l.trim());
-    expect(lines.at(-1)).toMatch(new RegExp(`^start failed: cannot use the database 127.0.0.1:${port}/registry \\(DATABASE_URL\\): connect ECONNREFUSED`));
+    expect(lines.at(-1)).toMatch(
+      new RegExp(`^start failed: cannot use the database 127.0.0.1:${port}/registry \\(DATABASE_URL\\): connect ECONNREFUSED`),
+    );
     expect(lines.join('\n')).not.toContain('s3cret-pw');
   });
 
@@ -168,7 +202,9 @@ describe('zero-setup start', () => {
     await fs.writeFile(file, 'x');
     const svc = spawned.spawn({ DATA_DIR: file, PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0' });
     expect(await svc.exited).toBe(2);
-    expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(new RegExp(`^start failed: DATA_DIR ${file} cannot be used as a writable directory: EEXIST`));
+    expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(
+      new RegExp(`^start failed: DATA_DIR ${file} cannot be used as a writable directory: EEXIST`),
+    );
   });
 
   it('a DATA_DIR that cannot be created stops the start with one line naming DATA_DIR (inside /proc, too)', async () => {
@@ -176,14 +212,20 @@ describe('zero-setup start', () => {
       if (dir.includes('a-file')) await fs.writeFile(path.dirname(dir), 'x');
       const svc = spawned.spawn({ DATA_DIR: dir, PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0' });
       expect(await svc.exited).toBe(2);
-      expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(new RegExp(`^start failed: DATA_DIR ${dir} cannot be used as a writable directory: E`));
+      expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(
+        new RegExp(`^start failed: DATA_DIR ${dir} cannot be used as a writable directory: E`),
+      );
     }
   });
 
   it('with DATABASE_URL and no users, a missing ADMIN_PASSWORD stops the start with a clear message', async () => {
     const { freshDatabase } = await import('../helpers/service.js');
     const svc = spawned.spawn({
-      DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', DATABASE_URL: await freshDatabase(),
+      DATA_DIR: await tempDir(),
+      PORT: '0',
+      INTERNAL_PORT: '0',
+      MQTT_PORT: '0',
+      DATABASE_URL: await freshDatabase(),
       PSK_ENCRYPTION_KEY: 'b'.repeat(64),
     });
     expect(await svc.exited).toBe(2);

@@ -22,7 +22,16 @@ describe('log format', () => {
     expect(code).toBe(0);
     const entries = parseLogLines(svc.output);
     const msgs = entries.map((e) => e.msg);
-    for (const msg of ['initialising embedded PostgreSQL', 'embedded PostgreSQL listening', 'embedded MQTT broker listening', 'public HTTP API listening', 'internal HTTP API listening', 'ready', 'shutting down', 'stopped']) {
+    for (const msg of [
+      'initialising embedded PostgreSQL',
+      'embedded PostgreSQL listening',
+      'embedded MQTT broker listening',
+      'public HTTP API listening',
+      'internal HTTP API listening',
+      'ready',
+      'shutting down',
+      'stopped',
+    ]) {
       expect(msgs).toContain(msg);
     }
     // The default level is info: no debug lines.
@@ -44,7 +53,10 @@ describe('log format', () => {
     const base = `http://127.0.0.1:${port}`;
     const deadline = Date.now() + 30_000;
     for (;;) {
-      const up = await http('GET', `${base}/health`).then((r) => r.status === 200, () => false);
+      const up = await http('GET', `${base}/health`).then(
+        (r) => r.status === 200,
+        () => false,
+      );
       if (up) break;
       if (Date.now() > deadline) throw new Error(`not answering at ${base}:\n${second.output.join('\n')}`);
       await new Promise((r) => setTimeout(r, 100));

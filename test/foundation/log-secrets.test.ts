@@ -21,38 +21,64 @@ describe('logs never contain secrets', () => {
     const rejectedPassword = secret('rejected-pw');
     const jwtSecret = secret('jwt-secret');
     const pskEncryptionKey = crypto.randomBytes(32).toString('hex');
-    const env = await zeroSetupEnv({ LOG_LEVEL: 'debug', ADMIN_PASSWORD: adminPassword, JWT_SECRET: jwtSecret, PSK_ENCRYPTION_KEY: pskEncryptionKey });
+    const env = await zeroSetupEnv({
+      LOG_LEVEL: 'debug',
+      ADMIN_PASSWORD: adminPassword,
+      JWT_SECRET: jwtSecret,
+      PSK_ENCRYPTION_KEY: pskEncryptionKey,
+    });
     const { svc, base, internal } = await spawned.ready(env, 90_000);
 
     const adminToken = await login(base, 'admin', adminPassword);
-    const created = await http('POST', `${base}/auth/user`, { token: adminToken, body: { username: 'robust-user', passwd: userPassword, service: 'robust', profile: 'user' } });
+    const created = await http('POST', `${base}/auth/user`, {
+      token: adminToken,
+      body: { username: 'robust-user', passwd: userPassword, service: 'robust', profile: 'user' },
+    });
     expect(created.status, created.text).toBe(201);
     const userToken = await login(base, 'robust-user', userPassword);
     // Failing requests that carry secrets.
     expect((await http('POST', `${base}/auth`, { body: { username: 'admin', passwd: wrongPassword } })).status).toBe(403);
     expect((await http('POST', `${base}/auth`, { body: { username: 'nobody', passwd: unknownUserPassword } })).status).toBe(401);
-    const invalidBody = await http('POST', `${base}/auth/user`, { token: adminToken, body: { username: 'x y', passwd: rejectedPassword, service: 'robust', profile: 'user' } });
+    const invalidBody = await http('POST', `${base}/auth/user`, {
+      token: adminToken,
+      body: { username: 'x y', passwd: rejectedPassword, service: 'robust', profile: 'user' },
+    });
     expect(invalidBody.status).toBe(400);
     const tampered = `${userToken.slice(0, -4)}${userToken.endsWith('AAAA') ? 'BBBB' : 'AAAA'}`;
     const foreign = await new SignJWT({ service: 'robust', username: 'robust-user', userid: 2, profile: 'user' })
-      .setProtectedHeader({ alg: 'HS256' }).setIssuer('device-registry').setIssuedAt().setExpirationTime('1h').setJti(crypto.randomUUID())
+      .setProtectedHeader({ alg: 'HS256' })
+      .setIssuer('device-registry')
+      .setIssuedAt()
+      .setExpirationTime('1h')
+      .setJti(crypto.randomUUID())
       .sign(new TextEncoder().encode(secret('foreign-key')));
     for (const bad of [tampered, foreign]) expect((await http<TemplateList>('GET', `${base}/template`, { token: bad })).status).toBe(401);
 
     // The user's token for several requests, among them the generation and copy of pre-shared keys.
     const template = await http<TemplateCreated>('POST', `${base}/template`, {
       token: userToken,
-      body: { label: 'keyed', attrs: [{ label: 'key', type: 'static', value_type: 'psk' }, { label: 'temperature', type: 'dynamic', value_type: 'float' }] },
+      body: {
+        label: 'keyed',
+        attrs: [
+          { label: 'key', type: 'static', value_type: 'psk' },
+          { label: 'temperature', type: 'dynamic', value_type: 'float' },
+        ],
+      },
     });
     expect(template.status, template.text).toBe(200);
-    const devices = await http<DevicesCreated>('POST', `${base}/device?count=2`, { token: userToken, body: { label: 'keyed', templates: [template.body.template.id] } });
+    const devices = await http<DevicesCreated>('POST', `${base}/device?count=2`, {
+      token: userToken,
+      body: { label: 'keyed', templates: [template.body.template.id] },
+    });
     expect(devices.status, devices.text).toBe(200);
     const [first, second] = devices.body.devices.map((d) => d.id) as [string, string];
     const generated = await http<KeyRecord[]>('POST', `${base}/device/gen_psk/${first}?key_length=16`, { token: userToken });
     expect(generated.status, generated.text).toBe(200);
     const psk = generated.body[0]!.psk;
     expect(psk).toMatch(/^[0-9a-f]{32}$/);
-    const copied = await http('PUT', `${base}/device/${second}/attrs/key/psk?from_dev_id=${first}&from_attr_label=key`, { token: userToken });
+    const copied = await http('PUT', `${base}/device/${second}/attrs/key/psk?from_dev_id=${first}&from_attr_label=key`, {
+      token: userToken,
+    });
     expect(copied.status, copied.text).toBe(204);
     const internalView = await http<DeviceView>('GET', `${internal}/internal/device/${second}`, { token: userToken });
     expect(internalView.status, internalView.text).toBe(200);

@@ -69,7 +69,10 @@ describe('shutdown with requests in flight', () => {
     const env = await testEnv({ LOG_LEVEL: 'info' });
     const { svc, base } = await spawned.ready(env);
     const token = await login(base);
-    const template = await http<TemplateCreated>('POST', `${base}/template`, { token, body: { label: 'batch', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }] } });
+    const template = await http<TemplateCreated>('POST', `${base}/template`, {
+      token,
+      body: { label: 'batch', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }] },
+    });
     expect(template.status, template.text).toBe(200);
     const count = 10_000;
     const batch = (label: string) => {
@@ -122,7 +125,9 @@ describe('shutdown with requests in flight', () => {
     const client = new pg.Client({ connectionString: env.DATABASE_URL });
     await client.connect();
     try {
-      const { rows } = await client.query<{ label: string; n: number }>(`SELECT split_part(label, '_', 1) AS label, count(*)::int AS n FROM devices GROUP BY 1`);
+      const { rows } = await client.query<{ label: string; n: number }>(
+        `SELECT split_part(label, '_', 1) AS label, count(*)::int AS n FROM devices GROUP BY 1`,
+      );
       expect(Object.fromEntries(rows.map((r) => [r.label, r.n]))).toEqual(expected);
     } finally {
       await client.end();

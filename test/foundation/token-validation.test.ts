@@ -24,7 +24,16 @@ describe('token validation (JWT_SECRET set: tokens forged with the service key)'
   /** Every claim of the contract (service, username, userid, profile, iat, exp, iss, jti), valid for 10 minutes. */
   const fullClaims = () => {
     const now = Math.floor(Date.now() / 1000);
-    return { service: 'admin', username: 'admin', userid: claims.userid, profile: 'admin', iat: now, exp: now + 600, iss: issuer, jti: crypto.randomUUID() };
+    return {
+      service: 'admin',
+      username: 'admin',
+      userid: claims.userid,
+      profile: 'admin',
+      iat: now,
+      exp: now + 600,
+      iss: issuer,
+      jti: crypto.randomUUID(),
+    };
   };
   const sign = (payload: Record<string, unknown>, signingKey: Uint8Array = key, alg = 'HS256') =>
     new SignJWT(payload).setProtectedHeader({ alg, typ: 'JWT' }).sign(signingKey);
@@ -52,7 +61,10 @@ describe('token validation (JWT_SECRET set: tokens forged with the service key)'
   it('the tenant comes from the `service` claim of a forged token', async () => {
     const tenant = `forged-${crypto.randomBytes(3).toString('hex')}`;
     const jwt = await sign({ ...fullClaims(), service: tenant });
-    const created = await http<TemplateCreated>('POST', `${svc.base}/template`, { token: jwt, body: { label: 'only-in-forged-tenant', attrs: [] } });
+    const created = await http<TemplateCreated>('POST', `${svc.base}/template`, {
+      token: jwt,
+      body: { label: 'only-in-forged-tenant', attrs: [] },
+    });
     expect(created.status, created.text).toBe(200);
     const mine = await http<TemplateList>('GET', `${svc.base}/template`, { token: jwt });
     expect(mine.body.templates.map((t: { label: string }) => t.label)).toEqual(['only-in-forged-tenant']);
@@ -63,7 +75,10 @@ describe('token validation (JWT_SECRET set: tokens forged with the service key)'
   const cases: Array<[string, () => Promise<string>]> = [
     ['signed with the service key but another `iss`', () => sign({ ...fullClaims(), iss: 'someone-else' })],
     ['signed with the service key but no `iss`', () => sign(without('iss'))],
-    ['`exp` in the past', () => sign({ ...fullClaims(), iat: Math.floor(Date.now() / 1000) - 120, exp: Math.floor(Date.now() / 1000) - 60 })],
+    [
+      '`exp` in the past',
+      () => sign({ ...fullClaims(), iat: Math.floor(Date.now() / 1000) - 120, exp: Math.floor(Date.now() / 1000) - 60 }),
+    ],
     ['no `exp` (a token that never expires)', () => sign(without('exp'))],
     ['no `service` (no tenant)', () => sign(without('service'))],
     ['an empty `service`', () => sign({ ...fullClaims(), service: '' })],
@@ -80,7 +95,10 @@ describe('token validation (JWT_SECRET set: tokens forged with the service key)'
         return `${Buffer.from(JSON.stringify({ alg: 'none', typ: 'JWT' })).toString('base64url')}.${payload}.${signature}`;
       },
     ],
-    ['HS256 signed with another key', () => sign(fullClaims(), new TextEncoder().encode(`another-${crypto.randomBytes(16).toString('hex')}`))],
+    [
+      'HS256 signed with another key',
+      () => sign(fullClaims(), new TextEncoder().encode(`another-${crypto.randomBytes(16).toString('hex')}`)),
+    ],
     [
       'a valid token with its payload changed (tenant swapped, signature kept)',
       async () => {

@@ -23,7 +23,8 @@ export interface TemplateView<Id extends number | string = number> {
 }
 
 /** A template with attr_format `single` (only `attrs`) or `split` (only the two others). */
-export type TemplateInFormat = Omit<TemplateView, 'attrs' | 'data_attrs' | 'config_attrs'> & Partial<Pick<TemplateView, 'attrs' | 'data_attrs' | 'config_attrs'>>;
+export type TemplateInFormat = Omit<TemplateView, 'attrs' | 'data_attrs' | 'config_attrs'> &
+  Partial<Pick<TemplateView, 'attrs' | 'data_attrs' | 'config_attrs'>>;
 
 export interface DeviceView {
   id: string;

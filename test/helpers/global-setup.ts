@@ -55,7 +55,9 @@ export default async function setup(project: TestProject) {
     // Drop the databases this run created (their services are stopped by now).
     const client = new pg.Client({ connectionString: adminDatabaseUrl });
     await client.connect();
-    const { rows } = await client.query<{ datname: string }>(`SELECT datname FROM pg_database WHERE datname LIKE $1`, [`dr_test_${runId}_%`]);
+    const { rows } = await client.query<{ datname: string }>(`SELECT datname FROM pg_database WHERE datname LIKE $1`, [
+      `dr_test_${runId}_%`,
+    ]);
     for (const { datname } of rows) {
       await client.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1', [datname]);
       await client.query(`DROP DATABASE IF EXISTS "${datname}"`);

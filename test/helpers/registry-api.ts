@@ -13,7 +13,10 @@ export async function createTemplate(base: string, token: string, body: Template
 
 /** Creates devices (`?count=n`; one by default) and returns `[{id, label}]`, never empty. */
 export async function createDevices(base: string, token: string, body: DeviceBody, query = ''): Promise<[DeviceRef, ...DeviceRef[]]> {
-  const res = await http<DevicesCreated<DeviceRef> & { devices: [DeviceRef, ...DeviceRef[]] }>('POST', `${base}/device${query}`, { token, body });
+  const res = await http<DevicesCreated<DeviceRef> & { devices: [DeviceRef, ...DeviceRef[]] }>('POST', `${base}/device${query}`, {
+    token,
+    body,
+  });
   expect(res.status, res.text).toBe(200);
   return res.body.devices;
 }

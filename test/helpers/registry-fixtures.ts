@@ -65,7 +65,8 @@ export async function createDevice(
 ): Promise<string> {
   const id = opts.id ?? randomDeviceId();
   await db.query('INSERT INTO devices (tenant, id, label) VALUES ($1, $2, $3)', [tenant, id, opts.label ?? `dev-${id}`]);
-  for (const t of templateIds) await db.query('INSERT INTO device_templates (tenant, device_id, template_id) VALUES ($1, $2, $3)', [tenant, id, t]);
+  for (const t of templateIds)
+    await db.query('INSERT INTO device_templates (tenant, device_id, template_id) VALUES ($1, $2, $3)', [tenant, id, t]);
   for (const [label, value] of Object.entries(opts.overrides ?? {})) {
     await db.query(
       `INSERT INTO device_overrides (tenant, device_id, attr_id, static_value)
@@ -80,7 +81,11 @@ export async function createDevice(
 /** Many devices of one template in one statement (benchmarks, cache tests). */
 export async function createDevices(db: Db, tenant: string, templateId: number, ids: string[]): Promise<void> {
   await db.query(`INSERT INTO devices (tenant, id, label) SELECT $1, i, 'dev-' || i FROM unnest($2::text[]) AS i`, [tenant, ids]);
-  await db.query(`INSERT INTO device_templates (tenant, device_id, template_id) SELECT $1, i, $3 FROM unnest($2::text[]) AS i`, [tenant, ids, templateId]);
+  await db.query(`INSERT INTO device_templates (tenant, device_id, template_id) SELECT $1, i, $3 FROM unnest($2::text[]) AS i`, [
+    tenant,
+    ids,
+    templateId,
+  ]);
 }
 
 export async function removeDevice(db: Db, events: EventSink, tenant: string, id: string): Promise<void> {
@@ -89,7 +94,10 @@ export async function removeDevice(db: Db, events: EventSink, tenant: string, id
 }
 
 /** History rows written directly (history query tests); `value` is JSON text. */
-export async function insertHistory(db: Db, rows: Array<{ tenant: string; device: string; attr: string; ts: string; value: string }>): Promise<void> {
+export async function insertHistory(
+  db: Db,
+  rows: Array<{ tenant: string; device: string; attr: string; ts: string; value: string }>,
+): Promise<void> {
   await db.query(`SELECT history_ensure_partition(t) FROM (SELECT DISTINCT unnest($1::timestamptz[]) AS t) s`, [rows.map((r) => r.ts)]);
   await db.query(
     `INSERT INTO history (tenant, device_id, attr, series, ts, value)
@@ -100,7 +108,9 @@ export async function insertHistory(db: Db, rows: Array<{ tenant: string; device
 
 export async function historyCount(db: Db, tenant: string, device?: string): Promise<number> {
   const { rows } = await db.query<{ n: string }>(
-    device === undefined ? 'SELECT count(*) AS n FROM history WHERE tenant = $1' : 'SELECT count(*) AS n FROM history WHERE tenant = $1 AND device_id = $2',
+    device === undefined
+      ? 'SELECT count(*) AS n FROM history WHERE tenant = $1'
+      : 'SELECT count(*) AS n FROM history WHERE tenant = $1 AND device_id = $2',
     device === undefined ? [tenant] : [tenant, device],
   );
   return Number(rows[0]!.n);
@@ -110,7 +120,11 @@ export async function historyCount(db: Db, tenant: string, device?: string): Pro
  * Polls `check` until it returns (or resolves to) a value other than `undefined` or `false` (not a
  * timing assertion: a deadline for a hang). `check` may be synchronous when it only reads state.
  */
-export async function eventually<T>(check: () => T | undefined | false | Promise<T | undefined | false>, what: string, timeoutMs = 20_000): Promise<T> {
+export async function eventually<T>(
+  check: () => T | undefined | false | Promise<T | undefined | false>,
+  what: string,
+  timeoutMs = 20_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
@@ -127,7 +141,13 @@ export async function eventually<T>(check: () => T | undefined | false | Promise
 
 /** An MQTT client as a device would be (mqtt.js, MQTT 3.1.1 unless asked otherwise). */
 export async function deviceClient(url: string, opts: mqtt.IClientOptions = {}): Promise<mqtt.MqttClient> {
-  return mqtt.connectAsync(url, { protocolVersion: 4, reconnectPeriod: 0, connectTimeout: 5000, clientId: `dev-${crypto.randomBytes(4).toString('hex')}`, ...opts });
+  return mqtt.connectAsync(url, {
+    protocolVersion: 4,
+    reconnectPeriod: 0,
+    connectTimeout: 5000,
+    clientId: `dev-${crypto.randomBytes(4).toString('hex')}`,
+    ...opts,
+  });
 }
 
 /** Waits for the client to be closed by the other side. */

@@ -165,17 +165,23 @@ describe('labels named like Object.prototype members', () => {
     const one = await get('?attr=__proto__', token, proto);
     expect(one.status).toBe(200);
     expect(one.text).toBe(`[{"device_id":"${proto}","ts":"${ts(1)}","value":{"polluted":true},"attr":"__proto__"}]`);
-    expect((await get('?attr=constructor', token, proto)).body).toEqual([{ device_id: proto, ts: ts(2), value: 'ctor', attr: 'constructor' }]);
+    expect((await get('?attr=constructor', token, proto)).body).toEqual([
+      { device_id: proto, ts: ts(2), value: 'ctor', attr: 'constructor' },
+    ]);
     const all = await get<Record<string, unknown>>('', token, proto);
     expect(all.status).toBe(200);
     expect(all.text).toContain(`"__proto__":[{"device_id":"${proto}"`);
     const body = all.body;
     expect(Object.keys(body).sort()).toEqual(['__proto__', 'constructor', 'toString']);
     expect(Object.getPrototypeOf(body)).toBe(Object.prototype);
-    expect(Object.getOwnPropertyDescriptor(body, 'constructor')?.value).toEqual([{ device_id: proto, ts: ts(2), value: 'ctor', attr: 'constructor' }]);
+    expect(Object.getOwnPropertyDescriptor(body, 'constructor')?.value).toEqual([
+      { device_id: proto, ts: ts(2), value: 'ctor', attr: 'constructor' },
+    ]);
     expect(Object.getOwnPropertyDescriptor(body, 'toString')?.value).toEqual([]);
     const several = await get('?attr=__proto__,toString', token, proto);
-    expect(several.text).toBe(`{"__proto__":[{"device_id":"${proto}","ts":"${ts(1)}","value":{"polluted":true},"attr":"__proto__"}],"toString":[]}`);
+    expect(several.text).toBe(
+      `{"__proto__":[{"device_id":"${proto}","ts":"${ts(1)}","value":{"polluted":true},"attr":"__proto__"}],"toString":[]}`,
+    );
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
   });
 
@@ -189,14 +195,23 @@ describe('labels named like Object.prototype members', () => {
 describe("another tenant's device", () => {
   it('404 No such device on every response path (one attr, several, none), whatever the operators', async () => {
     const notFound = { message: `No such device: ${foreign}`, status: 404 };
-    for (const query of ['?attr=temperature', '?attr=temperature&lastN=1', '?attr=temperature,mode', '?attr=temperature&attr=temperature', '', `?firstN=5&dateFrom=${ms(0)}`]) {
+    for (const query of [
+      '?attr=temperature',
+      '?attr=temperature&lastN=1',
+      '?attr=temperature,mode',
+      '?attr=temperature&attr=temperature',
+      '',
+      `?firstN=5&dateFrom=${ms(0)}`,
+    ]) {
       const res = await get(query, token, foreign);
       expect(res.status, query).toBe(404);
       expect(res.body, query).toEqual(notFound);
       expect(res.text, query).not.toContain('99');
     }
     // its own tenant sees it
-    expect((await get('?attr=temperature', otherToken, foreign)).body).toEqual([{ device_id: foreign, ts: ts(1), value: 99, attr: 'temperature' }]);
+    expect((await get('?attr=temperature', otherToken, foreign)).body).toEqual([
+      { device_id: foreign, ts: ts(1), value: 99, attr: 'temperature' },
+    ]);
   });
 
   it("and the other way round: the other tenant gets 404 for this tenant's device", async () => {

@@ -66,7 +66,9 @@ describe('one attribute: an array of records', () => {
     expect(valuesOf((await get(`?attr=temperature&dateFrom=${ts(2)}&dateTo=${ts(4)}`)).body)).toEqual([24, 23, 22]);
     expect(valuesOf((await get(`?attr=temperature&dateFrom=${ts(2)}&firstN=2`)).body)).toEqual([22, 23]);
     expect(valuesOf((await get(`?attr=temperature&dateTo=${ts(4)}&lastN=2`)).body)).toEqual([24, 23]);
-    expect(valuesOf((await get(`?attr=temperature&dateFrom=2024-05-01T14:00:00%2B02:00&dateTo=2024-05-01T12:01:00Z`)).body)).toEqual([21, 20]);
+    expect(valuesOf((await get(`?attr=temperature&dateFrom=2024-05-01T14:00:00%2B02:00&dateTo=2024-05-01T12:01:00Z`)).body)).toEqual([
+      21, 20,
+    ]);
   });
 
   it('without lastN/firstN (or with 0): every value, newest first, up to HISTORY_MAX_RESULTS', async () => {
@@ -150,7 +152,10 @@ describe('errors and isolation', () => {
     const nul = await get('?attr=temperature', token, '%00');
     expect([nul.status, nul.body]).toEqual([404, { message: 'No such device: \0', status: 404 }]);
     expect((await get('?attr=tem%00perature&lastN=1')).body).toEqual([]);
-    expect((await get('?attr=temperature,%00&lastN=1')).body).toEqual({ temperature: [{ device_id: device, ts: ts(9), value: 29, attr: 'temperature' }], '\0': [] });
+    expect((await get('?attr=temperature,%00&lastN=1')).body).toEqual({
+      temperature: [{ device_id: device, ts: ts(9), value: 29, attr: 'temperature' }],
+      '\0': [],
+    });
     expect((await get('?attr=%00&attr=a%00b')).body).toEqual({ '\0': [], 'a\0b': [] });
     expect((await get('?attr=%00', token, 'ffffff')).status).toBe(404);
   });
@@ -226,7 +231,12 @@ describe('the series key', () => {
     await insertHistory(pool, [{ tenant, device: id, attr: 'a', ts: ts(1), value: '1' }]);
     // Attribute b stored under a's key, as if the two keys collided.
     await pool.query('INSERT INTO history (tenant, device_id, attr, series, ts, value) VALUES ($1, $2, $3, $4, $5, $6)', [
-      tenant, id, 'b', seriesKey(tenant, id, 'a'), ts(2), '2',
+      tenant,
+      id,
+      'b',
+      seriesKey(tenant, id, 'a'),
+      ts(2),
+      '2',
     ]);
     const a = [{ device_id: id, ts: ts(1), value: 1, attr: 'a' }];
     expect((await get('?lastN=5&attr=a', token, id)).body).toEqual(a);

@@ -23,7 +23,11 @@ async function start(env: Record<string, string | undefined>): Promise<TestServi
 }
 
 async function partitions(s: TestService): Promise<Array<{ name: string; range_start: Date; range_end: Date }>> {
-  return (await s.service.pool.query<{ name: string; range_start: Date; range_end: Date }>('SELECT name, range_start, range_end FROM history_partitions ORDER BY range_start')).rows;
+  return (
+    await s.service.pool.query<{ name: string; range_start: Date; range_end: Date }>(
+      'SELECT name, range_start, range_end FROM history_partitions ORDER BY range_start',
+    )
+  ).rows;
 }
 
 async function tableExists(s: TestService, name: string): Promise<boolean> {
@@ -33,7 +37,11 @@ async function tableExists(s: TestService, name: string): Promise<boolean> {
 describe('partitions', () => {
   it('the table is partitioned by HISTORY_CHUNK_INTERVAL, with the previous, current and next two chunks ready', async () => {
     const s = await start({ HISTORY_CHUNK_INTERVAL: '1 hour' });
-    const settings = (await s.service.pool.query<{ timescale: boolean; secs: string }>('SELECT timescale, extract(epoch FROM chunk_interval) AS secs FROM history_settings')).rows[0]!;
+    const settings = (
+      await s.service.pool.query<{ timescale: boolean; secs: string }>(
+        'SELECT timescale, extract(epoch FROM chunk_interval) AS secs FROM history_settings',
+      )
+    ).rows[0]!;
     expect(settings.timescale).toBe(false); // this machine has no TimescaleDB; the plain path is what runs here
     expect(Number(settings.secs)).toBe(3600);
     const parts = await partitions(s);
@@ -42,7 +50,8 @@ describe('partitions', () => {
     const now = Date.now();
     expect(parts.some((p) => p.range_start.getTime() <= now && now < p.range_end.getTime())).toBe(true);
     expect(parts.some((p) => p.range_start.getTime() >= now + 3_600_000)).toBe(true);
-    const kind = (await s.service.pool.query<{ relkind: string }>("SELECT relkind FROM pg_class WHERE relname = 'history'")).rows[0]!.relkind;
+    const kind = (await s.service.pool.query<{ relkind: string }>("SELECT relkind FROM pg_class WHERE relname = 'history'")).rows[0]!
+      .relkind;
     expect(kind).toBe('p');
   });
 
@@ -63,7 +72,9 @@ describe('partitions', () => {
     const first = await start({ DATABASE_URL: db, HISTORY_CHUNK_INTERVAL: '1 day' });
     await first.stop();
     const second = await start({ DATABASE_URL: db, HISTORY_CHUNK_INTERVAL: '6 hours' });
-    const secs = (await second.service.pool.query<{ secs: string }>('SELECT extract(epoch FROM chunk_interval) AS secs FROM history_settings')).rows[0]!.secs;
+    const secs = (
+      await second.service.pool.query<{ secs: string }>('SELECT extract(epoch FROM chunk_interval) AS secs FROM history_settings')
+    ).rows[0]!.secs;
     expect(Number(secs)).toBe(86400);
   });
 });
@@ -89,7 +100,9 @@ describe('retention (HISTORY_RETENTION_DAYS)', () => {
     // The next start applies HISTORY_RETENTION_DAYS=3.
     const second = await start({ DATABASE_URL: db, HISTORY_RETENTION_DAYS: '3' });
     for (const name of old) expect(await tableExists(second, name)).toBe(false);
-    const values = (await second.service.pool.query<{ value: string }>('SELECT value FROM history WHERE tenant = $1 ORDER BY ts', [tenant])).rows.map((r) => r.value);
+    const values = (
+      await second.service.pool.query<{ value: string }>('SELECT value FROM history WHERE tenant = $1 ORDER BY ts', [tenant])
+    ).rows.map((r) => r.value);
     expect(values).toEqual(['3', '4']);
     const remaining = (await partitions(second)).map((p) => p.name);
     for (const name of old) expect(remaining).not.toContain(name);

@@ -53,7 +53,9 @@ describe('through the public API', () => {
     });
     expect(updated.status).toBe(200);
     await device.publishAsync(`${tenant}:${id}/attrs`, JSON.stringify({ humidity: 41 }), { qos: 1 });
-    expect((await http<HistoryRecord[]>('GET', `${svc.base}/history/device/${id}/history?attr=humidity`, { token })).body.map((r) => r.value)).toEqual([41]);
+    expect(
+      (await http<HistoryRecord[]>('GET', `${svc.base}/history/device/${id}/history?attr=humidity`, { token })).body.map((r) => r.value),
+    ).toEqual([41]);
 
     const act = await http('PUT', `${svc.base}/device/${id}/actuate`, { token, body: { attrs: { setpoint: 19 } } });
     expect(act.status).toBe(200);

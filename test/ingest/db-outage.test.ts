@@ -50,10 +50,15 @@ describe.each([
     const restore = await takeDatabaseAway(svc);
     const during = 50;
     let acked = 0;
-    const publishes = Array.from({ length: during }, (_, i) => client.publishAsync(topic, JSON.stringify({ n: i + 1 }), { qos: 1 }).then(() => acked++));
+    const publishes = Array.from({ length: during }, (_, i) =>
+      client.publishAsync(topic, JSON.stringify({ n: i + 1 }), { qos: 1 }).then(() => acked++),
+    );
     const held = async () => {
       const text = (await http('GET', `${svc.base}/metrics`)).text;
-      return text.split('\n').filter((l) => l.startsWith('ingest_queue_depth{')).reduce((s, l) => s + Number(l.split(' ')[1]), 0);
+      return text
+        .split('\n')
+        .filter((l) => l.startsWith('ingest_queue_depth{'))
+        .reduce((s, l) => s + Number(l.split(' ')[1]), 0);
     };
     try {
       // The messages reached the service, which holds them unacknowledged for as long as the
@@ -68,8 +73,17 @@ describe.each([
     await Promise.all(publishes);
     const db = reader(svc);
     try {
-      await eventually(async () => (await historyCount(db, tenant, device)) === during + 1 || undefined, 'every value after the outage', 30_000);
-      const values = (await db.query<{ n: number }>('SELECT value::int AS n FROM history WHERE tenant = $1 AND device_id = $2 ORDER BY n', [tenant, device])).rows.map((r) => r.n);
+      await eventually(
+        async () => (await historyCount(db, tenant, device)) === during + 1 || undefined,
+        'every value after the outage',
+        30_000,
+      );
+      const values = (
+        await db.query<{ n: number }>('SELECT value::int AS n FROM history WHERE tenant = $1 AND device_id = $2 ORDER BY n', [
+          tenant,
+          device,
+        ])
+      ).rows.map((r) => r.n);
       expect(values).toEqual([...Array(during + 1).keys()]);
       // And ingest goes on.
       await client.publishAsync(topic, JSON.stringify({ n: 1000 }), { qos: 1 });

@@ -12,7 +12,13 @@ describe('the shard device cache', () => {
     const loads: string[][] = [];
     const cache = new DeviceCache((devices) => {
       loads.push(devices.map((d) => d.id));
-      return Promise.resolve(new Map(devices.filter((d) => registry.has(`${d.tenant}/${d.id}`)).map((d) => [`${d.tenant}/${d.id}`, registry.get(`${d.tenant}/${d.id}`)!])));
+      return Promise.resolve(
+        new Map(
+          devices
+            .filter((d) => registry.has(`${d.tenant}/${d.id}`))
+            .map((d) => [`${d.tenant}/${d.id}`, registry.get(`${d.tenant}/${d.id}`)!]),
+        ),
+      );
     }, 100);
     let get = await cache.resolve(['t/a', 't/b', 't/a']);
     expect([get(0)?.id, get(1), get(2)?.id]).toEqual(['a', null, 'a']);

@@ -8,7 +8,15 @@ import type mqtt from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { HistoryByLabel, HistoryRecord } from '../helpers/api.js';
 import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
-import { createDevice, createTemplate, deviceClient, eventually, historyCount, metric, type AttrSpec } from '../helpers/registry-fixtures.js';
+import {
+  createDevice,
+  createTemplate,
+  deviceClient,
+  eventually,
+  historyCount,
+  metric,
+  type AttrSpec,
+} from '../helpers/registry-fixtures.js';
 
 const MAX = 256;
 const tenant = `ige${crypto.randomBytes(3).toString('hex')}`;
@@ -183,7 +191,14 @@ describe('through the run broker (MQTT_URL), MAX_MESSAGE_BYTES=256', () => {
 
   describe('translators that replace the whole message', () => {
     const translated = (op: object) =>
-      newDevice([{ label: `tr${crypto.randomBytes(2).toString('hex')}`, type: 'meta-translator', value_type: 'string', static_value: JSON.stringify(op) }]);
+      newDevice([
+        {
+          label: `tr${crypto.randomBytes(2).toString('hex')}`,
+          type: 'meta-translator',
+          value_type: 'string',
+          static_value: JSON.stringify(op),
+        },
+      ]);
 
     it.each([
       ['a number', { op: 'replace', path: '', value: 42 }],
@@ -240,7 +255,10 @@ describe('through the embedded broker, MAX_MESSAGE_BYTES=256', () => {
       expect(await historyCount(svc.service.pool, tenant, d)).toBe(0);
       await c.publishAsync(`${tenant}:${d}/attrs`, payloadOf(MAX, 256), { qos: 1 });
       expect(await historyCount(svc.service.pool, tenant, d)).toBe(2);
-      const { rows } = await svc.service.pool.query<{ value: string }>("SELECT value FROM history WHERE tenant = $1 AND device_id = $2 AND attr = 'temperature'", [tenant, d]);
+      const { rows } = await svc.service.pool.query<{ value: string }>(
+        "SELECT value FROM history WHERE tenant = $1 AND device_id = $2 AND attr = 'temperature'",
+        [tenant, d],
+      );
       expect(rows.map((r) => r.value)).toEqual(['256']);
       expect(c.connected).toBe(true);
     } finally {

@@ -35,7 +35,12 @@ afterAll(() => svc?.stop());
 
 const newDevice = () => createDevice(svc.service.pool, tenant, [templateId]);
 const values = async (device: string, attr: string) =>
-  (await svc.service.pool.query<{ value: string }>('SELECT value FROM history WHERE tenant = $1 AND device_id = $2 AND attr = $3 ORDER BY ts', [tenant, device, attr])).rows.map((r): unknown => JSON.parse(r.value));
+  (
+    await svc.service.pool.query<{ value: string }>(
+      'SELECT value FROM history WHERE tenant = $1 AND device_id = $2 AND attr = $3 ORDER BY ts',
+      [tenant, device, attr],
+    )
+  ).rows.map((r): unknown => JSON.parse(r.value));
 
 describe('default mode: username <tenant>:<id>', () => {
   it('an existing device connects and publishes; its PUBACK comes after the value is committed', async () => {
@@ -96,7 +101,13 @@ describe('default mode: username <tenant>:<id>', () => {
     const d = await newDevice();
     const other = await newDevice();
     const c = await deviceClient(url, { username: `${tenant}:${d}` });
-    const codes = await subscribeCodes(c, [`${tenant}:${d}/config`, `/${tenant}/${d}/config`, `${tenant}:${other}/config`, `${tenant}:${d}/attrs`, '#']);
+    const codes = await subscribeCodes(c, [
+      `${tenant}:${d}/config`,
+      `/${tenant}/${d}/config`,
+      `${tenant}:${other}/config`,
+      `${tenant}:${d}/attrs`,
+      '#',
+    ]);
     expect(codes).toEqual([1, 1, 128, 128, 128]);
     await c.endAsync();
   });
@@ -172,7 +183,16 @@ describe('oversized packets', () => {
     await new Promise<void>((resolve, reject) => sock.once('connect', resolve).once('error', reject));
     const closed = new Promise<void>((resolve) => sock.once('close', () => resolve()));
     sock.on('error', () => undefined);
-    sock.write(mqttPacket.generate({ cmd: 'connect', protocolId: 'MQTT', protocolVersion: 4, clean: true, clientId: `${tenant}:${d}`, keepalive: 0 }));
+    sock.write(
+      mqttPacket.generate({
+        cmd: 'connect',
+        protocolId: 'MQTT',
+        protocolVersion: 4,
+        clean: true,
+        clientId: `${tenant}:${d}`,
+        keepalive: 0,
+      }),
+    );
     // A PUBLISH whose fixed header announces 200 MiB, then data that never ends (until closed).
     const topic = Buffer.from(`${tenant}:${d}/attrs`);
     const header = Buffer.from([0x30, 0x80, 0x80, 0x80, 0x64, topic.length >> 8, topic.length & 0xff]);

@@ -40,7 +40,10 @@ beforeAll(async () => {
   svc = await startTestService();
   token = await login(svc.base);
   // Rows are queried as the admin user: its tenant must be the fixtures' tenant.
-  const res = await http('POST', `${svc.base}/auth/user`, { token, body: { username: `u-${tenant}`, passwd: 'pw-123456', service: tenant, profile: 'admin' } });
+  const res = await http('POST', `${svc.base}/auth/user`, {
+    token,
+    body: { username: `u-${tenant}`, passwd: 'pw-123456', service: tenant, profile: 'admin' },
+  });
   expect(res.status).toBe(201);
   token = await login(svc.base, `u-${tenant}`, 'pw-123456');
   templateId = await createTemplate(svc.service.pool, tenant, 'sensor', ATTRS);
@@ -93,7 +96,12 @@ describe('topics', () => {
     await send(d, { temperature: 21.5 });
     const all = await stored(d, 1);
     expect(all.temperature).toHaveLength(1);
-    expect(all.temperature![0]).toEqual({ device_id: d, ts: stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/), value: 21.5, attr: 'temperature' });
+    expect(all.temperature![0]).toEqual({
+      device_id: d,
+      ts: stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/),
+      value: 21.5,
+      attr: 'temperature',
+    });
   });
 
   it('legacy layout /<tenant>/<id>/attrs', async () => {
@@ -107,7 +115,10 @@ describe('topics', () => {
     const d = await newDevice();
     await publisher.publishAsync(`other-${tenant}:${d}/attrs`, JSON.stringify({ temperature: 1 }), { qos: 1 });
     await publisher.publishAsync(`${tenant}:nosuch/attrs`, JSON.stringify({ temperature: 1 }), { qos: 1 });
-    await eventually(async () => metric(await metrics(), 'ingest_dropped_total{reason="unknown_device"}') >= before + 2 || undefined, 'unknown_device drops');
+    await eventually(
+      async () => metric(await metrics(), 'ingest_dropped_total{reason="unknown_device"}') >= before + 2 || undefined,
+      'unknown_device drops',
+    );
     expect(await historyCount(svc.service.pool, `other-${tenant}`)).toBe(0);
     expect(await historyCount(svc.service.pool, tenant, 'nosuch')).toBe(0);
   });
@@ -157,7 +168,11 @@ describe('values', () => {
     const d = await newDevice();
     for (const v of ['hello', 12, '12', { a: 1 }, 'tab\there "quoted" \\ back']) await send(d, { name: v });
     await stored(d, 3);
-    expect((await history<HistoryRecord[]>(d, '?attr=name&firstN=10')).map((r) => r.value)).toEqual(['hello', '12', 'tab\there "quoted" \\ back']);
+    expect((await history<HistoryRecord[]>(d, '?attr=name&firstN=10')).map((r) => r.value)).toEqual([
+      'hello',
+      '12',
+      'tab\there "quoted" \\ back',
+    ]);
   });
 
   it('geopoint: "lat,lon" within range', async () => {
@@ -174,7 +189,11 @@ describe('values', () => {
     await send(d, { extra: [1, 2] });
     await send(d, { extra: 'text' });
     await stored(d, 3);
-    expect((await history<HistoryRecord[]>(d, '?attr=extra&firstN=10')).map((r) => r.value)).toEqual([{ nested: [1, 'two', null] }, [1, 2], 'text']);
+    expect((await history<HistoryRecord[]>(d, '?attr=extra&firstN=10')).map((r) => r.value)).toEqual([
+      { nested: [1, 'two', null] },
+      [1, 2],
+      'text',
+    ]);
   });
 
   it('wrong types and unknown keys are counted; the other values of the message are stored', async () => {
@@ -185,9 +204,11 @@ describe('values', () => {
     await eventually(async () => {
       const after = await metrics();
       return (
-        metric(after, 'ingest_dropped_total{reason="wrong_type"}') >= metric(before, 'ingest_dropped_total{reason="wrong_type"}') + 1 &&
-        metric(after, 'ingest_dropped_total{reason="unknown_key"}') >= metric(before, 'ingest_dropped_total{reason="unknown_key"}') + 2
-      ) || undefined;
+        (metric(after, 'ingest_dropped_total{reason="wrong_type"}') >= metric(before, 'ingest_dropped_total{reason="wrong_type"}') + 1 &&
+          metric(after, 'ingest_dropped_total{reason="unknown_key"}') >=
+            metric(before, 'ingest_dropped_total{reason="unknown_key"}') + 2) ||
+        undefined
+      );
     }, 'wrong_type and unknown_key counts');
   });
 
@@ -198,7 +219,10 @@ describe('values', () => {
     await send(d, undefined, { raw: '{"extra":' + '['.repeat(20000) + ']'.repeat(20000) + ',"temperature":777}' });
     expect((await stored(d, 1)).temperature!.map((r) => r.value)).toEqual([777]);
     expect((await history<HistoryRecord[]>(d, '?attr=extra')).length).toBe(0);
-    await eventually(async () => metric(await metrics(), 'ingest_dropped_total{reason="wrong_type"}') >= before + 1 || undefined, 'wrong_type');
+    await eventually(
+      async () => metric(await metrics(), 'ingest_dropped_total{reason="wrong_type"}') >= before + 1 || undefined,
+      'wrong_type',
+    );
   });
 });
 
@@ -222,7 +246,10 @@ describe('bad messages', () => {
     const big = JSON.stringify({ temperature: 1, name: 'x'.repeat(70 * 1024) });
     const all = await sendThenMarker(d, () => send(d, null, { raw: big }));
     expect(all.temperature).toEqual([]);
-    await eventually(async () => metric(await metrics(), 'ingest_dropped_total{reason="oversized"}') >= before + 1 || undefined, 'oversized');
+    await eventually(
+      async () => metric(await metrics(), 'ingest_dropped_total{reason="oversized"}') >= before + 1 || undefined,
+      'oversized',
+    );
   });
 
   it('a payload that is not UTF-8 is not JSON: dropped as not_json, nothing of it stored, the batch goes on', async () => {
@@ -267,7 +294,10 @@ describe('timestamp key', () => {
     const all = await stored(d, 3);
     expect(all.temperature!.map((r) => r.value).sort()).toEqual([1, 2, 3]);
     for (const r of all.temperature!) expect(Math.abs(Date.parse(r.ts) - sent)).toBeLessThan(60_000);
-    await eventually(async () => metric(await metrics(), 'ingest_dropped_total{reason="bad_timestamp"}') >= before + 3 || undefined, 'bad_timestamp');
+    await eventually(
+      async () => metric(await metrics(), 'ingest_dropped_total{reason="bad_timestamp"}') >= before + 3 || undefined,
+      'bad_timestamp',
+    );
   });
 
   it('a device with an attribute labelled timestamp stores it as a value, and ts is the receive time', async () => {
@@ -284,7 +314,12 @@ describe('translators (meta-translator attributes, RFC 6902)', () => {
   it('move a plain key to a tagged label before the key filter', async () => {
     const d = await newDevice([
       { label: 'tag_humidity', type: 'dynamic', value_type: 'float' },
-      { label: 'tr1', type: 'meta-translator', value_type: 'string', static_value: '{"op":"move","from":"/humidity","path":"/tag_humidity"}' },
+      {
+        label: 'tr1',
+        type: 'meta-translator',
+        value_type: 'string',
+        static_value: '{"op":"move","from":"/humidity","path":"/tag_humidity"}',
+      },
     ]);
     await send(d, { humidity: 55.5 });
     const all = await stored(d, 1);
@@ -294,7 +329,12 @@ describe('translators (meta-translator attributes, RFC 6902)', () => {
   it('a failing required translator drops the message; an optional one is skipped', async () => {
     const d = await newDevice([
       { label: 'tag_a', type: 'dynamic', value_type: 'float' },
-      { label: 'tr_opt', type: 'meta-translator', value_type: 'string', static_value: '{"op":"move","from":"/x","path":"/tag_x","optional":true}' },
+      {
+        label: 'tr_opt',
+        type: 'meta-translator',
+        value_type: 'string',
+        static_value: '{"op":"move","from":"/x","path":"/tag_x","optional":true}',
+      },
       { label: 'tr_req', type: 'meta-translator', value_type: 'string', static_value: '{"op":"move","from":"/a","path":"/tag_a"}' },
     ]);
     const before = metric(await metrics(), 'ingest_dropped_total{reason="translation_failed"}');
@@ -303,7 +343,10 @@ describe('translators (meta-translator attributes, RFC 6902)', () => {
     const all = await stored(d, 2);
     expect(all.tag_a!.map((r) => r.value)).toEqual([2]);
     expect(all.temperature!.map((r) => r.value)).toEqual([3]);
-    await eventually(async () => metric(await metrics(), 'ingest_dropped_total{reason="translation_failed"}') >= before + 1 || undefined, 'translation_failed');
+    await eventually(
+      async () => metric(await metrics(), 'ingest_dropped_total{reason="translation_failed"}') >= before + 1 || undefined,
+      'translation_failed',
+    );
   });
 
   it('the device override of a translator wins over the template value', async () => {
@@ -336,7 +379,9 @@ describe('registry events', () => {
     const d = await createDevice(svc.service.pool, tenant, [t]);
     await send(d, { b1: 1, b2: 1 });
     await stored(d, 1);
-    await addTemplateAttrs(svc.service.pool, notifySink(svc.service.pool), tenant, t, [{ label: 'b2', type: 'dynamic', value_type: 'float' }]);
+    await addTemplateAttrs(svc.service.pool, notifySink(svc.service.pool), tenant, t, [
+      { label: 'b2', type: 'dynamic', value_type: 'float' },
+    ]);
     // NOTIFY is asynchronous: send until the new attribute is accepted.
     await eventually(async () => {
       await send(d, { b2: 2 });
@@ -348,7 +393,10 @@ describe('registry events', () => {
     const id = crypto.randomBytes(3).toString('hex');
     const before = metric(await metrics(), 'ingest_dropped_total{reason="unknown_device"}');
     await send(id, { temperature: 1 }); // unknown: cached as absent
-    await eventually(async () => metric(await metrics(), 'ingest_dropped_total{reason="unknown_device"}') > before || undefined, 'the drop');
+    await eventually(
+      async () => metric(await metrics(), 'ingest_dropped_total{reason="unknown_device"}') > before || undefined,
+      'the drop',
+    );
     await createDevice(svc.service.pool, tenant, [templateId], { id, events: svc.service.events });
     await send(id, { temperature: 2 });
     const all = await stored(id, 1);
@@ -366,20 +414,30 @@ describe('order and volume', () => {
     for (let i = 0; i < perDevice; i++) for (const d of devices) sends.push(send(d, { count: i }));
     await Promise.all(sends);
     await eventually(
-      async () => (await Promise.all(devices.map((d) => historyCount(svc.service.pool, tenant, d)))).every((n) => n === perDevice) || undefined,
+      async () =>
+        (await Promise.all(devices.map((d) => historyCount(svc.service.pool, tenant, d)))).every((n) => n === perDevice) || undefined,
       'all values',
     );
     if (!svc.env.MQTT_URL || svc.service.config.mqttSubscriberConnections === 1 || !process.env.TEST_MQTT_URL) {
       // One subscriber connection (aedes: MQTT 3.1.1): arrival order is publish order.
       for (const d of devices) {
-        expect((await history<HistoryRecord[]>(d, `?attr=count&firstN=${perDevice}`)).map((r) => r.value)).toEqual([...Array(perDevice).keys()]);
+        expect((await history<HistoryRecord[]>(d, `?attr=count&firstN=${perDevice}`)).map((r) => r.value)).toEqual([
+          ...Array(perDevice).keys(),
+        ]);
       }
     }
   });
 
   it('metrics count messages, values, batches, COPY durations and cache use', async () => {
     const text = await metrics();
-    for (const name of ['ingest_messages_received_total', 'ingest_messages_stored_total', 'ingest_values_received_total', 'ingest_values_stored_total', 'ingest_cache_hits_total', 'ingest_cache_misses_total']) {
+    for (const name of [
+      'ingest_messages_received_total',
+      'ingest_messages_stored_total',
+      'ingest_values_received_total',
+      'ingest_values_stored_total',
+      'ingest_cache_hits_total',
+      'ingest_cache_misses_total',
+    ]) {
       expect(metric(text, name)).toBeGreaterThan(0);
     }
     expect(text).toMatch(/ingest_batch_rows_count \d+/);

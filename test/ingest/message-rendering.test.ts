@@ -6,12 +6,21 @@ import { microsToText } from '../../src/time.js';
 
 describe('device model and rendering', () => {
   const row = (label: string, type: string, value_type = 'float', static_value: string | null = null, id = 1): AttrRow => ({
-    template_id: 1, attr_id: id, label, type, value_type, static_value,
+    template_id: 1,
+    attr_id: id,
+    label,
+    type,
+    value_type,
+    static_value,
   });
   const ts = (us: number) => microsToText(us);
 
   it('renders COPY rows for dynamic and actuator attributes, escaping text', () => {
-    const model = buildDeviceModel('t\\1', 'd1', [row('a', 'dynamic', 'string'), row('b', 'actuator', 'integer'), row('s', 'static', 'string', 'x')]);
+    const model = buildDeviceModel('t\\1', 'd1', [
+      row('a', 'dynamic', 'string'),
+      row('b', 'actuator', 'integer'),
+      row('s', 'static', 'string', 'x'),
+    ]);
     const out: string[] = [];
     const o = renderMessage(model, JSON.stringify({ a: 'x\\y\nz', b: 2, s: 'no', zz: 1 }), 1_000_000, ts, out);
     expect(out).toEqual([
@@ -23,18 +32,29 @@ describe('device model and rendering', () => {
   });
 
   it('translators: one RFC 6902 operation each, optional ones may fail, bad ones are ignored', () => {
-    expect(parseTranslator('{"op":"move","from":"/a","path":"/b","optional":true}')).toEqual({ op: { op: 'move', from: '/a', path: '/b' }, optional: true });
+    expect(parseTranslator('{"op":"move","from":"/a","path":"/b","optional":true}')).toEqual({
+      op: { op: 'move', from: '/a', path: '/b' },
+      optional: true,
+    });
     expect(parseTranslator('not json')).toMatch(/not JSON/);
     expect(parseTranslator('{"op":"explode","path":"/a"}')).toMatch(/not a JSON Patch operation/);
     expect(parseTranslator('{"op":"add","path":"/__proto__/x","value":1}')).toMatch(/__proto__/);
     expect(parseTranslator('{"op":"move","from":"/constructor/prototype","path":"/a"}')).toMatch(/prototype/);
-    expect(parseTranslator('{"op":"move","from":"/prototype","path":"/a"}')).toEqual({ op: { op: 'move', from: '/prototype', path: '/a' }, optional: false });
+    expect(parseTranslator('{"op":"move","from":"/prototype","path":"/a"}')).toEqual({
+      op: { op: 'move', from: '/prototype', path: '/a' },
+      optional: false,
+    });
     const warnings: string[] = [];
-    const model = buildDeviceModel('t', 'd', [
-      row('tag_a', 'dynamic'),
-      row('t1', 'meta-translator', 'string', '{"op":"move","from":"/a","path":"/tag_a"}'),
-      row('t2', 'meta-translator', 'string', 'broken'),
-    ], (label) => warnings.push(label));
+    const model = buildDeviceModel(
+      't',
+      'd',
+      [
+        row('tag_a', 'dynamic'),
+        row('t1', 'meta-translator', 'string', '{"op":"move","from":"/a","path":"/tag_a"}'),
+        row('t2', 'meta-translator', 'string', 'broken'),
+      ],
+      (label) => warnings.push(label),
+    );
     expect(warnings).toEqual(['t2']);
     const out: string[] = [];
     expect(renderMessage(model, '{"a":1}', 0, ts, out).dropped).toBeUndefined();

@@ -76,7 +76,13 @@ describe.skipIf(!hasMosquitto)('no acknowledged message is lost (Mosquitto)', ()
 
   beforeAll(async () => {
     broker = await startMosquitto(path.join(projectRoot, 'test/ingest/fixtures/mosquitto.conf'));
-    env = await testEnv({ MQTT_URL: broker.url, LOG_LEVEL: 'info', MQTT_SUBSCRIBER_CONNECTIONS: '4', INGEST_WORKERS: '2', MQTT_SESSION_EXPIRY_SECONDS: '600' });
+    env = await testEnv({
+      MQTT_URL: broker.url,
+      LOG_LEVEL: 'info',
+      MQTT_SUBSCRIBER_CONNECTIONS: '4',
+      INGEST_WORKERS: '2',
+      MQTT_SESSION_EXPIRY_SECONDS: '600',
+    });
     db = new pg.Pool({ connectionString: env.DATABASE_URL, max: 2 });
     // The first start creates the schema; the devices are added before any message is sent.
     const first = await launch();
@@ -113,15 +119,19 @@ describe.skipIf(!hasMosquitto)('no acknowledged message is lost (Mosquitto)', ()
   }
 
   async function expectAllStored(fleet: Fleet): Promise<void> {
-    const missing = await eventually(async () => {
-      const stored = await storedSeqs();
-      let missingCount = 0;
-      for (const [id, acked] of fleet.acked) {
-        const have = stored.get(id) ?? new Set<number>();
-        for (const n of acked) if (!have.has(n)) missingCount++;
-      }
-      return missingCount === 0 ? 0 : undefined;
-    }, 'every acknowledged message in history', 30_000).catch(async () => {
+    const missing = await eventually(
+      async () => {
+        const stored = await storedSeqs();
+        let missingCount = 0;
+        for (const [id, acked] of fleet.acked) {
+          const have = stored.get(id) ?? new Set<number>();
+          for (const n of acked) if (!have.has(n)) missingCount++;
+        }
+        return missingCount === 0 ? 0 : undefined;
+      },
+      'every acknowledged message in history',
+      30_000,
+    ).catch(async () => {
       const stored = await storedSeqs();
       const lost: string[] = [];
       for (const [id, acked] of fleet.acked) for (const n of acked) if (!stored.get(id)?.has(n)) lost.push(`${id}#${n}`);
@@ -138,7 +148,12 @@ describe.skipIf(!hasMosquitto)('no acknowledged message is lost (Mosquitto)', ()
     await fleet.start();
     // Sustained ingest: values are being committed while more arrive.
     await until(() => fleet.total > 3000, 'ingest under way');
-    await eventually(async () => (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM history WHERE tenant = $1', [tenant])).rows[0]!.n > 1000 || undefined, 'commits under way');
+    await eventually(
+      async () =>
+        (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM history WHERE tenant = $1', [tenant])).rows[0]!.n > 1000 ||
+        undefined,
+      'commits under way',
+    );
     service.child.kill('SIGKILL');
     await service.exited;
     const atKill = fleet.total;

@@ -14,8 +14,16 @@ describe('sharding', () => {
 });
 
 describe('the pinning load balancer', () => {
-  const worker = (id: number, destroyed = false) => ({ id, destroyed, terminating: false, currentUsage: 0, isRunningAbortableTask: false, histogram: null });
-  const task = (shard: number) => ({ [queueOptionsSymbol]: { shard }, taskId: 0, filename: '', name: '', created: 0, isAbortable: false }) as never;
+  const worker = (id: number, destroyed = false) => ({
+    id,
+    destroyed,
+    terminating: false,
+    currentUsage: 0,
+    isRunningAbortableTask: false,
+    histogram: null,
+  });
+  const task = (shard: number) =>
+    ({ [queueOptionsSymbol]: { shard }, taskId: 0, filename: '', name: '', created: 0, isAbortable: false }) as never;
 
   it('gives every shard one owner, spread evenly, and keeps it whatever the load', () => {
     const owners = new Map<number, number>();

@@ -23,12 +23,20 @@ describe('conversion', () => {
   it('integers: digits with an optional sign, blanks around allowed', () => {
     expect(run('GET /template', 'page_num=%202%20&page_size=+5').values).toMatchObject({ page_num: 2, page_size: 5 });
     for (const bad of ['1.5', '1e3', '0x10', '', 'abc', '1 2']) {
-      expect(failure('GET /template', `page_num=${encodeURIComponent(bad)}`), bad).toEqual(plain('page_size and page_num must be integers'));
+      expect(failure('GET /template', `page_num=${encodeURIComponent(bad)}`), bad).toEqual(
+        plain('page_size and page_num must be integers'),
+      );
     }
   });
 
   it('flags: true, 1 (any case) or bare are true; anything else false, never an error', () => {
-    for (const [qs, v] of [['idsOnly', true], ['idsOnly=TRUE', true], ['idsOnly=1', true], ['idsOnly=yes', false], ['idsOnly=false', false]] as const) {
+    for (const [qs, v] of [
+      ['idsOnly', true],
+      ['idsOnly=TRUE', true],
+      ['idsOnly=1', true],
+      ['idsOnly=yes', false],
+      ['idsOnly=false', false],
+    ] as const) {
       expect(run('GET /device', qs).values.idsOnly, qs).toBe(v);
     }
   });
@@ -66,14 +74,32 @@ describe("the contract's errors, in its order", () => {
   });
 
   it('attr and attr_type: at most 16 of each, after the page checks', () => {
-    const many = (name: string, n: number, value: (i: number) => string) => Array.from({ length: n }, (_, i) => `${name}=${value(i)}`).join('&');
+    const many = (name: string, n: number, value: (i: number) => string) =>
+      Array.from({ length: n }, (_, i) => `${name}=${value(i)}`).join('&');
     for (const id of ['GET /device', 'GET /template'] as const) {
       expect(run(id, `${many('attr', 16, (i) => `l${i}=v`)}&${many('attr_type', 16, (i) => `t${i}`)}`).failure, id).toBeUndefined();
-      expect(failure(id, many('attr', 17, (i) => `l${i}=v`))).toEqual(plain('At most 16 attr filters are allowed in one request'));
-      expect(failure(id, many('attr_type', 17, (i) => `t${i}`))).toEqual(plain('At most 16 attr_type filters are allowed in one request'));
-      expect(failure(id, `page_size=0&${many('attr_type', 17, (i) => `t${i}`)}`)).toEqual(plain('At least one entry per page is mandatory'));
+      expect(
+        failure(
+          id,
+          many('attr', 17, (i) => `l${i}=v`),
+        ),
+      ).toEqual(plain('At most 16 attr filters are allowed in one request'));
+      expect(
+        failure(
+          id,
+          many('attr_type', 17, (i) => `t${i}`),
+        ),
+      ).toEqual(plain('At most 16 attr_type filters are allowed in one request'));
+      expect(failure(id, `page_size=0&${many('attr_type', 17, (i) => `t${i}`)}`)).toEqual(
+        plain('At least one entry per page is mandatory'),
+      );
     }
-    expect(failure('GET /internal/device', many('attr', 17, (i) => `l${i}=v`))).toEqual(plain('At most 16 attr filters are allowed in one request'));
+    expect(
+      failure(
+        'GET /internal/device',
+        many('attr', 17, (i) => `l${i}=v`),
+      ),
+    ).toEqual(plain('At most 16 attr filters are allowed in one request'));
   });
 
   it('POST /device: count, then its maximum', () => {
@@ -84,22 +110,33 @@ describe("the contract's errors, in its order", () => {
   });
 
   it('gen_psk: a missing key_length is told apart (keyword required) from a bad one', () => {
-    expect(run('POST /device/gen_psk/{id}', 'attrs=a').failure).toMatchObject({ param: 'key_length', keyword: 'required', error: { body: plain('Missing key_length parameter') } });
-    expect(run('POST /device/gen_psk/{id}', 'key_length=1024').failure).toMatchObject({ keyword: 'maximum', error: { body: plain('key_length must be greater than 0 and lesser than 1024') } });
+    expect(run('POST /device/gen_psk/{id}', 'attrs=a').failure).toMatchObject({
+      param: 'key_length',
+      keyword: 'required',
+      error: { body: plain('Missing key_length parameter') },
+    });
+    expect(run('POST /device/gen_psk/{id}', 'key_length=1024').failure).toMatchObject({
+      keyword: 'maximum',
+      error: { body: plain('key_length must be greater than 0 and lesser than 1024') },
+    });
     expect(run('POST /device/gen_psk/{id}', 'key_length=').failure).toMatchObject({ keyword: 'type' });
     expect(run('POST /device/gen_psk/{id}', 'key_length=16').values).toEqual({ key_length: 16 });
   });
 
   it('copy: both source parameters, not empty', () => {
     for (const qs of ['', 'from_dev_id=a', 'from_attr_label=b', 'from_dev_id=&from_attr_label=b']) {
-      expect(failure('PUT /device/{id}/attrs/{label}/psk', qs), qs).toEqual(plain('Missing mandatory parameter: from_dev_id or/and from_attr_label'));
+      expect(failure('PUT /device/{id}/attrs/{label}/psk', qs), qs).toEqual(
+        plain('Missing mandatory parameter: from_dev_id or/and from_attr_label'),
+      );
     }
     expect(run('PUT /device/{id}/attrs/{label}/psk', 'from_dev_id=a&from_attr_label=b').failure).toBeUndefined();
   });
 });
 
 describe('GET /history: its query schema', () => {
-  const history = queryChecks(apiRoutes, { maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 50 }).get('GET /history/device/{id}/history')!;
+  const history = queryChecks(apiRoutes, { maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 50 }).get(
+    'GET /history/device/{id}/history',
+  )!;
   const values = (qs: string) => history.run(new URLSearchParams(qs)).values;
   const bad = (qs: string) => history.run(new URLSearchParams(qs)).failure?.error.body as ErrorBody | undefined;
 

@@ -15,11 +15,20 @@ const spawned = useSpawnedServices();
 describe('keys at rest', () => {
   it('the table holds nonce || ciphertext || tag, never the key; it opens only with the configured key', async () => {
     const token = svc.token;
-    const { ids: [id] } = await keyedDevices(svc.base, token);
+    const {
+      ids: [id],
+    } = await keyedDevices(svc.base, token);
     const keys = (await genPsk(svc.base, token, id!, '?key_length=16')).body;
-    const { rows } = await svc.service.pool.query<{ sealed: Buffer; attr_id: string }>('SELECT sealed, attr_id FROM device_psks WHERE device_id = $1', [id]);
+    const { rows } = await svc.service.pool.query<{ sealed: Buffer; attr_id: string }>(
+      'SELECT sealed, attr_id FROM device_psks WHERE device_id = $1',
+      [id],
+    );
     expect(rows).toHaveLength(2);
-    const dump = (await svc.service.pool.query<{ t: string }>("SELECT string_agg(encode(sealed, 'hex') || encode(sealed, 'escape'), '') AS t FROM device_psks")).rows[0]!.t;
+    const dump = (
+      await svc.service.pool.query<{ t: string }>(
+        "SELECT string_agg(encode(sealed, 'hex') || encode(sealed, 'escape'), '') AS t FROM device_psks",
+      )
+    ).rows[0]!.t;
     for (const { psk } of keys) {
       expect(dump).not.toContain(psk);
       for (const r of rows) expect(r.sealed.includes(Buffer.from(psk, 'hex'))).toBe(false);
@@ -35,7 +44,14 @@ describe('keys at rest', () => {
   });
 
   it('with DATABASE_URL and no PSK_ENCRYPTION_KEY the start fails with a clear message', async () => {
-    const s = spawned.spawn({ DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', DATABASE_URL: await freshDatabase(), ADMIN_PASSWORD: 'x' });
+    const s = spawned.spawn({
+      DATA_DIR: await tempDir(),
+      PORT: '0',
+      INTERNAL_PORT: '0',
+      MQTT_PORT: '0',
+      DATABASE_URL: await freshDatabase(),
+      ADMIN_PASSWORD: 'x',
+    });
     expect(await s.exited).toBe(2);
     expect(s.output.filter((l) => l.trim()).at(-1)).toBe(
       'configuration error: PSK_ENCRYPTION_KEY must be set when DATABASE_URL is set (32 bytes, as 64 hex characters or base64)',
@@ -51,7 +67,9 @@ describe('keys at rest', () => {
     expect((await fs.readFile(file, 'utf8')).trim()).toMatch(/^[0-9a-f]{64}$/);
     expect((await fs.stat(file)).mode & 0o777).toBe(0o600);
     let token = await login(first.base);
-    const { ids: [id] } = await keyedDevices(first.base, token);
+    const {
+      ids: [id],
+    } = await keyedDevices(first.base, token);
     const psk = (await genPsk(first.base, token, id!, '?key_length=16&attrs=key')).body[0]!.psk;
     first.svc.child.kill('SIGTERM');
     expect(await first.svc.exited).toBe(0);

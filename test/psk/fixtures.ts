@@ -21,12 +21,15 @@ export async function keyedDevices(base: string, token: string, n = 1): Promise<
 }
 
 /** POST /device/gen_psk/{id}: the keys (200), no body (204) or an error. */
-export const genPsk = (base: string, token: string, id: string, query: string) => http<KeyRecord[]>('POST', `${base}/device/gen_psk/${id}${query}`, { token });
+export const genPsk = (base: string, token: string, id: string, query: string) =>
+  http<KeyRecord[]>('POST', `${base}/device/gen_psk/${id}${query}`, { token });
 
 export const copyPsk = (base: string, token: string, id: string, label: string, query: string) =>
   http('PUT', `${base}/device/${id}/attrs/${label}/psk${query}`, { token });
 
 /** The attribute `label` of a device view (any template). */
 export function attrOf(view: DeviceView, label: string): AttrView | undefined {
-  return Object.values(view.attrs).flat().find((a) => a.label === label);
+  return Object.values(view.attrs)
+    .flat()
+    .find((a) => a.label === label);
 }

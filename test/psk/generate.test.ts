@@ -10,11 +10,14 @@ import { attrOf, genPsk, keyedDevices } from './fixtures.js';
 
 const svc = useService();
 
-const internalView = async (id: string) => (await http<DeviceView>('GET', `${svc.internal}/internal/device/${id}`, { token: svc.token })).body;
+const internalView = async (id: string) =>
+  (await http<DeviceView>('GET', `${svc.internal}/internal/device/${id}`, { token: svc.token })).body;
 
 describe('POST /device/gen_psk/{id}', () => {
   it('without attrs: a key for every psk attribute, key_length random bytes as lowercase hex', async () => {
-    const { ids: [id] } = await keyedDevices(svc.base, svc.token);
+    const {
+      ids: [id],
+    } = await keyedDevices(svc.base, svc.token);
     const res = await genPsk(svc.base, svc.token, id!, '?key_length=16');
     expect(res.status).toBe(200);
     expect(res.body).toEqual([
@@ -25,13 +28,16 @@ describe('POST /device/gen_psk/{id}', () => {
   });
 
   it('attrs=<labels>: only those; the key shows in the internal view as static_value, never in the public one', async () => {
-    const { ids: [id] } = await keyedDevices(svc.base, svc.token);
+    const {
+      ids: [id],
+    } = await keyedDevices(svc.base, svc.token);
     const res = await genPsk(svc.base, svc.token, id!, '?key_length=8&attrs=spare');
     expect(res.body).toEqual([{ attribute: 'spare', psk: stringMatching(/^[0-9a-f]{16}$/) }]);
     const internal = await internalView(id!);
     expect(attrOf(internal, 'spare')).toMatchObject({ static_value: res.body[0]!.psk, is_static_overridden: true });
     expect(attrOf(internal, 'key')).not.toHaveProperty('static_value');
-    const listed = (await http<DeviceList>('GET', `${svc.internal}/internal/device?idsOnly=false&label=k_0`, { token: svc.token })).body.devices;
+    const listed = (await http<DeviceList>('GET', `${svc.internal}/internal/device?idsOnly=false&label=k_0`, { token: svc.token })).body
+      .devices;
     expect(JSON.stringify(listed)).toContain(res.body[0]!.psk);
     const pub = await getDevice(svc.base, svc.token, id!);
     expect(JSON.stringify(pub)).not.toContain(res.body[0]!.psk);
@@ -41,13 +47,18 @@ describe('POST /device/gen_psk/{id}', () => {
   });
 
   it('attrs repeated: every value counts, as a comma-separated list does', async () => {
-    const { ids: [id] } = await keyedDevices(svc.base, svc.token);
+    const {
+      ids: [id],
+    } = await keyedDevices(svc.base, svc.token);
     const res = await genPsk(svc.base, svc.token, id!, '?key_length=4&attrs=key&attrs=spare');
     expect(res.body.map((k: { attribute: string }) => k.attribute).sort()).toEqual(['key', 'spare']);
   });
 
-  it('a static_value given to a psk attribute in its template is never shown as the device\'s key', async () => {
-    const t = await createTemplate(svc.base, svc.token, { label: 'placeholder', attrs: [{ label: 'key', type: 'static', value_type: 'psk', static_value: 'deadbeef' }] });
+  it("a static_value given to a psk attribute in its template is never shown as the device's key", async () => {
+    const t = await createTemplate(svc.base, svc.token, {
+      label: 'placeholder',
+      attrs: [{ label: 'key', type: 'static', value_type: 'psk', static_value: 'deadbeef' }],
+    });
     const [{ id }] = await createDevices(svc.base, svc.token, { label: 'p', templates: [t.id] });
     expect(attrOf(await getDevice(svc.base, svc.token, id), 'key')).not.toHaveProperty('static_value');
     expect(attrOf(await internalView(id), 'key')).not.toHaveProperty('static_value');
@@ -57,7 +68,9 @@ describe('POST /device/gen_psk/{id}', () => {
   });
 
   it('generating again replaces the old key; the device gets an updated time', async () => {
-    const { ids: [id] } = await keyedDevices(svc.base, svc.token);
+    const {
+      ids: [id],
+    } = await keyedDevices(svc.base, svc.token);
     expect(await getDevice(svc.base, svc.token, id!)).not.toHaveProperty('updated');
     const first = (await genPsk(svc.base, svc.token, id!, '?key_length=16&attrs=key')).body[0]!.psk;
     const afterFirst = await getDevice(svc.base, svc.token, id!);
@@ -69,7 +82,9 @@ describe('POST /device/gen_psk/{id}', () => {
   });
 
   it.each([1, 1023])('key_length %i is accepted', async (n) => {
-    const { ids: [id] } = await keyedDevices(svc.base, svc.token);
+    const {
+      ids: [id],
+    } = await keyedDevices(svc.base, svc.token);
     const res = await genPsk(svc.base, svc.token, id!, `?key_length=${n}&attrs=key`);
     expect(res.status).toBe(200);
     expect(res.body[0]!.psk).toHaveLength(2 * n);
@@ -119,23 +134,91 @@ describe('POST /device/gen_psk/{id}', () => {
   describe('errors, in the order of decisions.md', () => {
     const cases: Array<[string, string, string, number, unknown]> = [
       ['key_length missing', 'DEVICE', '', 400, { message: 'Missing key_length parameter', status: 400 }],
-      ['key_length missing, unknown device (key_length first)', 'ffffff', '', 400, { message: 'Missing key_length parameter', status: 400 }],
+      [
+        'key_length missing, unknown device (key_length first)',
+        'ffffff',
+        '',
+        400,
+        { message: 'Missing key_length parameter', status: 400 },
+      ],
       ['unknown device', 'ffffff', '?key_length=16', 404, { message: 'No such device: ffffff', status: 404 }],
       ['unknown device before a bad key_length', 'ffffff', '?key_length=0', 404, { message: 'No such device: ffffff', status: 404 }],
       ['key_length 0', 'DEVICE', '?key_length=0', 400, { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 }],
-      ['key_length 1024', 'DEVICE', '?key_length=1024', 400, { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 }],
-      ['key_length -5', 'DEVICE', '?key_length=-5', 400, { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 }],
-      ['key_length not an integer', 'DEVICE', '?key_length=abc', 400, { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 }],
-      ['key_length 1.5', 'DEVICE', '?key_length=1.5', 400, { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 }],
-      ['key_length empty', 'DEVICE', '?key_length=', 400, { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 }],
-      ['bad key_length before unknown labels', 'DEVICE', '?key_length=0&attrs=nope', 400, { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 }],
-      ['an unknown label', 'DEVICE', '?key_length=16&attrs=key,nope', 400, { message: 'Not found some attributes, please check them', status: 400 }],
-      ['a label that is not psk', 'DEVICE', '?key_length=16&attrs=key,serial', 400, { message: "Some attribute is not a 'psk' type_value", status: 400 }],
-      ['unknown labels before non-psk ones', 'DEVICE', '?key_length=16&attrs=serial,nope', 400, { message: 'Not found some attributes, please check them', status: 400 }],
-      ['an unknown label in a repeated attrs', 'DEVICE', '?key_length=16&attrs=key&attrs=nope', 400, { message: 'Not found some attributes, please check them', status: 400 }],
+      [
+        'key_length 1024',
+        'DEVICE',
+        '?key_length=1024',
+        400,
+        { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 },
+      ],
+      [
+        'key_length -5',
+        'DEVICE',
+        '?key_length=-5',
+        400,
+        { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 },
+      ],
+      [
+        'key_length not an integer',
+        'DEVICE',
+        '?key_length=abc',
+        400,
+        { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 },
+      ],
+      [
+        'key_length 1.5',
+        'DEVICE',
+        '?key_length=1.5',
+        400,
+        { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 },
+      ],
+      [
+        'key_length empty',
+        'DEVICE',
+        '?key_length=',
+        400,
+        { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 },
+      ],
+      [
+        'bad key_length before unknown labels',
+        'DEVICE',
+        '?key_length=0&attrs=nope',
+        400,
+        { message: 'key_length must be greater than 0 and lesser than 1024', status: 400 },
+      ],
+      [
+        'an unknown label',
+        'DEVICE',
+        '?key_length=16&attrs=key,nope',
+        400,
+        { message: 'Not found some attributes, please check them', status: 400 },
+      ],
+      [
+        'a label that is not psk',
+        'DEVICE',
+        '?key_length=16&attrs=key,serial',
+        400,
+        { message: "Some attribute is not a 'psk' type_value", status: 400 },
+      ],
+      [
+        'unknown labels before non-psk ones',
+        'DEVICE',
+        '?key_length=16&attrs=serial,nope',
+        400,
+        { message: 'Not found some attributes, please check them', status: 400 },
+      ],
+      [
+        'an unknown label in a repeated attrs',
+        'DEVICE',
+        '?key_length=16&attrs=key&attrs=nope',
+        400,
+        { message: 'Not found some attributes, please check them', status: 400 },
+      ],
     ];
     it.each(cases)('%s', async (_name, who, query, status, expected) => {
-      const { ids: [id] } = await keyedDevices(svc.base, svc.token);
+      const {
+        ids: [id],
+      } = await keyedDevices(svc.base, svc.token);
       const target = who === 'DEVICE' ? id! : who;
       const res = await genPsk(svc.base, svc.token, target, query);
       expect(res.status).toBe(status);

@@ -88,7 +88,9 @@ describe("tenant B and tenant A's keys", () => {
     expect(attrOf(viewB, 'spare')).not.toHaveProperty('static_value');
     expect(JSON.stringify(viewB)).not.toContain(a.keys.key);
     expect(await getDevice(svc.base, tokenB, b)).not.toHaveProperty('updated');
-    expect(await countOf(svc.service.pool, 'SELECT count(*)::int AS n FROM device_psks WHERE tenant = $1 AND device_id = $2', [tenantB, b])).toBe(0);
+    expect(
+      await countOf(svc.service.pool, 'SELECT count(*)::int AS n FROM device_psks WHERE tenant = $1 AND device_id = $2', [tenantB, b]),
+    ).toBe(0);
   });
 
   it("copying B's own key into A's device: 404 for the destination device; A's keys unchanged", async () => {

@@ -14,10 +14,10 @@ const write = process.stdout.write.bind(process.stdout);
 // (afterAll runs in reverse order) before it stops.
 beforeAll(() => {
   // The in-process service logs to this process's stdout, at debug level here: keep every line.
-  process.stdout.write = ((chunk: string | Uint8Array, ...rest: unknown[]) => {
+  process.stdout.write = (chunk: string | Uint8Array, ...rest: unknown[]) => {
     logged.push(String(chunk));
     return (write as (...a: unknown[]) => boolean)(chunk, ...rest);
-  });
+  };
 });
 const svc = useService({ LOG_LEVEL: 'debug' });
 afterAll(() => {
@@ -25,20 +25,33 @@ afterAll(() => {
 });
 
 const keyCount = (id: string) => countOf(svc.service.pool, 'SELECT count(*)::int AS n FROM device_psks WHERE device_id = $1', [id]);
-const internalKey = async (id: string, label: string) => attrOf((await http<DeviceView>('GET', `${svc.internal}/internal/device/${id}`, { token: svc.token })).body, label)?.static_value;
+const internalKey = async (id: string, label: string) =>
+  attrOf((await http<DeviceView>('GET', `${svc.internal}/internal/device/${id}`, { token: svc.token })).body, label)?.static_value;
 
 describe('keys and device/template changes', () => {
   it('a device update keeps the keys of psk attributes still present', async () => {
-    const { template, ids: [id] } = await keyedDevices(svc.base, svc.token);
+    const {
+      template,
+      ids: [id],
+    } = await keyedDevices(svc.base, svc.token);
     const key = (await genPsk(svc.base, svc.token, id!, '?key_length=16&attrs=key')).body[0]!.psk;
-    const other = await createTemplate(svc.base, svc.token, { label: 'other', attrs: [{ label: 'humidity', type: 'dynamic', value_type: 'float' }] });
-    const res = await http('PUT', `${svc.base}/device/${id}`, { token: svc.token, body: { label: 'renamed', templates: [template.id, other.id] } });
+    const other = await createTemplate(svc.base, svc.token, {
+      label: 'other',
+      attrs: [{ label: 'humidity', type: 'dynamic', value_type: 'float' }],
+    });
+    const res = await http('PUT', `${svc.base}/device/${id}`, {
+      token: svc.token,
+      body: { label: 'renamed', templates: [template.id, other.id] },
+    });
     expect(res.status).toBe(200);
     expect(await internalKey(id!, 'key')).toBe(key);
   });
 
   it('the override list cannot set a key (create or update): 400, the stored key unchanged', async () => {
-    const { template, ids: [id] } = await keyedDevices(svc.base, svc.token);
+    const {
+      template,
+      ids: [id],
+    } = await keyedDevices(svc.base, svc.token);
     const key = (await genPsk(svc.base, svc.token, id!, '?key_length=16&attrs=key')).body[0]!.psk;
     const body = { label: 'k', templates: [template.id], attrs: [{ label: 'key', static_value: 'deadbeef' }] };
     const expected = { message: 'The key of psk attribute key is set by gen_psk or a key copy, not by the override list', status: 400 };
@@ -51,14 +64,19 @@ describe('keys and device/template changes', () => {
   });
 
   it('a device update dropping the template deletes its keys', async () => {
-    const { ids: [id] } = await keyedDevices(svc.base, svc.token);
+    const {
+      ids: [id],
+    } = await keyedDevices(svc.base, svc.token);
     await genPsk(svc.base, svc.token, id!, '?key_length=16');
     await http('PUT', `${svc.base}/device/${id}`, { token: svc.token, body: { label: 'bare', templates: [] } });
     expect(await keyCount(id!)).toBe(0);
   });
 
   it('a template update removing the attribute, or changing its value type, deletes its keys; others stay', async () => {
-    const { template, ids: [id] } = await keyedDevices(svc.base, svc.token);
+    const {
+      template,
+      ids: [id],
+    } = await keyedDevices(svc.base, svc.token);
     const keys = (await genPsk(svc.base, svc.token, id!, '?key_length=16')).body;
     expect(await keyCount(id!)).toBe(2);
     const body = structuredClone(keyed);
@@ -77,7 +95,10 @@ describe('keys and device/template changes', () => {
   it('a key never appears in public views, events, metrics or logs', async () => {
     const events: unknown[] = [];
     const off = svc.service.events.on((e) => events.push(e));
-    const { template, ids: [id] } = await keyedDevices(svc.base, svc.token);
+    const {
+      template,
+      ids: [id],
+    } = await keyedDevices(svc.base, svc.token);
     const key = (await genPsk(svc.base, svc.token, id!, '?key_length=32&attrs=key')).body[0]!.psk;
     await http('PUT', `${svc.base}/device/${id}/attrs/spare/psk?from_dev_id=${id}&from_attr_label=key`, { token: svc.token });
     off();

@@ -15,11 +15,20 @@ describe('Content-Type on POST and PUT /template', () => {
 
   it('POST accepts application/json; charset=utf-8', async () => {
     const before = await u.count();
-    const res = await u.post({ label: 'charset', attrs: [{ label: 'température', type: 'dynamic', value_type: 'float' }] }, { 'content-type': 'application/json; charset=utf-8' });
+    const res = await u.post(
+      { label: 'charset', attrs: [{ label: 'température', type: 'dynamic', value_type: 'float' }] },
+      { 'content-type': 'application/json; charset=utf-8' },
+    );
     // The attribute label is outside the label alphabet: the body was read and validated.
     expect(res.status).toBe(400);
-    expect(res.body).toEqual({ message: 'failed to parse attr', errors: { label: ['Labels must contain letters, numbers or dashes(-_)'] } });
-    const ok = await u.post({ label: 'Charset ✓', attrs: [{ label: 'temp', type: 'dynamic', value_type: 'float' }] }, { 'content-type': 'application/json; charset=utf-8' });
+    expect(res.body).toEqual({
+      message: 'failed to parse attr',
+      errors: { label: ['Labels must contain letters, numbers or dashes(-_)'] },
+    });
+    const ok = await u.post(
+      { label: 'Charset ✓', attrs: [{ label: 'temp', type: 'dynamic', value_type: 'float' }] },
+      { 'content-type': 'application/json; charset=utf-8' },
+    );
     expect(ok.status, ok.text).toBe(200);
     expect(ok.body.result).toBe('ok');
     expect(ok.body.template.label).toBe('Charset ✓');
@@ -30,7 +39,11 @@ describe('Content-Type on POST and PUT /template', () => {
 
   it('PUT accepts application/json; charset=utf-8', async () => {
     const t = await u.create();
-    const res = await u.put(t.id, { label: 'Renamed ✓', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }] }, { 'content-type': 'application/json; charset=utf-8' });
+    const res = await u.put(
+      t.id,
+      { label: 'Renamed ✓', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }] },
+      { 'content-type': 'application/json; charset=utf-8' },
+    );
     expect(res.status, res.text).toBe(200);
     expect(res.body.result).toBe('ok');
     expect(res.body.updated.id).toBe(String(t.id));
@@ -41,7 +54,10 @@ describe('Content-Type on POST and PUT /template', () => {
 
   const bad: Array<[string, { rawBody: string | Buffer; headers: Record<string, string> }]> = [
     ['text/plain with a JSON body', { rawBody: JSON.stringify({ label: 'changed' }), headers: { 'content-type': 'text/plain' } }],
-    ['text/plain; charset=utf-8 with a JSON body', { rawBody: JSON.stringify({ label: 'changed' }), headers: { 'content-type': 'text/plain; charset=utf-8' } }],
+    [
+      'text/plain; charset=utf-8 with a JSON body',
+      { rawBody: JSON.stringify({ label: 'changed' }), headers: { 'content-type': 'text/plain; charset=utf-8' } },
+    ],
     ['no Content-Type with a JSON body', { rawBody: Buffer.from(JSON.stringify({ label: 'changed' })), headers: {} }],
     ['application/json with a truncated body', { rawBody: '{"label": "changed"', headers: { 'content-type': 'application/json' } }],
     ['application/json with a body that is not JSON', { rawBody: 'label=changed', headers: { 'content-type': 'application/json' } }],
@@ -49,12 +65,22 @@ describe('Content-Type on POST and PUT /template', () => {
   ];
   it.each(bad)('PUT %s: 400 and the template is unchanged', async (_name, opts) => {
     const t = await u.create();
-    await expectRefused(u, () => http<TemplateUpdated>('PUT', `${svc.base}/template/${t.id}`, { token: u.token, ...opts }), 400, { message: JSON_MESSAGE, status: 400 }, t);
+    await expectRefused(
+      u,
+      () => http<TemplateUpdated>('PUT', `${svc.base}/template/${t.id}`, { token: u.token, ...opts }),
+      400,
+      { message: JSON_MESSAGE, status: 400 },
+      t,
+    );
   });
 
   it('POST text/plain with a JSON body: 400, nothing created', async () => {
     const before = await u.count();
-    const res = await http<TemplateCreated>('POST', `${svc.base}/template`, { token: u.token, rawBody: JSON.stringify(sensorBody()), headers: { 'content-type': 'text/plain' } });
+    const res = await http<TemplateCreated>('POST', `${svc.base}/template`, {
+      token: u.token,
+      rawBody: JSON.stringify(sensorBody()),
+      headers: { 'content-type': 'text/plain' },
+    });
     expect(res.status).toBe(400);
     expect(res.body).toEqual({ message: JSON_MESSAGE, status: 400 });
     expect(await u.count()).toBe(before);

@@ -27,12 +27,26 @@ describe('POST /template', () => {
     const [temp, model, , protocol] = t.attrs as [AttrView, AttrView, AttrView, AttrView];
     // ids ascending in input order; template_id a string; static_value only when set
     expect(t.attrs.map((a) => a.id)).toEqual([...t.attrs.map((a) => a.id)].sort((a: number, b: number) => a - b));
-    expect(temp).toEqual({ id: temp.id, label: 'temperature', type: 'dynamic', value_type: 'float', template_id: String(t.id), created: temp.created });
+    expect(temp).toEqual({
+      id: temp.id,
+      label: 'temperature',
+      type: 'dynamic',
+      value_type: 'float',
+      template_id: String(t.id),
+      created: temp.created,
+    });
     expect(temp.created).toMatch(TS);
     expect(model.static_value).toBe('T-1000');
     expect(model).not.toHaveProperty('metadata');
     expect(protocol.metadata).toEqual([
-      { id: protocol.metadata![0]!.id, label: 'unit', type: 'static', value_type: 'string', static_value: 'none', created: protocol.metadata![0]!.created },
+      {
+        id: protocol.metadata![0]!.id,
+        label: 'unit',
+        type: 'static',
+        value_type: 'string',
+        static_value: 'none',
+        created: protocol.metadata![0]!.created,
+      },
     ]);
     expect(protocol.metadata![0]!.id).not.toBe(protocol.id);
   });
@@ -70,7 +84,10 @@ describe('POST /template', () => {
   });
 
   it('accepts labels of 128 characters and the whole label alphabet', async () => {
-    const res = await post({ label: 'x'.repeat(128), attrs: [{ label: 'Ab_9-' + 'z'.repeat(123), type: 'dynamic', value_type: 'x'.repeat(32) }] });
+    const res = await post({
+      label: 'x'.repeat(128),
+      attrs: [{ label: 'Ab_9-' + 'z'.repeat(123), type: 'dynamic', value_type: 'x'.repeat(32) }],
+    });
     expect(res.status).toBe(200);
   });
 });
@@ -79,12 +96,27 @@ describe('POST /template: bad input changes nothing', () => {
   const cases: Array<[string, unknown, number, unknown]> = [
     ['label missing', { attrs: [] }, 400, { message: 'failed to parse input', errors: { label: ['Missing data for required field.'] } }],
     ['label not a string', { label: 5 }, 400, { message: 'failed to parse input', errors: { label: ['Not a valid string.'] } }],
-    ['label too long', { label: 'x'.repeat(129) }, 400, { message: 'failed to parse input', errors: { label: ['Longer than maximum length 128.'] } }],
+    [
+      'label too long',
+      { label: 'x'.repeat(129) },
+      400,
+      { message: 'failed to parse input', errors: { label: ['Longer than maximum length 128.'] } },
+    ],
     ['attrs not a list', { label: 'a', attrs: {} }, 400, { message: 'failed to parse input', errors: { attrs: ['Not a valid list.'] } }],
     ['attrs null', { label: 'a', attrs: null }, 400, { message: 'failed to parse input', errors: { attrs: ['Field may not be null.'] } }],
     ['label null', { label: null }, 400, { message: 'failed to parse input', errors: { label: ['Field may not be null.'] } }],
-    ['an attribute not an object', { label: 'a', attrs: ['x'] }, 400, { message: 'failed to parse attr', errors: { _schema: ['Invalid input type.'] } }],
-    ['an attribute that is null', { label: 'a', attrs: [{ label: 'ok', type: 'dynamic', value_type: 'float' }, null] }, 400, { message: 'failed to parse attr', errors: { _schema: ['Invalid input type.'] } }],
+    [
+      'an attribute not an object',
+      { label: 'a', attrs: ['x'] },
+      400,
+      { message: 'failed to parse attr', errors: { _schema: ['Invalid input type.'] } },
+    ],
+    [
+      'an attribute that is null',
+      { label: 'a', attrs: [{ label: 'ok', type: 'dynamic', value_type: 'float' }, null] },
+      400,
+      { message: 'failed to parse attr', errors: { _schema: ['Invalid input type.'] } },
+    ],
     ['body not an object', [1, 2], 400, { message: 'failed to parse input', errors: { _schema: ['Invalid input type.'] } }],
     [
       'attribute label missing',
@@ -96,7 +128,10 @@ describe('POST /template: bad input changes nothing', () => {
       'attribute type and value_type missing',
       { label: 'a', attrs: [{ label: 'x' }] },
       400,
-      { message: 'failed to parse attr', errors: { type: ['Missing data for required field.'], value_type: ['Missing data for required field.'] } },
+      {
+        message: 'failed to parse attr',
+        errors: { type: ['Missing data for required field.'], value_type: ['Missing data for required field.'] },
+      },
     ],
     [
       'attribute label with a space',
@@ -136,13 +171,22 @@ describe('POST /template: bad input changes nothing', () => {
     ],
     [
       'two attributes with the same label',
-      { label: 'a', attrs: [{ label: 'x', type: 'dynamic', value_type: 'float' }, { label: 'x', type: 'static', value_type: 'float', static_value: '1' }] },
+      {
+        label: 'a',
+        attrs: [
+          { label: 'x', type: 'dynamic', value_type: 'float' },
+          { label: 'x', type: 'static', value_type: 'float', static_value: '1' },
+        ],
+      },
       400,
       { message: 'failed to parse attr', errors: { label: ['Repeated attribute label: x'] } },
     ],
     [
       'a bad metadata entry',
-      { label: 'a', attrs: [{ label: 'x', type: 'dynamic', value_type: 'float', metadata: [{ label: 'u', type: 'static', value_type: 'string' }] }] },
+      {
+        label: 'a',
+        attrs: [{ label: 'x', type: 'dynamic', value_type: 'float', metadata: [{ label: 'u', type: 'static', value_type: 'string' }] }],
+      },
       400,
       { message: 'failed to parse attr', errors: { metadata: { '0': { static_value: ['Missing data for required field.'] } } } },
     ],
@@ -157,7 +201,11 @@ describe('POST /template: bad input changes nothing', () => {
   });
 
   it('a body that is not JSON: 400 with the contract message', async () => {
-    const res = await http('POST', `${svc.base}/template`, { token: svc.token, rawBody: '{"label":', headers: { 'content-type': 'application/json' } });
+    const res = await http('POST', `${svc.base}/template`, {
+      token: svc.token,
+      rawBody: '{"label":',
+      headers: { 'content-type': 'application/json' },
+    });
     expect(res.status).toBe(400);
     expect(res.body).toEqual({ message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 });
   });

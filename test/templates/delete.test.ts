@@ -30,7 +30,13 @@ describe('DELETE /template', () => {
     const b = await createTemplate(svc.base, svc.token, sensorBody());
     const res = await http('DELETE', `${svc.base}/template`, { token: svc.token });
     expect(res.status).toBe(200);
-    expect(res.body).toEqual({ removed: [{ ...a, id: String(a.id) }, { ...b, id: String(b.id) }], result: 'ok' });
+    expect(res.body).toEqual({
+      removed: [
+        { ...a, id: String(a.id) },
+        { ...b, id: String(b.id) },
+      ],
+      result: 'ok',
+    });
     expect((await http<TemplateList>('GET', `${svc.base}/template`, { token: svc.token })).body.templates).toEqual([]);
   });
 

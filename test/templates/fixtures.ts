@@ -1,6 +1,15 @@
 // Template bodies shared by the template (and device) tests, and a tenant's template routes.
 import { expect } from 'vitest';
-import type { TemplateBody, TemplateBodyWithAttrs, TemplateCreated, TemplateList, TemplateRemoved, TemplatesRemoved, TemplateUpdated, TemplateView } from '../helpers/api.js';
+import type {
+  TemplateBody,
+  TemplateBodyWithAttrs,
+  TemplateCreated,
+  TemplateList,
+  TemplateRemoved,
+  TemplatesRemoved,
+  TemplateUpdated,
+  TemplateView,
+} from '../helpers/api.js';
 import { countOf } from '../helpers/db.js';
 import { createTemplate } from '../helpers/registry-api.js';
 import { http, type ApiResponse, type ServiceForFile } from '../helpers/service.js';
@@ -32,8 +41,10 @@ export async function templateTenant(svc: ServiceForFile, prefix: string) {
     tenant,
     token,
     create: (body: TemplateBody = sensorBody()) => createTemplate(svc.base, token, body),
-    post: (body: unknown, headers?: Record<string, string>) => http<TemplateCreated>('POST', `${svc.base}/template`, { token, body, headers }),
-    put: (id: string | number, body: unknown, headers?: Record<string, string>) => http<TemplateUpdated>('PUT', `${svc.base}/template/${id}`, { token, body, headers }),
+    post: (body: unknown, headers?: Record<string, string>) =>
+      http<TemplateCreated>('POST', `${svc.base}/template`, { token, body, headers }),
+    put: (id: string | number, body: unknown, headers?: Record<string, string>) =>
+      http<TemplateUpdated>('PUT', `${svc.base}/template/${id}`, { token, body, headers }),
     get: (id: string | number) => http<TemplateView>('GET', `${svc.base}/template/${id}`, { token }),
     list: (query = '') => http<TemplateList>('GET', `${svc.base}/template${query}`, { token }),
     del: (id: string | number) => http<TemplateRemoved>('DELETE', `${svc.base}/template/${id}`, { token }),
@@ -50,7 +61,14 @@ export type TemplateTenant = Awaited<ReturnType<typeof templateTenant>>;
  * Sends a request that must be refused with `status` and `expected`, and checks that it changed
  * nothing: the tenant's template and attribute rows, and `unchanged` (a template) as GET shows it.
  */
-export async function expectRefused(u: TemplateTenant, send: () => Promise<ApiResponse>, status: number, expected: unknown, unchanged?: { id: number }, what = '') {
+export async function expectRefused(
+  u: TemplateTenant,
+  send: () => Promise<ApiResponse>,
+  status: number,
+  expected: unknown,
+  unchanged?: { id: number },
+  what = '',
+) {
   const [before, attrsBefore] = [await u.count(), await u.attrCount()];
   const res = await send();
   expect(res.status, `${what} ${res.text}`).toBe(status);

@@ -39,11 +39,14 @@ describe('GET /template/{id}', () => {
     expect((await get(`/template/${t.id}?attr_format=weird`)).body).toEqual(t);
   });
 
-  it.each(['999999', 'abc', '1.5', '-1', '0', '99999999999999999999999', '%20', "1'--"])('unknown id %s: 404 No such template', async (id) => {
-    const res = await get(`/template/${id}`);
-    expect(res.status).toBe(404);
-    expect(res.body).toEqual({ message: `No such template: ${decodeURIComponent(id)}`, status: 404 });
-  });
+  it.each(['999999', 'abc', '1.5', '-1', '0', '99999999999999999999999', '%20', "1'--"])(
+    'unknown id %s: 404 No such template',
+    async (id) => {
+      const res = await get(`/template/${id}`);
+      expect(res.status).toBe(404);
+      expect(res.body).toEqual({ message: `No such template: ${decodeURIComponent(id)}`, status: 404 });
+    },
+  );
 
   it.each(['%20{id}', '{id}%20', '+{id}', '0{id}x'])('an existing id with anything around it (%s): 404', async (pattern) => {
     const id = pattern.replace('{id}', String(t.id));

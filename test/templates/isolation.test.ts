@@ -16,13 +16,13 @@ beforeAll(async () => {
 });
 
 describe('tenant isolation of templates', () => {
-  it('a second tenant lists none of the first tenant\'s templates', async () => {
+  it("a second tenant lists none of the first tenant's templates", async () => {
     const res = await http('GET', `${svc.base}/template?attr_type=dynamic&label=Sensor`, { token: second });
     expect(res.body).toEqual({ templates: [], pagination: { page: 1, total: 0, has_next: false, next_page: null } });
     expect((await http<TemplateList>('GET', `${svc.base}/template`, { token: second })).body.templates).toEqual([]);
   });
 
-  it('the first tenant\'s ids answer 404 to the second for get, update and delete', async () => {
+  it("the first tenant's ids answer 404 to the second for get, update and delete", async () => {
     const notFound = { message: `No such template: ${t.id}`, status: 404 };
     for (const [method, body] of [['GET'], ['PUT', { label: 'stolen' }], ['DELETE']] as const) {
       const res = await http(method, `${svc.base}/template/${t.id}`, { token: second, body });

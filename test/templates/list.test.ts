@@ -9,9 +9,21 @@ const ids: Record<string, number> = {};
 
 // Labels chosen so that prefix, suffix, sort and filters all have something to tell apart.
 const fixtures: TemplateBody[] = [
-  { label: 'beta-sensor', attrs: [{ label: 'temp', type: 'dynamic', value_type: 'float' }, { label: 'vendor', type: 'static', value_type: 'string', static_value: 'acme' }] },
+  {
+    label: 'beta-sensor',
+    attrs: [
+      { label: 'temp', type: 'dynamic', value_type: 'float' },
+      { label: 'vendor', type: 'static', value_type: 'string', static_value: 'acme' },
+    ],
+  },
   { label: 'alpha-sensor', attrs: [{ label: 'vendor', type: 'static', value_type: 'string', static_value: 'initech' }] },
-  { label: 'sensor-gamma', attrs: [{ label: 'vendor', type: 'static', value_type: 'string', static_value: 'acme' }, { label: 'k', type: 'static', value_type: 'psk' }] },
+  {
+    label: 'sensor-gamma',
+    attrs: [
+      { label: 'vendor', type: 'static', value_type: 'string', static_value: 'acme' },
+      { label: 'k', type: 'static', value_type: 'psk' },
+    ],
+  },
   { label: 'Zeta', attrs: [{ label: 'proto', type: 'meta', value_type: 'string', static_value: 'a=b' }] },
   { label: 'mid%sensor_x', attrs: [] },
   { label: 'delta', attrs: [{ label: 'temp', type: 'dynamic', value_type: 'integer' }] },
@@ -42,7 +54,13 @@ describe('GET /template: order and shape', () => {
 
   it('attr_format on the list', async () => {
     expect(Object.keys((await list('?attr_format=single')).body.templates[0]!)).toEqual(['id', 'label', 'created', 'attrs']);
-    expect(Object.keys((await list('?attr_format=split')).body.templates[0]!)).toEqual(['id', 'label', 'created', 'data_attrs', 'config_attrs']);
+    expect(Object.keys((await list('?attr_format=split')).body.templates[0]!)).toEqual([
+      'id',
+      'label',
+      'created',
+      'data_attrs',
+      'config_attrs',
+    ]);
   });
 });
 
@@ -72,7 +90,10 @@ describe('GET /template: pagination math', () => {
   });
 
   it('nothing matches: total 0', async () => {
-    expect((await list('?label=nomatch')).body).toEqual({ templates: [], pagination: { page: 1, total: 0, has_next: false, next_page: null } });
+    expect((await list('?label=nomatch')).body).toEqual({
+      templates: [],
+      pagination: { page: 1, total: 0, has_next: false, next_page: null },
+    });
   });
 
   const bad: Array<[string, string]> = [
@@ -132,7 +153,10 @@ describe('GET /template: filters', () => {
     expect(labelsOf((await list('?attr_type=dynamic&attr_type=string')).body.templates)).toEqual(['beta-sensor']);
     expect(labelsOf((await list('?attr_type=float&attr_type=integer')).body.templates)).toEqual([]);
     // an empty value asks for a type equal to "": no attribute has one (types are never empty)
-    expect((await list('?attr_type=')).body).toEqual({ templates: [], pagination: { page: 1, total: 0, has_next: false, next_page: null } });
+    expect((await list('?attr_type=')).body).toEqual({
+      templates: [],
+      pagination: { page: 1, total: 0, has_next: false, next_page: null },
+    });
     expect(labelsOf((await list('?attr_type=&attr_type=dynamic')).body.templates)).toEqual([]);
   });
 
@@ -148,9 +172,12 @@ describe('GET /template: filters', () => {
 });
 
 describe('GET /template: odd input is never a 500', () => {
-  it.each(['?label=%00', '?attr=a%00=b', '?attr=a=%00', '?attr_type=%00', '?label=%E2%82%AC', "?label='", '?label=%5C'])('%s: an empty page', async (query) => {
-    const res = await list(query);
-    expect(res.status).toBe(200);
-    expect(res.body).toEqual({ templates: [], pagination: { page: 1, total: 0, has_next: false, next_page: null } });
-  });
+  it.each(['?label=%00', '?attr=a%00=b', '?attr=a=%00', '?attr_type=%00', '?label=%E2%82%AC', "?label='", '?label=%5C'])(
+    '%s: an empty page',
+    async (query) => {
+      const res = await list(query);
+      expect(res.status).toBe(200);
+      expect(res.body).toEqual({ templates: [], pagination: { page: 1, total: 0, has_next: false, next_page: null } });
+    },
+  );
 });

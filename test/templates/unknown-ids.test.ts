@@ -32,7 +32,14 @@ describe('odd ids on PUT and DELETE /template/{id}: 404, never 500, nothing chan
 
   it('PUT: 404 No such template: <id>', async () => {
     for (const [segment, shown] of odd()) {
-      await expectRefused(u, () => u.put(segment, { label: 'changed', attrs: [] }), 404, { message: `No such template: ${shown}`, status: 404 }, t, `PUT ${segment}`);
+      await expectRefused(
+        u,
+        () => u.put(segment, { label: 'changed', attrs: [] }),
+        404,
+        { message: `No such template: ${shown}`, status: 404 },
+        t,
+        `PUT ${segment}`,
+      );
     }
   });
 

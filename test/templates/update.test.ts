@@ -82,7 +82,10 @@ describe('PUT /template/{id}', () => {
     expect(res.status).toBe(400);
     expect(res.body).toEqual({ message: 'failed to parse input', errors: { label: ['Missing data for required field.'] } });
     const bad = await put(t.id, { label: 'x', attrs: [{ label: 'a b', type: 'dynamic', value_type: 'float' }] });
-    expect(bad.body).toEqual({ message: 'failed to parse attr', errors: { label: ['Labels must contain letters, numbers or dashes(-_)'] } });
+    expect(bad.body).toEqual({
+      message: 'failed to parse attr',
+      errors: { label: ['Labels must contain letters, numbers or dashes(-_)'] },
+    });
     expect((await get(t.id)).body).toEqual(t);
     expect((await put(999999, { attrs: [] })).status).toBe(400);
   });

@@ -21,12 +21,25 @@ describe('PUT /template/{id}: validation leaves the template unchanged', () => {
     expect(res.status, res.text).toBe(200);
     expect(res.body).toEqual({
       result: 'ok',
-      updated: { id: String(t.id), label: 'bare', created: t.created, updated: res.body.updated.updated, attrs: [], data_attrs: [], config_attrs: [] },
+      updated: {
+        id: String(t.id),
+        label: 'bare',
+        created: t.created,
+        updated: res.body.updated.updated,
+        attrs: [],
+        data_attrs: [],
+        config_attrs: [],
+      },
     });
     expect(res.body.updated.updated).toMatch(TS);
     expect((await u.get(t.id)).body).toEqual({ ...res.body.updated, id: t.id });
     expect(await u.count()).toBe(before);
-    expect(await countOf(svc.service.pool, 'SELECT count(*)::int AS n FROM template_attrs WHERE tenant = $1 AND template_id = $2', [u.tenant, t.id])).toBe(0);
+    expect(
+      await countOf(svc.service.pool, 'SELECT count(*)::int AS n FROM template_attrs WHERE tenant = $1 AND template_id = $2', [
+        u.tenant,
+        t.id,
+      ]),
+    ).toBe(0);
   });
 
   const attr = (over: Record<string, unknown>) => ({ label: 'x', type: 'dynamic', value_type: 'float', ...over });
@@ -47,19 +60,47 @@ describe('PUT /template/{id}: validation leaves the template unchanged', () => {
       { message: 'failed to parse attr', errors: { static_value: ['Missing data for required field.'] } },
     ],
     ['template label a number', { label: 5, attrs: [] }, { message: 'failed to parse input', errors: { label: ['Not a valid string.'] } }],
-    ['template label missing', { attrs: [attr({})] }, { message: 'failed to parse input', errors: { label: ['Missing data for required field.'] } }],
-    ['attrs an object', { label: 'o', attrs: { x: attr({}) } }, { message: 'failed to parse input', errors: { attrs: ['Not a valid list.'] } }],
+    [
+      'template label missing',
+      { attrs: [attr({})] },
+      { message: 'failed to parse input', errors: { label: ['Missing data for required field.'] } },
+    ],
+    [
+      'attrs an object',
+      { label: 'o', attrs: { x: attr({}) } },
+      { message: 'failed to parse input', errors: { attrs: ['Not a valid list.'] } },
+    ],
     ['attrs null', { label: 'o', attrs: null }, { message: 'failed to parse input', errors: { attrs: ['Field may not be null.'] } }],
-    ['attribute label a number', { label: 'n', attrs: [attr({ label: 7 })] }, { message: 'failed to parse attr', errors: { label: ['Not a valid string.'] } }],
-    ['attribute type a number', { label: 'n', attrs: [attr({ type: 1 })] }, { message: 'failed to parse attr', errors: { type: ['Not a valid string.'] } }],
-    ['attribute value_type a boolean', { label: 'n', attrs: [attr({ value_type: true })] }, { message: 'failed to parse attr', errors: { value_type: ['Not a valid string.'] } }],
-    ['template label of 129 characters', { label: 'L'.repeat(129) }, { message: 'failed to parse input', errors: { label: ['Longer than maximum length 128.'] } }],
+    [
+      'attribute label a number',
+      { label: 'n', attrs: [attr({ label: 7 })] },
+      { message: 'failed to parse attr', errors: { label: ['Not a valid string.'] } },
+    ],
+    [
+      'attribute type a number',
+      { label: 'n', attrs: [attr({ type: 1 })] },
+      { message: 'failed to parse attr', errors: { type: ['Not a valid string.'] } },
+    ],
+    [
+      'attribute value_type a boolean',
+      { label: 'n', attrs: [attr({ value_type: true })] },
+      { message: 'failed to parse attr', errors: { value_type: ['Not a valid string.'] } },
+    ],
+    [
+      'template label of 129 characters',
+      { label: 'L'.repeat(129) },
+      { message: 'failed to parse input', errors: { label: ['Longer than maximum length 128.'] } },
+    ],
     [
       'attribute label of 129 characters',
       { label: 'l', attrs: [attr({ label: 'a'.repeat(129) })] },
       { message: 'failed to parse attr', errors: { label: ['Longer than maximum length 128.'] } },
     ],
-    ['type of 33 characters', { label: 'l', attrs: [attr({ type: 't'.repeat(33) })] }, { message: 'failed to parse attr', errors: { type: ['Longer than maximum length 32.'] } }],
+    [
+      'type of 33 characters',
+      { label: 'l', attrs: [attr({ type: 't'.repeat(33) })] },
+      { message: 'failed to parse attr', errors: { type: ['Longer than maximum length 32.'] } },
+    ],
     [
       'value_type of 33 characters',
       { label: 'l', attrs: [attr({ value_type: 'v'.repeat(33) })] },
@@ -76,7 +117,7 @@ describe('PUT /template/{id}: validation leaves the template unchanged', () => {
       { message: 'failed to parse attr', errors: { static_value: ['Not a valid string.'] } },
     ],
     [
-      'a bad attribute after a good one (one attribute\'s errors only)',
+      "a bad attribute after a good one (one attribute's errors only)",
       { label: 'l', attrs: [attr({ label: 'good' }), attr({ label: 'bad', type: 'static', value_type: 'string', static_value: ['a'] })] },
       { message: 'failed to parse attr', errors: { static_value: ['Not a valid string.'] } },
     ],
@@ -94,7 +135,12 @@ describe('PUT /template/{id}: validation leaves the template unchanged', () => {
       attrs: [{ label: 'a'.repeat(128), type: 't'.repeat(32), value_type: 'v'.repeat(32), static_value: 's'.repeat(128) }],
     });
     expect(res.status, res.text).toBe(200);
-    expect(res.body.updated.attrs[0]).toMatchObject({ label: 'a'.repeat(128), type: 't'.repeat(32), value_type: 'v'.repeat(32), static_value: 's'.repeat(128) });
+    expect(res.body.updated.attrs[0]).toMatchObject({
+      label: 'a'.repeat(128),
+      type: 't'.repeat(32),
+      value_type: 'v'.repeat(32),
+      static_value: 's'.repeat(128),
+    });
   });
 });
 
@@ -106,10 +152,26 @@ describe('POST /template: field types and lengths', () => {
 
   const attr = (over: Record<string, unknown>) => ({ label: 'x', type: 'dynamic', value_type: 'float', ...over });
   const cases: Array<[string, unknown, unknown]> = [
-    ['type a number', { label: 'p', attrs: [attr({ type: 3 })] }, { message: 'failed to parse attr', errors: { type: ['Not a valid string.'] } }],
-    ['type an object', { label: 'p', attrs: [attr({ type: { t: 'dynamic' } })] }, { message: 'failed to parse attr', errors: { type: ['Not a valid string.'] } }],
-    ['value_type a number', { label: 'p', attrs: [attr({ value_type: 1.5 })] }, { message: 'failed to parse attr', errors: { value_type: ['Not a valid string.'] } }],
-    ['value_type a list', { label: 'p', attrs: [attr({ value_type: ['float'] })] }, { message: 'failed to parse attr', errors: { value_type: ['Not a valid string.'] } }],
+    [
+      'type a number',
+      { label: 'p', attrs: [attr({ type: 3 })] },
+      { message: 'failed to parse attr', errors: { type: ['Not a valid string.'] } },
+    ],
+    [
+      'type an object',
+      { label: 'p', attrs: [attr({ type: { t: 'dynamic' } })] },
+      { message: 'failed to parse attr', errors: { type: ['Not a valid string.'] } },
+    ],
+    [
+      'value_type a number',
+      { label: 'p', attrs: [attr({ value_type: 1.5 })] },
+      { message: 'failed to parse attr', errors: { value_type: ['Not a valid string.'] } },
+    ],
+    [
+      'value_type a list',
+      { label: 'p', attrs: [attr({ value_type: ['float'] })] },
+      { message: 'failed to parse attr', errors: { value_type: ['Not a valid string.'] } },
+    ],
     [
       'value_type of 33 characters',
       { label: 'p', attrs: [attr({ value_type: 'v'.repeat(33) })] },
@@ -151,8 +213,17 @@ describe('metadata errors (POST and PUT)', () => {
     u = await templateTenant(svc, 'edges-meta');
   });
 
-  const withMeta = (metadata: unknown) => ({ label: 'm', attrs: [{ label: 'proto', type: 'meta', value_type: 'string', static_value: 'mqtt', metadata }] });
-  const unit = (over: Record<string, unknown> = {}) => ({ label: 'unit', type: 'static', value_type: 'string', static_value: 'c', ...over });
+  const withMeta = (metadata: unknown) => ({
+    label: 'm',
+    attrs: [{ label: 'proto', type: 'meta', value_type: 'string', static_value: 'mqtt', metadata }],
+  });
+  const unit = (over: Record<string, unknown> = {}) => ({
+    label: 'unit',
+    type: 'static',
+    value_type: 'string',
+    static_value: 'c',
+    ...over,
+  });
   const cases: Array<[string, unknown, unknown]> = [
     ['metadata null', withMeta(null), { message: 'failed to parse attr', errors: { metadata: ['Field may not be null.'] } }],
     ['metadata an object', withMeta(unit()), { message: 'failed to parse attr', errors: { metadata: ['Not a valid list.'] } }],

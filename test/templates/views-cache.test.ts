@@ -77,18 +77,27 @@ describe('template views after changes', () => {
     expect((await ok<TemplateList>('GET', byLabel)).pagination).toEqual({ page: 1, total: 1, has_next: false, next_page: null });
   });
 
-  it('a template is cached as created: a change behind the service\'s back (no event) does not show', async () => {
+  it("a template is cached as created: a change behind the service's back (no event) does not show", async () => {
     const t = (await ok<TemplateCreated>('POST', '/template', sensor('born', 'x'))).template;
     await svc.service.pool.query("UPDATE templates SET label = 'changed-behind' WHERE id = $1", [t.id]);
     expect((await ok<TemplateView>('GET', `/template/${t.id}`)).label).toBe('born');
-    expect(await ok('GET', `/template/${t.id}?attr_format=split`)).toEqual({ ...t, attrs: undefined, data_attrs: t.data_attrs, config_attrs: t.config_attrs });
+    expect(await ok('GET', `/template/${t.id}?attr_format=split`)).toEqual({
+      ...t,
+      attrs: undefined,
+      data_attrs: t.data_attrs,
+      config_attrs: t.config_attrs,
+    });
   });
 
   it('the same JSON with the cache off; another tenant sees none of it', async () => {
     const t = (await ok<TemplateCreated>('POST', '/template', sensor('nocache', 'x'))).template;
     const cached = await http('GET', `${svc.base}/template/${t.id}?attr_format=split`, { token: svc.token });
     const cachedList = await http('GET', `${svc.base}/template?label=nocache`, { token: svc.token });
-    const plain = await startTestService({ DATABASE_URL: svc.env.DATABASE_URL, PSK_ENCRYPTION_KEY: svc.env.PSK_ENCRYPTION_KEY, TEMPLATE_CACHE_SIZE: '0' });
+    const plain = await startTestService({
+      DATABASE_URL: svc.env.DATABASE_URL,
+      PSK_ENCRYPTION_KEY: svc.env.PSK_ENCRYPTION_KEY,
+      TEMPLATE_CACHE_SIZE: '0',
+    });
     try {
       const other = await login(plain.base);
       expect((await http('GET', `${plain.base}/template/${t.id}?attr_format=split`, { token: other })).text).toBe(cached.text);
@@ -96,7 +105,10 @@ describe('template views after changes', () => {
     } finally {
       await plain.stop();
     }
-    const res = await http('POST', `${svc.base}/auth/user`, { token: svc.token, body: { username: 'cache-other', passwd: 'pw', service: 'cache-other', profile: 'user' } });
+    const res = await http('POST', `${svc.base}/auth/user`, {
+      token: svc.token,
+      body: { username: 'cache-other', passwd: 'pw', service: 'cache-other', profile: 'user' },
+    });
     expect(res.status).toBe(201);
     const other = await login(svc.base, 'cache-other', 'pw');
     expect((await http('GET', `${svc.base}/template/${t.id}`, { token: other })).status).toBe(404);

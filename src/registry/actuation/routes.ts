@@ -26,10 +26,29 @@ export const actuationRoutes: RouteSpec<{ actuation: ActuationService }>[] = [
     },
     exampleParams: { id: DEV },
     examples: [
-      { name: 'sent', summary: 'Switch the led on', body: { attrs: { led: true }, topic: '/admin/a1b2c3/config' }, status: 200, response: { ' status': 'configuration sent to device' } },
-      { name: 'notConfigurable', summary: 'temperature is not an actuator', body: { attrs: { temperature: 20 } }, status: 403, response: err('notConfigurable', ['temperature']) },
+      {
+        name: 'sent',
+        summary: 'Switch the led on',
+        body: { attrs: { led: true }, topic: '/admin/a1b2c3/config' },
+        status: 200,
+        response: { ' status': 'configuration sent to device' },
+      },
+      {
+        name: 'notConfigurable',
+        summary: 'temperature is not an actuator',
+        body: { attrs: { temperature: 20 } },
+        status: 403,
+        response: err('notConfigurable', ['temperature']),
+      },
       { name: 'badBody', summary: 'attrs not an object', body: { attrs: 5 }, status: 400, response: err('actuationBodyNotObject') },
-      { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, body: { attrs: { led: true } }, status: 404, response: err('noSuchDevice', 'ffffff') },
+      {
+        name: 'unknown',
+        summary: 'No such device',
+        params: { id: 'ffffff' },
+        body: { attrs: { led: true } },
+        status: 404,
+        response: err('noSuchDevice', 'ffffff'),
+      },
     ],
     async handler(req, { actuation }) {
       await actuation.actuate(req.tenant, req.params.id!, req.body, req.bodyError);

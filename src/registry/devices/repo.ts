@@ -35,7 +35,9 @@ function listWhere(tenant: string, q: DeviceQuery, p: Params, plan: AttrPlan): s
   const conds = [`d.tenant = ${t}`];
   const f = q.filters;
   if (q.templateId !== undefined) {
-    conds.push(`EXISTS (SELECT 1 FROM device_templates dt WHERE dt.tenant = d.tenant AND dt.device_id = d.id AND dt.template_id = ${p.add(q.templateId)})`);
+    conds.push(
+      `EXISTS (SELECT 1 FROM device_templates dt WHERE dt.tenant = d.tenant AND dt.device_id = d.id AND dt.template_id = ${p.add(q.templateId)})`,
+    );
   }
   if (f.label !== undefined) conds.push(labelMatchSql('d.label', f.label, p));
   for (const a of f.attrs) {
@@ -86,7 +88,14 @@ const orderBy = (sortByLabel: boolean, alias: string) => (sortByLabel ? `${alias
  * The devices chosen by `where` (on `devices d`) with their templates, attributes and overrides:
  * one query. `withKeys`: also the sealed keys (internal views only).
  */
-async function selectDevices(db: Db, p: Params, where: string, sortByLabel: boolean, limit: string, withKeys: boolean): Promise<DeviceRecord[]> {
+async function selectDevices(
+  db: Db,
+  p: Params,
+  where: string,
+  sortByLabel: boolean,
+  limit: string,
+  withKeys: boolean,
+): Promise<DeviceRecord[]> {
   // The tenant is always the first parameter.
   const { rows } = await db.query<DeviceRow>(
     `WITH d AS (SELECT d.id, d.label, d.created, d.updated FROM devices d WHERE ${where} ORDER BY ${orderBy(sortByLabel, 'd')} ${limit})
@@ -142,7 +151,14 @@ export async function getAllDevices(db: Db, tenant: string): Promise<DeviceRecor
   return selectDevices(db, p, `d.tenant = ${p.add(tenant)}`, false, '', false);
 }
 
-export async function listDevices(db: Db, tenant: string, q: DeviceQuery, page: Page, plan: AttrPlan, withKeys = false): Promise<DeviceRecord[]> {
+export async function listDevices(
+  db: Db,
+  tenant: string,
+  q: DeviceQuery,
+  page: Page,
+  plan: AttrPlan,
+  withKeys = false,
+): Promise<DeviceRecord[]> {
   const p = new Params();
   const where = listWhere(tenant, q, p, plan);
   const limit = `LIMIT ${p.add(page.size)} OFFSET ${p.add(page.offset)}`;
@@ -162,7 +178,10 @@ export async function listDevicePageIds(db: Db, tenant: string, q: DeviceQuery, 
 
 export async function countDevices(db: Db, tenant: string, q: DeviceQuery): Promise<number> {
   const p = new Params();
-  const { rows } = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM devices d WHERE ${listWhere(tenant, q, p, 'set')}`, p.values);
+  const { rows } = await db.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM devices d WHERE ${listWhere(tenant, q, p, 'set')}`,
+    p.values,
+  );
   return rows[0]!.n;
 }
 
@@ -178,7 +197,10 @@ export async function listDeviceIds(db: Db, tenant: string, q: DeviceQuery): Pro
 /** Locks the templates (FOR SHARE: no update or deletion meanwhile); returns those that exist. */
 export async function lockTemplates(db: Db, tenant: string, ids: number[]): Promise<Set<number>> {
   if (ids.length === 0) return new Set();
-  const { rows } = await db.query<{ id: number }>('SELECT id FROM templates WHERE tenant = $1 AND id = ANY($2::bigint[]) ORDER BY id FOR SHARE', [tenant, ids]);
+  const { rows } = await db.query<{ id: number }>(
+    'SELECT id FROM templates WHERE tenant = $1 AND id = ANY($2::bigint[]) ORDER BY id FOR SHARE',
+    [tenant, ids],
+  );
   return new Set(rows.map((r) => r.id));
 }
 
@@ -247,9 +269,20 @@ export async function lockDevice(db: Db, tenant: string, id: string): Promise<bo
  * PUT /device: new label, templates and override list. Keys of attributes that are still on
  * the device stay; the others go.
  */
-export async function replaceDevice(db: Db, tenant: string, id: string, label: string, templates: number[], overrides: OverrideRow[]): Promise<void> {
+export async function replaceDevice(
+  db: Db,
+  tenant: string,
+  id: string,
+  label: string,
+  templates: number[],
+  overrides: OverrideRow[],
+): Promise<void> {
   await db.query('UPDATE devices SET label = $3, updated = now() WHERE tenant = $1 AND id = $2', [tenant, id, label]);
-  await db.query('DELETE FROM device_templates WHERE tenant = $1 AND device_id = $2 AND NOT (template_id = ANY($3::bigint[]))', [tenant, id, templates]);
+  await db.query('DELETE FROM device_templates WHERE tenant = $1 AND device_id = $2 AND NOT (template_id = ANY($3::bigint[]))', [
+    tenant,
+    id,
+    templates,
+  ]);
   if (templates.length > 0) {
     await db.query(
       `INSERT INTO device_templates (tenant, device_id, template_id) SELECT $1, $2, t FROM unnest($3::bigint[]) AS t ON CONFLICT DO NOTHING`,

@@ -95,7 +95,13 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
         query: { count: 2 },
         body: { label: 'sensor', templates: [T] },
         status: 200,
-        response: { message: 'devices created', devices: [{ id: '7f3a9c', label: 'sensor_0' }, { id: '0b12ee', label: 'sensor_1' }] },
+        response: {
+          message: 'devices created',
+          devices: [
+            { id: '7f3a9c', label: 'sensor_0' },
+            { id: '0b12ee', label: 'sensor_1' },
+          ],
+        },
       },
       {
         name: 'verbose',
@@ -105,11 +111,43 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
         status: 200,
         response: { message: 'device created', devices: [device('c0ffee', 'kitchen_0')] },
       },
-      { name: 'unknownTemplate', summary: 'An unknown template', body: { label: 'x', templates: [999999] }, status: 404, response: err('noSuchTemplate', 999999) },
-      { name: 'badCount', summary: 'count not an integer', query: { count: 'abc' }, body: { label: 'x', templates: [T] }, status: 400, response: err('countNotInteger') },
-      { name: 'verboseWithCount', summary: 'verbose with count 2', query: { count: 2, verbose: 'true' }, body: { label: 'x', templates: [T] }, status: 400, response: err('verboseWithCount') },
-      { name: 'badId', summary: 'An id that is not 2-6 hex characters', body: { label: 'x', templates: [T], id: 'xyz' }, status: 400, response: err('badDeviceId') },
-      { name: 'noLabel', summary: 'label missing', body: { templates: [T] }, status: 400, response: err('validation', { label: ['Missing data for required field.'] }) },
+      {
+        name: 'unknownTemplate',
+        summary: 'An unknown template',
+        body: { label: 'x', templates: [999999] },
+        status: 404,
+        response: err('noSuchTemplate', 999999),
+      },
+      {
+        name: 'badCount',
+        summary: 'count not an integer',
+        query: { count: 'abc' },
+        body: { label: 'x', templates: [T] },
+        status: 400,
+        response: err('countNotInteger'),
+      },
+      {
+        name: 'verboseWithCount',
+        summary: 'verbose with count 2',
+        query: { count: 2, verbose: 'true' },
+        body: { label: 'x', templates: [T] },
+        status: 400,
+        response: err('verboseWithCount'),
+      },
+      {
+        name: 'badId',
+        summary: 'An id that is not 2-6 hex characters',
+        body: { label: 'x', templates: [T], id: 'xyz' },
+        status: 400,
+        response: err('badDeviceId'),
+      },
+      {
+        name: 'noLabel',
+        summary: 'label missing',
+        body: { templates: [T] },
+        status: 400,
+        response: err('validation', { label: ['Missing data for required field.'] }),
+      },
     ],
     async handler(req, { devices }) {
       const opts = createOptions(req.values);
@@ -135,10 +173,28 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
       400: { description: 'Bad paging or filter parameters, checked in this order.', errors: LIST_ERRORS },
     },
     examples: [
-      { name: 'page', summary: 'The first page of 2, by label', query: { page_size: 2, sortBy: 'label' }, status: 200, response: { devices: [bareDevice, device()], pagination: page1 } },
+      {
+        name: 'page',
+        summary: 'The first page of 2, by label',
+        query: { page_size: 2, sortBy: 'label' },
+        status: 200,
+        response: { devices: [bareDevice, device()], pagination: page1 },
+      },
       { name: 'ids', summary: 'Every id (bare flag)', query: { idsOnly: '' }, status: 200, response: [DEV, 'd4e5f6'] },
-      { name: 'filtered', summary: 'Devices with serial SN-0 and an actuator', query: { attr: ['serial=SN-0'], attr_type: ['actuator'] }, status: 200, response: { devices: [device()], pagination: page1 } },
-      { name: 'pageTooLarge', summary: 'page_size above MAX_PAGE_SIZE', query: { page_size: 5000 }, status: 400, response: err('pageSizeTooLarge', 1000) },
+      {
+        name: 'filtered',
+        summary: 'Devices with serial SN-0 and an actuator',
+        query: { attr: ['serial=SN-0'], attr_type: ['actuator'] },
+        status: 200,
+        response: { devices: [device()], pagination: page1 },
+      },
+      {
+        name: 'pageTooLarge',
+        summary: 'page_size above MAX_PAGE_SIZE',
+        query: { page_size: 5000 },
+        status: 400,
+        response: err('pageSizeTooLarge', 1000),
+      },
     ],
     handler: (req, { devices }) => listHandler(devices, req, false),
   },
@@ -149,7 +205,9 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
     description: 'The MQTT sessions of the removed devices are closed.',
     tag: 'devices',
     responses: { 200: { description: 'The removed devices.', schema: 'DevicesRemoved' } },
-    examples: [{ name: 'removed', summary: 'Every device', status: 200, response: { removed_devices: [device(), bareDevice], result: 'ok' } }],
+    examples: [
+      { name: 'removed', summary: 'Every device', status: 200, response: { removed_devices: [device(), bareDevice], result: 'ok' } },
+    ],
     async handler(req, { devices }) {
       const removed = await devices.removeAll(req.tenant);
       return { status: 200, body: { removed_devices: removed.map((d) => deviceView(d)), result: 'ok' } };
@@ -179,13 +237,17 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
     method: 'PUT',
     path: '/device/:id',
     summary: 'Replace a device',
-    description: 'Replaces label, templates and the override list; keys of `psk` attributes still present are kept. The body is checked before the device is looked up.',
+    description:
+      'Replaces label, templates and the override list; keys of `psk` attributes still present are kept. The body is checked before the device is looked up.',
     tag: 'devices',
     params: { id: deviceIdParam },
     body: { read: 'json', schema: deviceUpdateBody },
     responses: {
       200: { description: 'The device, with `updated`.', schema: 'DeviceUpdated' },
-      400: { description: 'Bad body or override list.', errors: [...BODY_ERRORS, 'missingOverrideLabel', 'repeatedAttributes', 'unknownTemplateInAttrList', 'pskOverride'] },
+      400: {
+        description: 'Bad body or override list.',
+        errors: [...BODY_ERRORS, 'missingOverrideLabel', 'repeatedAttributes', 'unknownTemplateInAttrList', 'pskOverride'],
+      },
       404: {
         description: 'No such device or template, or an unknown attribute of the override list (HTTP 404 with body status 400).',
         errors: ['noSuchDevice', 'noSuchTemplate', 'unknownOverrideAttr', 'unknownOverrideMetadata'],
@@ -204,13 +266,28 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
             ...device(DEV, 'sensor-renamed'),
             updated: TIME,
             attrs: {
-              [String(T)]: deviceAttrs().map((a) => (a.label === 'serial' ? { ...a, static_value: 'SN-42', is_static_overridden: true } : a)),
+              [String(T)]: deviceAttrs().map((a) =>
+                a.label === 'serial' ? { ...a, static_value: 'SN-42', is_static_overridden: true } : a,
+              ),
             },
           },
         },
       },
-      { name: 'noOverrideLabel', summary: 'An override without label', body: { label: 'x', templates: [T], attrs: [{ static_value: 'SN-1' }] }, status: 400, response: err('missingOverrideLabel') },
-      { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, body: { label: 'x', templates: [T] }, status: 404, response: err('noSuchDevice', 'ffffff') },
+      {
+        name: 'noOverrideLabel',
+        summary: 'An override without label',
+        body: { label: 'x', templates: [T], attrs: [{ static_value: 'SN-1' }] },
+        status: 400,
+        response: err('missingOverrideLabel'),
+      },
+      {
+        name: 'unknown',
+        summary: 'No such device',
+        params: { id: 'ffffff' },
+        body: { label: 'x', templates: [T] },
+        status: 404,
+        response: err('noSuchDevice', 'ffffff'),
+      },
     ],
     async handler(req, { devices }) {
       const d = await devices.update(req.tenant, req.params.id!, req.body);
@@ -253,7 +330,13 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
     exampleParams: { template_id: T },
     examples: [
       { name: 'page', summary: 'Devices of template 1', status: 200, response: { devices: [device()], pagination: page1 } },
-      { name: 'unknown', summary: 'An unknown template: an empty page', params: { template_id: 999999 }, status: 200, response: { devices: [], pagination: { page: 1, total: 0, has_next: false, next_page: null } } },
+      {
+        name: 'unknown',
+        summary: 'An unknown template: an empty page',
+        params: { template_id: 999999 },
+        status: 200,
+        response: { devices: [], pagination: { page: 1, total: 0, has_next: false, next_page: null } },
+      },
       { name: 'pageSizeZero', summary: 'page_size 0', query: { page_size: 0 }, status: 400, response: err('pageSizeTooSmall') },
     ],
     async handler(req, { devices }) {
@@ -281,11 +364,20 @@ export const internalDeviceRoutes: RouteSpec<Deps>[] = [
       'x-error-order': [...PAGE_ERRORS, ...FILTER_ERRORS],
     }),
     responses: {
-      200: { description: 'One page, or with idsOnly every matching id.', schema: { oneOf: [ref('InternalDeviceList'), ref('DeviceIds')] } },
+      200: {
+        description: 'One page, or with idsOnly every matching id.',
+        schema: { oneOf: [ref('InternalDeviceList'), ref('DeviceIds')] },
+      },
       400: { description: 'Bad paging or filter parameters, checked in this order.', errors: LIST_ERRORS },
     },
     examples: [
-      { name: 'page', summary: 'Devices with the label prefix sensor', query: { label: 'sensor' }, status: 200, response: { devices: [device(DEV, 'sensor_0', KEY)], pagination: page1 } },
+      {
+        name: 'page',
+        summary: 'Devices with the label prefix sensor',
+        query: { label: 'sensor' },
+        status: 200,
+        response: { devices: [device(DEV, 'sensor_0', KEY)], pagination: page1 },
+      },
       { name: 'ids', summary: 'Every id', query: { idsOnly: 'true' }, status: 200, response: [DEV, 'd4e5f6'] },
       { name: 'pageZero', summary: 'page_num 0', query: { page_num: 0 }, status: 400, response: err('pageNumTooSmall') },
     ],

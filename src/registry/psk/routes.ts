@@ -46,13 +46,38 @@ export const pskRoutes: RouteSpec<{ psk: PskService }>[] = [
     },
     exampleParams: { id: DEV },
     examples: [
-      { name: 'generated', summary: 'A 16-byte key for `key`', query: { key_length: 16, attrs: 'key' }, status: 200, response: [{ attribute: 'key', psk: KEY }] },
+      {
+        name: 'generated',
+        summary: 'A 16-byte key for `key`',
+        query: { key_length: 16, attrs: 'key' },
+        status: 200,
+        response: [{ attribute: 'key', psk: KEY }],
+      },
       { name: 'none', summary: 'A device without psk attributes', params: { id: 'd4e5f6' }, query: { key_length: 16 }, status: 204 },
       { name: 'missing', summary: 'key_length missing', status: 400, response: err('missingKeyLength') },
       { name: 'outOfRange', summary: 'key_length 1024', query: { key_length: 1024 }, status: 400, response: err('badKeyLength') },
-      { name: 'unknownDevice', summary: 'No such device (before the range)', params: { id: 'ffffff' }, query: { key_length: 0 }, status: 404, response: err('noSuchDevice', 'ffffff') },
-      { name: 'unknownLabel', summary: 'An unknown label', query: { key_length: 16, attrs: 'key,nope' }, status: 400, response: err('pskUnknownAttrs') },
-      { name: 'notPsk', summary: 'A label that is not psk', query: { key_length: 16, attrs: 'serial' }, status: 400, response: err('pskNotPskAttr') },
+      {
+        name: 'unknownDevice',
+        summary: 'No such device (before the range)',
+        params: { id: 'ffffff' },
+        query: { key_length: 0 },
+        status: 404,
+        response: err('noSuchDevice', 'ffffff'),
+      },
+      {
+        name: 'unknownLabel',
+        summary: 'An unknown label',
+        query: { key_length: 16, attrs: 'key,nope' },
+        status: 400,
+        response: err('pskUnknownAttrs'),
+      },
+      {
+        name: 'notPsk',
+        summary: 'A label that is not psk',
+        query: { key_length: 16, attrs: 'serial' },
+        status: 400,
+        response: err('pskNotPskAttr'),
+      },
     ],
     async handler(req, { psk }) {
       if (req.queryFailure?.keyword === 'required') throw req.queryFailure.error;
@@ -81,16 +106,39 @@ export const pskRoutes: RouteSpec<{ psk: PskService }>[] = [
     }),
     responses: {
       204: { description: 'Copied.' },
-      400: { description: 'Missing parameters, an attribute that is not psk, or no key at the source.', errors: ['copyMissingSource', 'copyAttrNotPsk', 'copyNoSourceKey'] },
+      400: {
+        description: 'Missing parameters, an attribute that is not psk, or no key at the source.',
+        errors: ['copyMissingSource', 'copyAttrNotPsk', 'copyNoSourceKey'],
+      },
       404: { description: 'No such device or attribute.', errors: ['noSuchDevice', 'copyAttrNotFound'] },
     },
     exampleParams: { id: DEV, label: 'spare' },
     examples: [
       { name: 'copied', summary: 'key -> spare', query: { from_dev_id: DEV, from_attr_label: 'key' }, status: 204 },
       { name: 'missing', summary: 'Source parameters missing', status: 400, response: err('copyMissingSource') },
-      { name: 'notFound', summary: 'No such destination attribute', params: { id: DEV, label: 'nope' }, query: { from_dev_id: DEV, from_attr_label: 'key' }, status: 404, response: err('copyAttrNotFound', 'nope') },
-      { name: 'notPsk', summary: 'Destination not psk', params: { id: DEV, label: 'serial' }, query: { from_dev_id: DEV, from_attr_label: 'key' }, status: 400, response: err('copyAttrNotPsk', 'serial') },
-      { name: 'noKey', summary: 'No key at the source', query: { from_dev_id: DEV, from_attr_label: 'spare' }, status: 400, response: err('copyNoSourceKey', 'spare') },
+      {
+        name: 'notFound',
+        summary: 'No such destination attribute',
+        params: { id: DEV, label: 'nope' },
+        query: { from_dev_id: DEV, from_attr_label: 'key' },
+        status: 404,
+        response: err('copyAttrNotFound', 'nope'),
+      },
+      {
+        name: 'notPsk',
+        summary: 'Destination not psk',
+        params: { id: DEV, label: 'serial' },
+        query: { from_dev_id: DEV, from_attr_label: 'key' },
+        status: 400,
+        response: err('copyAttrNotPsk', 'serial'),
+      },
+      {
+        name: 'noKey',
+        summary: 'No key at the source',
+        query: { from_dev_id: DEV, from_attr_label: 'spare' },
+        status: 400,
+        response: err('copyNoSourceKey', 'spare'),
+      },
     ],
     async handler(req, { psk }) {
       await psk.copy(req.tenant, req.params.id!, req.params.label!, req.values.from_dev_id as string, req.values.from_attr_label as string);

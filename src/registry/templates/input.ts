@@ -37,7 +37,13 @@ function parseAttr(raw: unknown): AttrInput {
     type: valid.type,
     valueType: valid.value_type,
     staticValue: asText(valid.static_value),
-    metadata: metadata.map((m) => ({ label: m.label, type: m.type, valueType: m.value_type, staticValue: asText(m.static_value), metadata: [] })),
+    metadata: metadata.map((m) => ({
+      label: m.label,
+      type: m.type,
+      valueType: m.value_type,
+      staticValue: asText(m.static_value),
+      metadata: [],
+    })),
   };
 }
 

@@ -26,7 +26,12 @@ export interface TemplateJson {
 
 export function templateJson(t: TemplateRecord): TemplateJson {
   const { attrs, data_attrs: dataAttrs, config_attrs: configAttrs, ...head } = templateView(t, 'both');
-  return { head: JSON.stringify(head).slice(0, -1), attrs: JSON.stringify(attrs), dataAttrs: JSON.stringify(dataAttrs), configAttrs: JSON.stringify(configAttrs) };
+  return {
+    head: JSON.stringify(head).slice(0, -1),
+    attrs: JSON.stringify(attrs),
+    dataAttrs: JSON.stringify(dataAttrs),
+    configAttrs: JSON.stringify(configAttrs),
+  };
 }
 
 /** The same text as `JSON.stringify(templateView(t, format))`. */
