@@ -15,12 +15,13 @@ interface Layer {
 /** `**` any path, `*` any name within one folder. */
 function globToRegExp(glob: string): RegExp {
   const escaped = glob.replace(/[.+^${}()|[\]\\]/g, '\\$&');
+  // Placeholders first, so the `*` of `**` is not read as a single-folder `*`.
   const pattern = escaped
-    .replace(/\*\*\//g, '\u0000')
-    .replace(/\*\*/g, '\u0001')
+    .replace(/\*\*\//g, '<DIRS>')
+    .replace(/\*\*/g, '<ANY>')
     .replace(/\*/g, '[^/]*')
-    .replace(/\u0000/g, '(?:.*/)?')
-    .replace(/\u0001/g, '.*');
+    .replace(/<DIRS>/g, '(?:.*/)?')
+    .replace(/<ANY>/g, '.*');
   return new RegExp('^' + pattern + '$');
 }
 
