@@ -53,6 +53,7 @@ export const INGEST_CONFIG_KEYS = [
   'ingestBatchMs',
   'maxMessageBytes',
   'ingestCacheDevices',
+  'registryCacheMaxAgeSeconds',
   'ingestMaxPending',
   'actuationTimeoutMs',
 ] as const satisfies ReadonlyArray<keyof Config>;
@@ -61,7 +62,7 @@ export const INGEST_CONFIG_KEYS = [
 export type IngestSettings = Pick<Config, (typeof INGEST_CONFIG_KEYS)[number]> & { databaseUrl: string };
 
 /** A shard worker's workerData (Piscina). */
-export type ShardWorkerSettings = Pick<IngestSettings, 'databaseUrl' | 'logLevel' | 'ingestBatchRows' | 'ingestBatchMs' | 'ingestCacheDevices'> & {
+export type ShardWorkerSettings = Pick<IngestSettings, 'databaseUrl' | 'logLevel' | 'ingestBatchRows' | 'ingestBatchMs' | 'ingestCacheDevices' | 'registryCacheMaxAgeSeconds'> & {
   /** The COPY turn shared by the shard workers (copy-turn.ts). */
   copyTurn: SharedArrayBuffer;
 };

@@ -28,6 +28,7 @@ const shards = new ShardPool(
     ingestBatchRows: settings.ingestBatchRows,
     ingestBatchMs: settings.ingestBatchMs,
     ingestCacheDevices: settings.ingestCacheDevices,
+    registryCacheMaxAgeSeconds: settings.registryCacheMaxAgeSeconds,
     copyTurn: CopyTurn.shared(),
   },
   log,

@@ -13,7 +13,7 @@ describe('the shard actor', () => {
     // No input is known to make rendering throw: stand in for one with a converter that does.
     bad.stored.set('a', { ...bad.stored.get('a')!, convert: () => { throw new Error('unforeseen'); } });
     const models: Record<string, DeviceModel> = { 't/good': good, 't/bad': bad };
-    const cache = new DeviceCache(async (devices) => new Map(devices.map(({ tenant, id }) => [`${tenant}/${id}`, models[`${tenant}/${id}`]!])), 10);
+    const cache = new DeviceCache(async (devices) => new Map(devices.map(({ tenant, id }) => [`${tenant}/${id}`, models[`${tenant}/${id}`]!])), 10, 60_000);
     const written: string[] = [];
     const writer = {
       write: async (lines: string[]) => {
