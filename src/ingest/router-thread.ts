@@ -84,6 +84,7 @@ function startLink(): Promise<BrokerLink> {
     log,
     inbox: router,
     maxMessageBytes: settings.maxMessageBytes,
+    cacheMaxAgeMs: settings.registryCacheMaxAgeSeconds * 1000,
   });
 }
 
