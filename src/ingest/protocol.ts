@@ -48,6 +48,7 @@ export const INGEST_CONFIG_KEYS = [
   'mqttShareGroup',
   'mqttSessionExpirySeconds',
   'mqttReceiveMaximum',
+  'mqttSessionLeaseSeconds',
   'ingestWorkers',
   'ingestBatchRows',
   'ingestBatchMs',
@@ -59,7 +60,11 @@ export const INGEST_CONFIG_KEYS = [
 ] as const satisfies ReadonlyArray<keyof Config>;
 
 /** The router thread's workerData: its part of the configuration, and the database URL (an embedded database's is known only once it runs). */
-export type IngestSettings = Pick<Config, (typeof INGEST_CONFIG_KEYS)[number]> & { databaseUrl: string };
+export type IngestSettings = Pick<Config, (typeof INGEST_CONFIG_KEYS)[number]> & {
+  databaseUrl: string;
+  /** This process, as the owner of broker session leases (random per process). */
+  instanceId: string;
+};
 
 /** A shard worker's workerData (Piscina). */
 export type ShardWorkerSettings = Pick<IngestSettings, 'databaseUrl' | 'logLevel' | 'ingestBatchRows' | 'ingestBatchMs' | 'ingestCacheDevices' | 'registryCacheMaxAgeSeconds'> & {
