@@ -212,6 +212,9 @@ export class ExternalLink implements BrokerLink {
     if (previous && previous.connections > opts.connections) {
       const extra = Array.from({ length: previous.connections - opts.connections }, (_, i) => subscriberClientId(prefix, opts.connections + i));
       link.startDrain(prefix, extra, false);
+    } else {
+      // Sessions left by instances that are gone (the last one to stop keeps its own) are drained at once.
+      void link.renew();
     }
     return link;
   }

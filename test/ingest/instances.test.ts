@@ -156,11 +156,14 @@ describe.skipIf(!hasMosquitto)('several instances on one broker (Mosquitto)', ()
     for (const s of [a, b]) expect(s.output.filter((l) => /lost the broker|closed the ingest subscriber/.test(l))).toEqual([]);
   }, 120_000);
 
+  /** Instances configured as docs/operations.md §7 used to ask: an MQTT_CLIENT_ID each. */
+  const own = (env: Record<string, string | undefined>, name: string) => ({ ...env, MQTT_CLIENT_ID: `${env.MQTT_CLIENT_ID}-${name}` });
+
   it('an instance stopped cleanly while another runs ends its sessions: nothing waits in them', async () => {
     // Leases of a minute: a drain by the survivor would come too late for this test.
     const env = { ...baseEnv, MQTT_SESSION_LEASE_SECONDS: '60' };
-    const a = await launch(env);
-    const b = await launch(env);
+    const a = await launch(own(env, 'a'));
+    const b = await launch(own(env, 'b'));
     const { tenant, fleet: f } = await fleet();
     await f.start();
     await until(() => f.total > 2000, 'messages published');
@@ -175,8 +178,8 @@ describe.skipIf(!hasMosquitto)('several instances on one broker (Mosquitto)', ()
 
   it('an instance killed (SIGKILL) mid-run and never started again: the survivor drains its sessions, nothing is lost', async () => {
     const env = { ...baseEnv, MQTT_SESSION_LEASE_SECONDS: '4' };
-    const a = await launch(env);
-    const b = await launch(env);
+    const a = await launch(own(env, 'a'));
+    const b = await launch(own(env, 'b'));
     const { tenant, fleet: f } = await fleet();
     await f.start();
     await until(() => f.total > 2000, 'messages published');
@@ -193,6 +196,21 @@ describe.skipIf(!hasMosquitto)('several instances on one broker (Mosquitto)', ()
     console.log(`instance killed mid-run: ${f.total} messages acknowledged by the broker, ${result.missing} missing, ${result.duplicates} stored more than once`);
     expect(result.missing).toBe(0);
   }, 180_000);
+
+  it('after the upgrade to one default share group, a session still subscribed in the old default group (MQTT_CLIENT_ID) leaves it: nothing stored twice', async () => {
+    // The session of connection 0 of a single instance as the versions before leases left it.
+    const base = `${baseEnv.MQTT_CLIENT_ID}-old`;
+    const old = await deviceClient(broker.url, { clientId: `${base}-0`, protocolVersion: 5, clean: false, properties: { sessionExpiryInterval: 600 } });
+    await old.subscribeAsync([`$share/${base}/+/attrs`, `$share/${base}//+/+/attrs`], { qos: 1 });
+    await old.endAsync();
+    const a = await launch({ ...baseEnv, MQTT_CLIENT_ID: base, MQTT_SUBSCRIBER_CONNECTIONS: '1' });
+    const { tenant, fleet: f } = await fleet();
+    await f.start();
+    await until(() => f.total > 2000, 'messages published');
+    await f.stop();
+    expect(await settle(tenant, f, 30_000)).toEqual({ missing: 0, duplicates: 0 });
+    expect(a.child.exitCode).toBeNull();
+  }, 120_000);
 
   it('an instance whose lease another took stops using those client ids and goes on under a new slot, nothing lost', async () => {
     const env = { ...baseEnv, MQTT_SESSION_LEASE_SECONDS: '4' };
