@@ -11,6 +11,7 @@
 // the parent every 200 ms: { sent, acked, connected }.
 import net from 'node:net';
 import mqttPacket from 'mqtt-packet';
+import { AckStats } from './lib/ack-stats.js';
 
 export interface LoadConfig {
   url: string;
@@ -22,6 +23,8 @@ export interface LoadConfig {
   rate: number;
   window: number;
   connectConcurrency: number;
+  /** Time every message to its PUBACK: progress then carries `acks` (bench/lib/ack-stats.ts). */
+  ackStats?: boolean;
 }
 
 export interface LoadProgress {
@@ -30,6 +33,8 @@ export interface LoadProgress {
   acked: number;
   connected: number;
   failed: number;
+  /** With `ackStats`: latencies (histogram pairs) and the longest gap without a PUBACK since the previous report. */
+  acks?: { lat: Array<[number, number]>; maxGapMs: number };
 }
 
 const PAYLOAD = Buffer.from(JSON.stringify({ temperature: 21.5, humidity: 40.25, pressure: 1013.2 }));
@@ -46,6 +51,8 @@ interface Conn {
   lanes: Lane[];
   /** packet id -> lane index */
   pending: Map<number, number>;
+  /** packet id -> performance.now() when sent (with `ackStats`). */
+  sentAt: Map<number, number>;
   nextId: number;
   ready: boolean;
   rest: Buffer | undefined;
@@ -68,6 +75,7 @@ export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void
   let acked = 0;
   let failed = 0;
   let running = true;
+  const ackStats = cfg.ackStats ? new AckStats() : undefined;
 
   const send = (c: Conn, laneIndex: number) => {
     const lane = c.lanes[laneIndex]!;
@@ -80,6 +88,7 @@ export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void
     buf[lane.idAt] = id >> 8;
     buf[lane.idAt + 1] = id & 0xff;
     c.pending.set(id, laneIndex);
+    if (ackStats) c.sentAt.set(id, performance.now());
     lane.inflight++;
     sent++;
     c.socket.write(buf);
@@ -89,6 +98,11 @@ export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void
     const laneIndex = c.pending.get(id);
     if (laneIndex === undefined) return;
     c.pending.delete(id);
+    if (ackStats) {
+      const now = performance.now();
+      ackStats.record(now - c.sentAt.get(id)!, now);
+      c.sentAt.delete(id);
+    }
     const lane = c.lanes[laneIndex]!;
     lane.inflight--;
     acked++;
@@ -126,6 +140,7 @@ export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void
         socket,
         lanes: devices.map((d) => publishTemplate(`${cfg.tenant}:${d}/attrs`)),
         pending: new Map(),
+        sentAt: new Map(),
         nextId: 1,
         ready: false,
         rest: undefined,
@@ -192,8 +207,16 @@ export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void
       }
     }, 5);
   }
-  const reporter = setInterval(() => report({ type: 'progress', sent, acked, connected: conns.filter((c) => c.ready).length, failed }), 200);
-  report({ type: 'progress', sent, acked, connected: conns.filter((c) => c.ready).length, failed });
+  const progress = (): LoadProgress => ({
+    type: 'progress',
+    sent,
+    acked,
+    connected: conns.filter((c) => c.ready).length,
+    failed,
+    ...(ackStats ? { acks: ackStats.take(performance.now()) } : {}),
+  });
+  const reporter = setInterval(() => report(progress()), 200);
+  report(progress());
 
   return {
     setRate(rate: number) {
@@ -206,7 +229,7 @@ export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void
       const deadline = Date.now() + 5000;
       while (conns.some((c) => c.pending.size > 0 && !c.socket.destroyed) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
       clearInterval(reporter);
-      report({ type: 'progress', sent, acked, connected: conns.filter((c) => c.ready).length, failed });
+      report(progress());
       for (const c of conns) c.socket.end(Buffer.from([0xe0, 0x00]));
     },
   };

@@ -162,6 +162,8 @@ export class ExternalLink implements BrokerLink {
   /** Leaving, and everything the sessions held came in and was acknowledged. */
   private left = false;
   private lost = false;
+  /** A renewal is under way (heartbeats do not overlap: two could claim the same drain). */
+  private renewing = false;
 
   private constructor(
     private readonly subscribers: SubscriberConnection[],
@@ -262,7 +264,7 @@ export class ExternalLink implements BrokerLink {
   async leave(): Promise<boolean> {
     clearInterval(this.heartbeat);
     await this.stopDrain();
-    if (this.lost || !(await this.opts.leases.othersAlive().catch(() => false))) return false;
+    if (this.lost || !(await withTimeout(this.opts.leases.othersAlive(), 1000).catch(() => false))) return false;
     this.leaving = true;
     try {
       await withTimeout(Promise.all(this.subscribers.map((c) => c.unsubscribe())), 2000);
@@ -288,11 +290,11 @@ export class ExternalLink implements BrokerLink {
     if (this.lost) return;
     try {
       if (this.left) {
-        for (let n = 0; n < this.subscribers.length; n++) await endSession(this.opts.url, subscriberClientId(this.prefix, n), this.version);
-        await this.opts.leases.forget(this.prefix);
+        await Promise.all(this.subscribers.map((_, n) => endSession(this.opts.url, subscriberClientId(this.prefix, n), this.version)));
+        await withTimeout(this.opts.leases.forget(this.prefix), 1000);
         this.opts.log.info('left the share group and ended this instance\'s broker sessions');
       } else {
-        await this.opts.leases.release(this.prefix);
+        await withTimeout(this.opts.leases.release(this.prefix), 1000);
       }
     } catch (err) {
       // The lease runs out by itself; the sessions are then resumed or drained.
@@ -302,6 +304,16 @@ export class ExternalLink implements BrokerLink {
 
   /** Renews the leases; then, with none being drained, looks for a slot to drain. */
   private async renew(): Promise<void> {
+    if (this.renewing) return;
+    this.renewing = true;
+    try {
+      await this.renewOnce();
+    } finally {
+      this.renewing = false;
+    }
+  }
+
+  private async renewOnce(): Promise<void> {
     const mine = [this.prefix, ...(this.drain && this.drain.prefix !== this.prefix ? [this.drain.prefix] : [])];
     let lost: string[];
     try {

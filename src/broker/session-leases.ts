@@ -44,6 +44,7 @@ export interface LapsedSlot {
 
 /** Serialises slot claims (pg_advisory_xact_lock). */
 const CLAIM_LOCK = 7_341_002_118;
+const MAX_SLOTS = 10_000;
 /** A lease is counted as held until this long before it runs out. */
 const MARGIN_MS = 1000;
 
@@ -82,7 +83,7 @@ export class SessionLeases {
         [base],
       );
       const bySlot = new Map(rows.map((r) => [r.slot, r]));
-      for (let slot = 0; ; slot++) {
+      for (let slot = 0; slot < MAX_SLOTS; slot++) {
         const row = bySlot.get(slot);
         if (row && !row.lapsed && !(row.owner === owner && !row.draining)) continue;
         const prefix = slotPrefix(base, slot);
@@ -97,6 +98,7 @@ export class SessionLeases {
         );
         if (rowCount === 1) return { prefix, previous: row ? { connections: row.connections, shareGroup: row.share_group } : undefined };
       }
+      throw new Error(`no free broker session slot of MQTT_CLIENT_ID ${base} among ${MAX_SLOTS}`);
     });
     this.heldUntil.set(claim.prefix, asked + this.opts.leaseSeconds * 1000 - MARGIN_MS);
     return claim;
