@@ -126,7 +126,9 @@ export class RegistryEvents {
         this.log.error('registry event listener failed', { error: err as Error });
       }
     }
-    this.channel.postMessage(event);
+    // Closed at shutdown (after the HTTP server, which may have given up waiting for a slow
+    // request): the change is committed all the same, and the ingest threads are gone.
+    if (!this.closed) this.channel.postMessage(event);
   }
 
   /** Opens the listening connection, LISTENs, and watches it. */
