@@ -67,7 +67,10 @@ export function deviceIds(range: { from: number; count: number }): string[] {
   return Array.from({ length: range.count }, (_, i) => (range.from + i).toString(16).padStart(6, '0'));
 }
 
-export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void): Promise<{ stop(): Promise<void>; setRate(rate: number): void }> {
+export async function runLoad(
+  cfg: LoadConfig,
+  report: (p: LoadProgress) => void,
+): Promise<{ stop(): Promise<void>; setRate(rate: number): void }> {
   const url = new URL(cfg.url);
   const port = Number(url.port || 1883);
   const conns: Conn[] = [];
@@ -227,7 +230,8 @@ export async function runLoad(cfg: LoadConfig, report: (p: LoadProgress) => void
       clearInterval(ticker);
       // Let in-flight messages be acknowledged (up to 5 s), then disconnect.
       const deadline = Date.now() + 5000;
-      while (conns.some((c) => c.pending.size > 0 && !c.socket.destroyed) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      while (conns.some((c) => c.pending.size > 0 && !c.socket.destroyed) && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 20));
       clearInterval(reporter);
       report(progress());
       for (const c of conns) c.socket.end(Buffer.from([0xe0, 0x00]));

@@ -101,7 +101,13 @@ function child<P>(file: string, cfg: unknown): Child<P> {
 async function forgetSessions(base: string): Promise<void> {
   for (let n = 0; n < CONNECTIONS; n++) {
     const clientId = subscriberClientId(base, n);
-    const c = await mqtt.connectAsync(MQTT_URL, { clientId, clean: true, protocolVersion: 5, properties: { sessionExpiryInterval: 0 }, reconnectPeriod: 0 });
+    const c = await mqtt.connectAsync(MQTT_URL, {
+      clientId,
+      clean: true,
+      protocolVersion: 5,
+      properties: { sessionExpiryInterval: 0 },
+      reconnectPeriod: 0,
+    });
     await c.endAsync();
   }
 }
@@ -174,7 +180,15 @@ async function startService(databaseUrl: string): Promise<Service> {
     proc.once('exit', (code) => reject(new Error(`service exited with ${code}`)));
   });
   const auth = async (username: string, passwd: string) =>
-    ((await (await fetch(`${base}/auth`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username, passwd }) })).json()) as { jwt: string }).jwt;
+    (
+      (await (
+        await fetch(`${base}/auth`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ username, passwd }),
+        })
+      ).json()) as { jwt: string }
+    ).jwt;
   // A user of the bench tenant, for history queries.
   await fetch(`${base}/auth/user`, {
     method: 'POST',
@@ -238,7 +252,11 @@ async function sustainable(gen: Child<LoadProgress>, received: () => Promise<num
     const t0 = performance.now();
     await sleep(STEP_SECONDS * 1000);
     const secs = (performance.now() - t0) / 1000;
-    const step = { offered: rate, published: Math.round(((gen.latest?.acked ?? 0) - p0) / secs), received: Math.round(((await received()) - r0) / secs) };
+    const step = {
+      offered: rate,
+      published: Math.round(((gen.latest?.acked ?? 0) - p0) / secs),
+      received: Math.round(((await received()) - r0) / secs),
+    };
     steps.push(step);
     log(`    ${label}: offered ${step.offered} msg/s, published ${step.published}, received ${step.received}`);
     // The receiver fell behind, or the publishers (or the broker's intake) cannot go faster.
@@ -310,11 +328,21 @@ async function main(): Promise<void> {
     const { rows } = await db.query<{ id: string }>("INSERT INTO templates (tenant, label) VALUES ($1, 'bench') RETURNING id", [tenant]);
     const templateId = rows[0]!.id;
     for (const label of ['temperature', 'humidity', 'pressure']) {
-      await db.query("INSERT INTO template_attrs (tenant, template_id, label, type, value_type) VALUES ($1, $2, $3, 'dynamic', 'float')", [tenant, templateId, label]);
+      await db.query("INSERT INTO template_attrs (tenant, template_id, label, type, value_type) VALUES ($1, $2, $3, 'dynamic', 'float')", [
+        tenant,
+        templateId,
+        label,
+      ]);
     }
     const total = Math.max(DEVICES, CACHE_DEVICES) + 1;
-    await db.query(`INSERT INTO devices (tenant, id, label) SELECT $1, lpad(to_hex(i), 6, '0'), 'dev' FROM generate_series(0, $2 - 1) i`, [tenant, total]);
-    await db.query(`INSERT INTO device_templates (tenant, device_id, template_id) SELECT $1, lpad(to_hex(i), 6, '0'), $3 FROM generate_series(0, $2 - 1) i`, [tenant, total, templateId]);
+    await db.query(`INSERT INTO devices (tenant, id, label) SELECT $1, lpad(to_hex(i), 6, '0'), 'dev' FROM generate_series(0, $2 - 1) i`, [
+      tenant,
+      total,
+    ]);
+    await db.query(
+      `INSERT INTO device_templates (tenant, device_id, template_id) SELECT $1, lpad(to_hex(i), 6, '0'), $3 FROM generate_series(0, $2 - 1) i`,
+      [tenant, total, templateId],
+    );
     const probe = (total - 1).toString(16).padStart(6, '0');
     await service.stop();
     service = undefined;
@@ -347,7 +375,9 @@ async function main(): Promise<void> {
       for (let i = 0; i < 120 && ((await svc.metrics()).ingest_queue_depth ?? 0) > 0; i++) await sleep(500);
       const m = await svc.metrics();
       const top = best(steps);
-      log(`    => the service commits ${top.received} msg/s (${top.received * 3} values/s); ratio ${baseline ? (top.received / baseline).toFixed(3) : '?'}`);
+      log(
+        `    => the service commits ${top.received} msg/s (${top.received * 3} values/s); ratio ${baseline ? (top.received / baseline).toFixed(3) : '?'}`,
+      );
       return {
         sustainableMsgsPerSec: top.received,
         sustainableValuesPerSec: top.received * 3,
@@ -395,7 +425,11 @@ async function main(): Promise<void> {
       try {
         await gen.ready;
         await sleep(SETTLE_SECONDS * 1000);
-        const probeClient = await mqtt.connectAsync(MQTT_URL, { protocolVersion: 4, clientId: `bench-probe-${probe}`, username: `${tenant}:${probe}` });
+        const probeClient = await mqtt.connectAsync(MQTT_URL, {
+          protocolVersion: 4,
+          clientId: `bench-probe-${probe}`,
+          username: `${tenant}:${probe}`,
+        });
         const latencies: number[] = [];
         const m0 = await svc.metrics();
         const p0 = gen.latest?.acked ?? 0;
@@ -407,7 +441,9 @@ async function main(): Promise<void> {
           await probeClient.publishAsync(`${tenant}:${probe}/attrs`, JSON.stringify({ temperature: value }), { qos: 1 });
           let late = false;
           for (;;) {
-            const res = await fetch(`${svc.base}/history/device/${probe}/history?lastN=1&attr=temperature`, { headers: { authorization: `Bearer ${svc.token}` } });
+            const res = await fetch(`${svc.base}/history/device/${probe}/history?lastN=1&attr=temperature`, {
+              headers: { authorization: `Bearer ${svc.token}` },
+            });
             const body = (await res.json()) as Array<{ value: number }>;
             if (body[0]?.value === value) break;
             if (performance.now() - sent > 30_000) {
@@ -435,7 +471,9 @@ async function main(): Promise<void> {
           maxMs: Number(latencies.at(-1)!.toFixed(1)),
           loadAverage: Number(os.loadavg()[0]!.toFixed(1)),
         };
-        log(`    p50 ${out.p50Ms} ms, p99 ${out.p99Ms} ms over ${out.probes} probes (${out.under1s} under 1 s), committed ${out.committedMsgsPerSec} msg/s`);
+        log(
+          `    p50 ${out.p50Ms} ms, p99 ${out.p99Ms} ms over ${out.probes} probes (${out.under1s} under 1 s), committed ${out.committedMsgsPerSec} msg/s`,
+        );
         return out;
       } finally {
         await gen.stop();
@@ -462,7 +500,12 @@ async function main(): Promise<void> {
       const mosquitto = () => Number(fs.readFileSync('/run/mosquitto/mosquitto.pid', 'utf8').trim()) || 0;
       // CPU seconds of the generator, the broker and the receiving processes (groups of pids)
       // over a steady window, per message received.
-      const window = async (gen: Child<LoadProgress>, receivers: () => Promise<Record<string, number[]>>, received: () => Promise<number>, label: string) => {
+      const window = async (
+        gen: Child<LoadProgress>,
+        receivers: () => Promise<Record<string, number[]>>,
+        received: () => Promise<number>,
+        label: string,
+      ) => {
         await sleep(SETTLE_SECONDS * 2000);
         const groups = { generator: [gen.pid], broker: [mosquitto()], ...(await receivers()) };
         const snap = () => Object.fromEntries(Object.entries(groups).map(([k, pids]) => [k, pids.reduce((a, p) => a + ticks(p), 0)]));
@@ -475,7 +518,9 @@ async function main(): Promise<void> {
         const msgs = (await received()) - r0;
         const secs = (performance.now() - t0) / 1000;
         // 100 ticks a second
-        const perMessage = Object.fromEntries(Object.keys(groups).map((k) => [k, Number((((s1[k]! - s0[k]!) * 10_000) / msgs).toFixed(1))]));
+        const perMessage = Object.fromEntries(
+          Object.keys(groups).map((k) => [k, Number((((s1[k]! - s0[k]!) * 10_000) / msgs).toFixed(1))]),
+        );
         log(`    µs of CPU per message: ${JSON.stringify(perMessage)}`);
         return { rateMsgsPerSec: Math.round(msgs / secs), cpuMicrosecondsPerMessage: perMessage };
       };
@@ -487,7 +532,12 @@ async function main(): Promise<void> {
         const gen = child<LoadProgress>('ingest-load.js', loadConfig(DEVICES, rate));
         try {
           await gen.ready;
-          return await window(gen, async () => ({ subscriber: [sink.pid] }), async () => sink.latest?.received ?? 0, 'the subscriber');
+          return await window(
+            gen,
+            async () => ({ subscriber: [sink.pid] }),
+            async () => sink.latest?.received ?? 0,
+            'the subscriber',
+          );
         } finally {
           await gen.stop();
           await sink.stop();
@@ -501,9 +551,18 @@ async function main(): Promise<void> {
         try {
           await gen.ready;
           const backends = async () =>
-            (await db.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()')).rows.map((r) => r.pid);
+            (
+              await db.query<{ pid: number }>(
+                'SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()',
+              )
+            ).rows.map((r) => r.pid);
           const stored = async () => (await svc.metrics()).ingest_messages_stored_total!;
-          const w = await window(gen, async () => ({ service: [svc.proc.pid!], postgres: await backends() }), stored, `the service (pid ${svc.proc.pid})`);
+          const w = await window(
+            gen,
+            async () => ({ service: [svc.proc.pid!], postgres: await backends() }),
+            stored,
+            `the service (pid ${svc.proc.pid})`,
+          );
           return { rowsInHistoryBefore: storedBefore, ...w };
         } finally {
           await gen.stop();
@@ -539,7 +598,10 @@ async function main(): Promise<void> {
           await sleep(2000);
           const idle = svc.rssMb();
           // Ten devices a connection: 100,000 connections would exceed the file descriptor limits.
-          const gen = child<LoadProgress>('ingest-load.js', { ...loadConfig(devices, 10_000, Math.max(1, Math.round(devices / 10_000))), window: 1 });
+          const gen = child<LoadProgress>('ingest-load.js', {
+            ...loadConfig(devices, 10_000, Math.max(1, Math.round(devices / 10_000))),
+            window: 1,
+          });
           await gen.ready;
           const want = devices >= CACHE_DEVICES ? CACHE_DEVICES : 0;
           for (let i = 0; i < 600; i++) {

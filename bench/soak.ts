@@ -52,8 +52,13 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const log = (msg: string) => process.stderr.write(`[${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
 
 /** The load generator as a child process; every progress report is handed to `onProgress`. */
-function generator(cfg: LoadConfig, onProgress: (p: LoadProgress) => void): { ready: Promise<void>; setRate(rate: number): void; stop(): Promise<void> } {
-  const proc = fork(path.join(projectRoot, 'dist/bench/ingest-load.js'), [JSON.stringify(cfg)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+function generator(
+  cfg: LoadConfig,
+  onProgress: (p: LoadProgress) => void,
+): { ready: Promise<void>; setRate(rate: number): void; stop(): Promise<void> } {
+  const proc = fork(path.join(projectRoot, 'dist/bench/ingest-load.js'), [JSON.stringify(cfg)], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   let stopped: (() => void) | undefined;
   const ready = new Promise<void>((resolve, reject) => {
     proc.on('message', (m: { type: string }) => {
@@ -106,7 +111,13 @@ async function main(): Promise<void> {
   const clientId = `soak-${crypto.randomBytes(3).toString('hex')}`;
   const env: Record<string, string> =
     BROKER === 'external'
-      ? { MQTT_URL: EXTERNAL_URL, MQTT_CLIENT_ID: clientId, MQTT_SHARE_GROUP: clientId, MQTT_SUBSCRIBER_CONNECTIONS: String(CONNECTIONS), MQTT_SESSION_EXPIRY_SECONDS: '300' }
+      ? {
+          MQTT_URL: EXTERNAL_URL,
+          MQTT_CLIENT_ID: clientId,
+          MQTT_SHARE_GROUP: clientId,
+          MQTT_SUBSCRIBER_CONNECTIONS: String(CONNECTIONS),
+          MQTT_SESSION_EXPIRY_SECONDS: '300',
+        }
       : {};
   log(`starting the service (${BROKER} broker) and an embedded PostgreSQL`);
   const svc = await startBenchService(env);
@@ -120,18 +131,38 @@ async function main(): Promise<void> {
   };
   try {
     // Devices 000000.. as the generator names them, one template of 3 float attributes.
-    const { rows } = await svc.pool.query<{ id: string }>("INSERT INTO templates (tenant, label) VALUES ($1, 'soak') RETURNING id", [tenant]);
+    const { rows } = await svc.pool.query<{ id: string }>("INSERT INTO templates (tenant, label) VALUES ($1, 'soak') RETURNING id", [
+      tenant,
+    ]);
     for (const label of ['temperature', 'humidity', 'pressure']) {
-      await svc.pool.query("INSERT INTO template_attrs (tenant, template_id, label, type, value_type) VALUES ($1, $2, $3, 'dynamic', 'float')", [tenant, rows[0]!.id, label]);
+      await svc.pool.query(
+        "INSERT INTO template_attrs (tenant, template_id, label, type, value_type) VALUES ($1, $2, $3, 'dynamic', 'float')",
+        [tenant, rows[0]!.id, label],
+      );
     }
-    await svc.pool.query(`INSERT INTO devices (tenant, id, label) SELECT $1, lpad(to_hex(i), 6, '0'), 'dev' FROM generate_series(0, $2 - 1) i`, [tenant, DEVICES]);
-    await svc.pool.query(`INSERT INTO device_templates (tenant, device_id, template_id) SELECT $1, lpad(to_hex(i), 6, '0'), $3 FROM generate_series(0, $2 - 1) i`, [tenant, DEVICES, rows[0]!.id]);
+    await svc.pool.query(
+      `INSERT INTO devices (tenant, id, label) SELECT $1, lpad(to_hex(i), 6, '0'), 'dev' FROM generate_series(0, $2 - 1) i`,
+      [tenant, DEVICES],
+    );
+    await svc.pool.query(
+      `INSERT INTO device_templates (tenant, device_id, template_id) SELECT $1, lpad(to_hex(i), 6, '0'), $3 FROM generate_series(0, $2 - 1) i`,
+      [tenant, DEVICES, rows[0]!.id],
+    );
 
     let acked = 0;
     let hist: Histogram = new Map();
     let gap = 0;
     const gen = generator(
-      { url: mqttUrl, tenant, devices: { from: 0, count: DEVICES }, devicesPerConnection: 1, rate: START_RATE, window: WINDOW, connectConcurrency: 200, ackStats: true },
+      {
+        url: mqttUrl,
+        tenant,
+        devices: { from: 0, count: DEVICES },
+        devicesPerConnection: 1,
+        rate: START_RATE,
+        window: WINDOW,
+        connectConcurrency: 200,
+        ackStats: true,
+      },
       (p) => {
         acked = p.acked;
         if (p.acks) {
@@ -239,7 +270,8 @@ async function main(): Promise<void> {
     Object.assign(results, {
       perMinute: minutes,
       firstWindow: { storedPerSec: Math.round(mean(first, 'storedPerSec')), rssMb: Math.round(mean(first, 'rssMb')) },
-      secondWindow: warm.length > 0 ? { storedPerSec: Math.round(mean(warm, 'storedPerSec')), rssMb: Math.round(mean(warm, 'rssMb')) } : undefined,
+      secondWindow:
+        warm.length > 0 ? { storedPerSec: Math.round(mean(warm, 'storedPerSec')), rssMb: Math.round(mean(warm, 'rssMb')) } : undefined,
       lastWindow: { storedPerSec: Math.round(mean(last, 'storedPerSec')), rssMb: Math.round(mean(last, 'rssMb')) },
       rateRatio: Number(rateRatio.toFixed(3)),
       rssGrowthPct: Number((rssGrowth * 100).toFixed(1)),

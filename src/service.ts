@@ -76,7 +76,12 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     if (!config.databaseUrl || !config.jwtSecret || !config.pskEncryptionKey) await prepareDataDir(config.dataDir);
     let embeddedDb: EmbeddedDatabase | undefined;
     if (!config.databaseUrl) {
-      embeddedDb = await startEmbeddedDatabase({ dataDir: config.dataDir, port: config.embeddedPgPort, settings: config.embeddedPgSettings, log });
+      embeddedDb = await startEmbeddedDatabase({
+        dataDir: config.dataDir,
+        port: config.embeddedPgPort,
+        settings: config.embeddedPgSettings,
+        log,
+      });
       cleanup.push(() => embeddedDb!.stop());
       checkpoint();
     }

@@ -138,7 +138,10 @@ async function connectPublisher(opts: ExternalLinkOptions, prefix: string, versi
   publisher.on('error', (err) => opts.log.debug('actuation publisher error', { error: err.message }));
   try {
     await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`the actuation publisher could not connect to ${new URL(opts.url).host}`)), PUBLISHER_CONNECT_MS);
+      const timer = setTimeout(
+        () => reject(new Error(`the actuation publisher could not connect to ${new URL(opts.url).host}`)),
+        PUBLISHER_CONNECT_MS,
+      );
       publisher.once('connect', () => {
         clearTimeout(timer);
         resolve();
@@ -212,7 +215,9 @@ export class ExternalLink implements BrokerLink {
     const link = new ExternalLink(subscribers, publisher, version, prefix, onMessage, opts);
     // The slot's previous holder ran more connections: their sessions are ours to empty.
     if (previous && previous.connections > opts.connections) {
-      const extra = Array.from({ length: previous.connections - opts.connections }, (_, i) => subscriberClientId(prefix, opts.connections + i));
+      const extra = Array.from({ length: previous.connections - opts.connections }, (_, i) =>
+        subscriberClientId(prefix, opts.connections + i),
+      );
       link.startDrain(prefix, extra, false);
     } else {
       // Sessions left by instances that are gone (the last one to stop keeps its own) are drained at once.
@@ -239,7 +244,10 @@ export class ExternalLink implements BrokerLink {
       topics.map(
         (topic) =>
           new Promise<void>((resolve, reject) => {
-            const timer = setTimeout(() => reject(new BrokerUnavailable('the broker did not acknowledge in time')), this.opts.publishTimeoutMs);
+            const timer = setTimeout(
+              () => reject(new BrokerUnavailable('the broker did not acknowledge in time')),
+              this.opts.publishTimeoutMs,
+            );
             this.publisher.publish(topic, payload, { qos: 1, retain: false }, (err) => {
               clearTimeout(timer);
               if (err) reject(new BrokerUnavailable(err.message));
@@ -292,13 +300,15 @@ export class ExternalLink implements BrokerLink {
       if (this.left) {
         await Promise.all(this.subscribers.map((_, n) => endSession(this.opts.url, subscriberClientId(this.prefix, n), this.version)));
         await withTimeout(this.opts.leases.forget(this.prefix), 1000);
-        this.opts.log.info('left the share group and ended this instance\'s broker sessions');
+        this.opts.log.info("left the share group and ended this instance's broker sessions");
       } else {
         await withTimeout(this.opts.leases.release(this.prefix), 1000);
       }
     } catch (err) {
       // The lease runs out by itself; the sessions are then resumed or drained.
-      this.opts.log.warn('could not end or hand over the broker sessions; they are drained once the lease runs out', { error: (err as Error).message });
+      this.opts.log.warn('could not end or hand over the broker sessions; they are drained once the lease runs out', {
+        error: (err as Error).message,
+      });
     }
   }
 
@@ -327,7 +337,9 @@ export class ExternalLink implements BrokerLink {
       clearInterval(this.heartbeat);
       for (const c of this.subscribers) c.abandon();
       void this.stopDrain();
-      this.opts.log.error('another instance took this instance\'s broker sessions (its lease was not renewed in time)', { clientIds: this.prefix });
+      this.opts.log.error("another instance took this instance's broker sessions (its lease was not renewed in time)", {
+        clientIds: this.prefix,
+      });
       this.opts.onSessionsLost();
       return;
     }
@@ -363,7 +375,8 @@ export class ExternalLink implements BrokerLink {
       async (err: Error) => {
         await run.stop();
         if (forget) await this.opts.leases.release(prefix).catch(() => undefined);
-        if (!this.lost && !this.leaving) this.opts.log.warn('draining broker sessions failed; tried again later', { clientIds: `${clientIds[0]}..`, error: err.message });
+        if (!this.lost && !this.leaving)
+          this.opts.log.warn('draining broker sessions failed; tried again later', { clientIds: `${clientIds[0]}..`, error: err.message });
       },
     );
     const drain = { prefix, run, done };
@@ -384,5 +397,7 @@ export class ExternalLink implements BrokerLink {
 
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('timed out')), ms)))]).finally(() => clearTimeout(timer));
+  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('timed out')), ms)))]).finally(() =>
+    clearTimeout(timer),
+  );
 }

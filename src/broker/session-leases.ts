@@ -147,7 +147,10 @@ export class SessionLeases {
   /** Gives the lease up, the sessions kept: the next instance to start resumes them, or a running one drains them. */
   async release(prefix: string): Promise<void> {
     this.heldUntil.delete(prefix);
-    await this.pool.query('UPDATE broker_sessions SET lease_until = now(), draining = false WHERE prefix = $1 AND owner = $2', [prefix, this.opts.owner]);
+    await this.pool.query('UPDATE broker_sessions SET lease_until = now(), draining = false WHERE prefix = $1 AND owner = $2', [
+      prefix,
+      this.opts.owner,
+    ]);
   }
 
   /** The slot's sessions are ended: the slot is free. */

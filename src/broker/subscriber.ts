@@ -286,9 +286,10 @@ export class SubscriberConnection extends EventEmitter {
   }
 
   private connectPacket(): Buffer {
-    const properties = this.opts.version === 5
-      ? { sessionExpiryInterval: this.opts.sessionExpirySeconds, receiveMaximum: this.opts.receiveMaximum }
-      : undefined;
+    const properties =
+      this.opts.version === 5
+        ? { sessionExpiryInterval: this.opts.sessionExpirySeconds, receiveMaximum: this.opts.receiveMaximum }
+        : undefined;
     const username = this.url.username ? decodeURIComponent(this.url.username) : undefined;
     const password = this.url.password ? Buffer.from(decodeURIComponent(this.url.password)) : undefined;
     return mqttPacket.generate(

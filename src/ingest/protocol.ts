@@ -67,14 +67,15 @@ export type IngestSettings = Pick<Config, (typeof INGEST_CONFIG_KEYS)[number]> &
 };
 
 /** A shard worker's workerData (Piscina). */
-export type ShardWorkerSettings = Pick<IngestSettings, 'databaseUrl' | 'logLevel' | 'ingestBatchRows' | 'ingestBatchMs' | 'ingestCacheDevices' | 'registryCacheMaxAgeSeconds'> & {
+export type ShardWorkerSettings = Pick<
+  IngestSettings,
+  'databaseUrl' | 'logLevel' | 'ingestBatchRows' | 'ingestBatchMs' | 'ingestCacheDevices' | 'registryCacheMaxAgeSeconds'
+> & {
   /** The COPY turn shared by the shard workers (copy-turn.ts). */
   copyTurn: SharedArrayBuffer;
 };
 
-export type MainToRouter =
-  | { type: 'publish'; requestId: number; topics: string[]; payload: string }
-  | { type: 'stop'; timeoutMs: number };
+export type MainToRouter = { type: 'publish'; requestId: number; topics: string[]; payload: string } | { type: 'stop'; timeoutMs: number };
 
 export type RouterToMain =
   | { type: 'ready'; mqttPort: number | undefined; mode: string }

@@ -133,7 +133,8 @@ async function stop(timeoutMs: number): Promise<void> {
     new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), Math.max(0, deadline - Date.now())))),
   ]);
   clearTimeout(timer);
-  if (!drained) log.warn('shutdown: some messages were not committed in time; the broker delivers them again', { pending: router.unacknowledged });
+  if (!drained)
+    log.warn('shutdown: some messages were not committed in time; the broker delivers them again', { pending: router.unacknowledged });
   router.stop();
   post({ type: 'metrics', delta: router.takeMetrics() });
   await link?.close().catch((err: Error) => log.warn('closing the broker link failed', { error: err.message }));

@@ -133,7 +133,9 @@ export class RegistryEvents {
 
   /** Opens the listening connection, LISTENs, and watches it. */
   private async listen(): Promise<void> {
-    const client = new pg.Client({ connectionString: this.databaseUrl, application_name: LISTEN_APPLICATION_NAME,
+    const client = new pg.Client({
+      connectionString: this.databaseUrl,
+      application_name: LISTEN_APPLICATION_NAME,
       keepAlive: true,
       connectionTimeoutMillis: LISTEN_ANSWER_MS,
     });

@@ -103,7 +103,10 @@ describe('ListCache', () => {
 
   it('answers a page read before from the cache until the tenant changes', async () => {
     const c = new ListCache(HOUR);
-    const fetched = [['a', 'b'], ['a', 'c']];
+    const fetched = [
+      ['a', 'b'],
+      ['a', 'c'],
+    ];
     const counted = [3, 4];
     expect(await c.page('t', request(fetched, counted))).toEqual({ items: ['a', 'b'], matches: 3 });
     expect(await c.page('t', request(fetched, counted))).toEqual({ items: ['a', 'b'], matches: 3 });
@@ -119,7 +122,10 @@ describe('ListCache', () => {
     expect(await c.page('t', request([['c']], [], { page: { num: 2, size: 2, offset: 2 } }))).toEqual({ items: ['c'], matches: 3 });
     const records = [[{ id: 'a' }], [{ id: 'a2' }]];
     await c.page('u', { ...request([], [1]), fetchPage: async () => records.shift()!, cachePage: false });
-    expect(await c.page('u', { ...request([], []), fetchPage: async () => records.shift()!, cachePage: false })).toEqual({ items: [{ id: 'a2' }], matches: 1 });
+    expect(await c.page('u', { ...request([], []), fetchPage: async () => records.shift()!, cachePage: false })).toEqual({
+      items: [{ id: 'a2' }],
+      matches: 1,
+    });
   });
 
   it('reads a page and its count again once they are older than the maximum age', async () => {

@@ -23,7 +23,10 @@ async function label(svc: TestService, token: string, id: string): Promise<strin
 
 /** A device created through the API (its view is cached at creation); its id. */
 async function newDevice(svc: TestService, token: string, labelled: string): Promise<string> {
-  const res = await http<{ devices: Array<{ id: string }> }>('POST', `${svc.base}/device`, { token, body: { label: labelled, templates: [] } });
+  const res = await http<{ devices: Array<{ id: string }> }>('POST', `${svc.base}/device`, {
+    token,
+    body: { label: labelled, templates: [] },
+  });
   expect(res.status).toBe(200);
   return res.body.devices[0]!.id;
 }
@@ -73,10 +76,16 @@ describe('a registry change and its notification', () => {
   });
 
   it('a change that is made is heard by the other instances', async () => {
-    const res = await http<{ template: { id: number } }>('POST', `${svc.base}/template`, { token, body: { label: 'announced', attrs: [] } });
+    const res = await http<{ template: { id: number } }>('POST', `${svc.base}/template`, {
+      token,
+      body: { label: 'announced', attrs: [] },
+    });
     expect(res.status).toBe(200);
     const id = res.body.template.id;
-    await eventually(async () => heard.some((p) => p.includes('"templates.changed"') && p.includes(`[${id}]`)) || undefined, 'the notification');
+    await eventually(
+      async () => heard.some((p) => p.includes('"templates.changed"') && p.includes(`[${id}]`)) || undefined,
+      'the notification',
+    );
   });
 });
 
@@ -204,7 +213,10 @@ describe('cached entries with no notification at all', () => {
     await device.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ a: 2, b: 2 }), { qos: 1 });
     await eventually(async () => (await historyCount(svc.service.pool, tenant, d)) >= 3 || undefined, 'the second message');
     await sleep(300);
-    const { rows } = await svc.service.pool.query('SELECT attr, value FROM history WHERE tenant = $1 AND device_id = $2 ORDER BY ts, attr', [tenant, d]);
+    const { rows } = await svc.service.pool.query(
+      'SELECT attr, value FROM history WHERE tenant = $1 AND device_id = $2 ORDER BY ts, attr',
+      [tenant, d],
+    );
     expect(rows.map((r: { attr: string; value: unknown }) => `${r.attr}=${String(r.value)}`)).toEqual(['a=1', 'b=1', 'a=2']);
   });
 });
@@ -225,9 +237,9 @@ describe('a value the cached device model does not know', () => {
   });
 
   const values = async (d: string) =>
-    (await svc.service.pool.query('SELECT attr, value FROM history WHERE tenant = $1 AND device_id = $2 ORDER BY ts, attr', [tenant, d])).rows.map(
-      (r: { attr: string; value: string }) => `${r.attr}=${r.value}`,
-    );
+    (
+      await svc.service.pool.query('SELECT attr, value FROM history WHERE tenant = $1 AND device_id = $2 ORDER BY ts, attr', [tenant, d])
+    ).rows.map((r: { attr: string; value: string }) => `${r.attr}=${r.value}`);
 
   it('is checked against the database before it is dropped: an attribute added meanwhile is stored', async () => {
     const t = await createTemplate(svc.service.pool, tenant, 'grows', [{ label: 'a', type: 'dynamic', value_type: 'float' }]);
@@ -235,8 +247,14 @@ describe('a value the cached device model does not know', () => {
     await device.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ a: 1 }), { qos: 1 });
     await eventually(async () => (await historyCount(svc.service.pool, tenant, d)) === 1 || undefined, 'the first value'); // model cached
     // Another instance adds attribute b (and changes a's type); its notification is lost.
-    await svc.service.pool.query("INSERT INTO template_attrs (tenant, template_id, label, type, value_type) VALUES ($1, $2, 'b', 'dynamic', 'float')", [tenant, t]);
-    await svc.service.pool.query("UPDATE template_attrs SET value_type = 'string' WHERE tenant = $1 AND template_id = $2 AND label = 'a'", [tenant, t]);
+    await svc.service.pool.query(
+      "INSERT INTO template_attrs (tenant, template_id, label, type, value_type) VALUES ($1, $2, 'b', 'dynamic', 'float')",
+      [tenant, t],
+    );
+    await svc.service.pool.query("UPDATE template_attrs SET value_type = 'string' WHERE tenant = $1 AND template_id = $2 AND label = 'a'", [
+      tenant,
+      t,
+    ]);
     await sleep(1500); // the cached model is now older than the messages by more than RECHECK_AFTER_MS
     await device.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ a: 'two', b: 2 }), { qos: 1 });
     await eventually(async () => (await historyCount(svc.service.pool, tenant, d)) >= 3 || undefined, 'the new values', 10_000);
@@ -253,7 +271,8 @@ describe('a value the cached device model does not know', () => {
     await device.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ a: 2, nope: 2 }), { qos: 1 });
     await eventually(async () => (await historyCount(svc.service.pool, tenant, d)) === 2 || undefined, 'the second value');
     await eventually(
-      async () => metric((await http('GET', `${svc.base}/metrics`)).text, 'ingest_dropped_total{reason="unknown_key"}') === before + 1 || undefined,
+      async () =>
+        metric((await http('GET', `${svc.base}/metrics`)).text, 'ingest_dropped_total{reason="unknown_key"}') === before + 1 || undefined,
       'the drop counted once',
     );
     expect(await values(d)).toEqual(['a=1', 'a=2']);

@@ -55,7 +55,9 @@ describe('an unreachable broker', () => {
     const port = await freePort();
     const svc = spawnService(await testEnv({ MQTT_URL: `mqtt://127.0.0.1:${port}`, LOG_LEVEL: 'error' }));
     expect(await svc.exited).toBe(2);
-    expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(new RegExp(`^start failed: ingest could not start: cannot reach the broker at 127.0.0.1:${port} \\(MQTT_URL\\)`));
+    expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(
+      new RegExp(`^start failed: ingest could not start: cannot reach the broker at 127.0.0.1:${port} \\(MQTT_URL\\)`),
+    );
   });
 
   it('MQTT_URL naming something that accepts TCP but never answers MQTT fails within seconds, saying so', async () => {
@@ -67,7 +69,9 @@ describe('an unreachable broker', () => {
       const svc = spawnService(await testEnv({ MQTT_URL: `mqtt://127.0.0.1:${port}`, LOG_LEVEL: 'error' }));
       expect(await svc.exited).toBe(2);
       expect(Date.now() - t0).toBeLessThan(40_000);
-      expect(svc.output.filter((l) => l.trim()).at(-1)).toBe(`start failed: ingest could not start: no MQTT answer from 127.0.0.1:${port} within 10 s (MQTT_URL)`);
+      expect(svc.output.filter((l) => l.trim()).at(-1)).toBe(
+        `start failed: ingest could not start: no MQTT answer from 127.0.0.1:${port} within 10 s (MQTT_URL)`,
+      );
     } finally {
       silent.close();
     }

@@ -12,15 +12,24 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const now = (n: number) => new Float64Array(n).fill(Date.now() * 1000);
 
 describe('the shard device cache', () => {
-  const model = (tenant: string, id: string, templateIds: number[]) => ({ ...buildDeviceModel(tenant, id, []), templateIds }) as DeviceModel;
+  const model = (tenant: string, id: string, templateIds: number[]) =>
+    ({ ...buildDeviceModel(tenant, id, []), templateIds }) as DeviceModel;
 
   /** A cache over `registry`, recording the device ids of every load. */
   const cacheOver = (registry: Map<string, DeviceModel>, maxAgeMs = HOUR) => {
     const loads: string[][] = [];
-    const cache = new DeviceCache(async (devices) => {
-      loads.push(devices.map((d) => d.id));
-      return new Map(devices.filter((d) => registry.has(`${d.tenant}/${d.id}`)).map((d) => [`${d.tenant}/${d.id}`, registry.get(`${d.tenant}/${d.id}`)!]));
-    }, 100, maxAgeMs);
+    const cache = new DeviceCache(
+      async (devices) => {
+        loads.push(devices.map((d) => d.id));
+        return new Map(
+          devices
+            .filter((d) => registry.has(`${d.tenant}/${d.id}`))
+            .map((d) => [`${d.tenant}/${d.id}`, registry.get(`${d.tenant}/${d.id}`)!]),
+        );
+      },
+      100,
+      maxAgeMs,
+    );
     return { cache, loads };
   };
 
@@ -48,11 +57,15 @@ describe('the shard device cache', () => {
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
     let calls = 0;
-    const cache = new DeviceCache(async () => {
-      calls++;
-      if (calls === 1) await gate;
-      return new Map();
-    }, 100, HOUR);
+    const cache = new DeviceCache(
+      async () => {
+        calls++;
+        if (calls === 1) await gate;
+        return new Map();
+      },
+      100,
+      HOUR,
+    );
     const pending = cache.resolve(['t/x'], now(1));
     cache.invalidate({ type: 'devices.changed', tenant: 't', deviceIds: ['x'] });
     release();

@@ -82,7 +82,14 @@ describe.skipIf(!hasMosquitto)('several instances on one broker (Mosquitto)', ()
   beforeAll(async () => {
     broker = await startMosquitto(path.join(projectRoot, 'test/ingest/fixtures/mosquitto.conf'));
     // The defaults where they matter here: no MQTT_SHARE_GROUP; one MQTT_CLIENT_ID for all.
-    baseEnv = await testEnv({ MQTT_URL: broker.url, MQTT_SHARE_GROUP: undefined, LOG_LEVEL: 'info', MQTT_SUBSCRIBER_CONNECTIONS: '3', INGEST_WORKERS: '1', MQTT_SESSION_EXPIRY_SECONDS: '600' });
+    baseEnv = await testEnv({
+      MQTT_URL: broker.url,
+      MQTT_SHARE_GROUP: undefined,
+      LOG_LEVEL: 'info',
+      MQTT_SUBSCRIBER_CONNECTIONS: '3',
+      INGEST_WORKERS: '1',
+      MQTT_SESSION_EXPIRY_SECONDS: '600',
+    });
     db = new pg.Pool({ connectionString: baseEnv.DATABASE_URL, max: 2 });
     const first = await launch(baseEnv); // creates the schema
     await stop(first);
@@ -129,15 +136,23 @@ describe.skipIf(!hasMosquitto)('several instances on one broker (Mosquitto)', ()
       for (const [id, acked] of f.acked) for (const n of acked) if (!stored.has(`${id}#${n}`)) missing++;
       return { missing, duplicates: rows.filter((r) => r.n > 1).length };
     };
-    return eventually(async () => {
-      const c = await count();
-      return c.missing === 0 ? c : undefined;
-    }, 'every acknowledged message stored', timeoutMs).catch(() => count());
+    return eventually(
+      async () => {
+        const c = await count();
+        return c.missing === 0 ? c : undefined;
+      },
+      'every acknowledged message stored',
+      timeoutMs,
+    ).catch(() => count());
   }
 
   const until = (cond: () => boolean, what: string) => eventually(async () => cond() || undefined, what, 60_000);
   const prefixOf = async (s: SpawnedService) => JSON.parse(await s.waitFor(/connected to the MQTT broker/)).clientIds as string;
-  const stored = async (s: SpawnedService) => metric(await (await fetch(`${loggedAddress(await s.waitFor(/public HTTP API listening/))}/metrics`)).text(), 'ingest_messages_stored_total');
+  const stored = async (s: SpawnedService) =>
+    metric(
+      await (await fetch(`${loggedAddress(await s.waitFor(/public HTTP API listening/))}/metrics`)).text(),
+      'ingest_messages_stored_total',
+    );
 
   it('instances started with the same settings take their own client ids in one share group: each message stored once, no session taken over', async () => {
     const a = await launch(baseEnv);
@@ -168,7 +183,7 @@ describe.skipIf(!hasMosquitto)('several instances on one broker (Mosquitto)', ()
     await f.start();
     await until(() => f.total > 2000, 'messages published');
     await stop(b);
-    expect(b.output.some((l) => l.includes('ended this instance\'s broker sessions'))).toBe(true);
+    expect(b.output.some((l) => l.includes("ended this instance's broker sessions"))).toBe(true);
     const atStop = f.total;
     await until(() => f.total > atStop + 2000, 'messages published after the stop');
     await f.stop();
@@ -193,14 +208,21 @@ describe.skipIf(!hasMosquitto)('several instances on one broker (Mosquitto)', ()
     await until(() => f.total > afterDrain + 1000, 'messages published after the drain');
     await f.stop();
     const result = await settle(tenant, f, 30_000);
-    console.log(`instance killed mid-run: ${f.total} messages acknowledged by the broker, ${result.missing} missing, ${result.duplicates} stored more than once`);
+    console.log(
+      `instance killed mid-run: ${f.total} messages acknowledged by the broker, ${result.missing} missing, ${result.duplicates} stored more than once`,
+    );
     expect(result.missing).toBe(0);
   }, 180_000);
 
   it('after the upgrade to one default share group, a session still subscribed in the old default group (MQTT_CLIENT_ID) leaves it: nothing stored twice', async () => {
     // The session of connection 0 of a single instance as the versions before leases left it.
     const base = `${baseEnv.MQTT_CLIENT_ID}-old`;
-    const old = await deviceClient(broker.url, { clientId: `${base}-0`, protocolVersion: 5, clean: false, properties: { sessionExpiryInterval: 600 } });
+    const old = await deviceClient(broker.url, {
+      clientId: `${base}-0`,
+      protocolVersion: 5,
+      clean: false,
+      properties: { sessionExpiryInterval: 600 },
+    });
     await old.subscribeAsync([`$share/${base}/+/attrs`, `$share/${base}//+/+/attrs`], { qos: 1 });
     await old.endAsync();
     const a = await launch({ ...baseEnv, MQTT_CLIENT_ID: base, MQTT_SUBSCRIBER_CONNECTIONS: '1' });

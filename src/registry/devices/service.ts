@@ -146,14 +146,18 @@ export class DeviceService {
    */
   async listJson(tenant: string, q: DeviceQuery, page: Page): Promise<{ views: string[]; matches: number }> {
     if (!filtersCanMatch(q.filters)) return { views: [], matches: 0 };
-    const { items, matches } = await this.findPage(tenant, q, page, true, (plan) => repo.listDevicePageIds(this.pool, tenant, q, page, plan));
+    const { items, matches } = await this.findPage(tenant, q, page, true, (plan) =>
+      repo.listDevicePageIds(this.pool, tenant, q, page, plan),
+    );
     return { views: await this.viewsJson(tenant, items), matches };
   }
 
   /** An internal page (keys opened) and the number of matches. */
   async listInternal(tenant: string, q: DeviceQuery, page: Page): Promise<{ devices: DeviceRecord[]; matches: number }> {
     if (!filtersCanMatch(q.filters)) return { devices: [], matches: 0 };
-    const { items, matches } = await this.findPage(tenant, q, page, false, (plan) => repo.listDevices(this.pool, tenant, q, page, plan, true));
+    const { items, matches } = await this.findPage(tenant, q, page, false, (plan) =>
+      repo.listDevices(this.pool, tenant, q, page, plan, true),
+    );
     return { devices: items.map((d) => this.openKeys(tenant, d)), matches };
   }
 
@@ -161,7 +165,13 @@ export class DeviceService {
    * One page and the number of matches (counted only when neither the cache nor the page tells
    * it). `cachePage`: the page is of ids, kept and answered from the cache (ListCache).
    */
-  private findPage<T>(tenant: string, q: DeviceQuery, page: Page, cachePage: boolean, fetch: (plan: repo.AttrPlan) => Promise<T[]>): Promise<{ items: T[]; matches: number }> {
+  private findPage<T>(
+    tenant: string,
+    q: DeviceQuery,
+    page: Page,
+    cachePage: boolean,
+    fetch: (plan: repo.AttrPlan) => Promise<T[]>,
+  ): Promise<{ items: T[]; matches: number }> {
     // With attr= filters the count comes first: few matches are found best as a set, many by
     // walking the devices in page order.
     return this.lists.page(tenant, {
@@ -344,7 +354,6 @@ export class DeviceService {
         break;
     }
   }
-
 }
 
 const changedEvent = (tenant: string, deviceIds: string[]): RegistryEvent =>

@@ -19,7 +19,11 @@ const MAX_EVENT_IDS = 1000;
 const identity = (a: { label: string; type: string }) => `${a.type}\u0000${a.label}`;
 
 /** Rows for new attributes (ids in input order) and for new metadata of kept attributes. */
-async function newRows(db: pg.PoolClient, attrs: AttrInput[], metaOfKept: Array<{ parentId: number; meta: AttrInput }>): Promise<NewAttrRow[]> {
+async function newRows(
+  db: pg.PoolClient,
+  attrs: AttrInput[],
+  metaOfKept: Array<{ parentId: number; meta: AttrInput }>,
+): Promise<NewAttrRow[]> {
   const count = attrs.reduce((n, a) => n + 1 + a.metadata.length, 0) + metaOfKept.length;
   const ids = await repo.reserveAttrIds(db, count);
   let next = 0;
@@ -127,7 +131,15 @@ export class TemplateService {
     if (id === undefined) throw errors.noSuchTemplate(rawId);
     return this.events.change(async (c, announce) => {
       if (!(await repo.lockTemplate(c, tenant, id))) throw errors.noSuchTemplate(rawId);
-      if (await repo.labelsClashOnDevices(c, tenant, id, input.attrs.map((a) => a.label))) throw errors.repeatedAttributes();
+      if (
+        await repo.labelsClashOnDevices(
+          c,
+          tenant,
+          id,
+          input.attrs.map((a) => a.label),
+        )
+      )
+        throw errors.repeatedAttributes();
       const current = (await repo.getTemplates(c, tenant, [id]))[0]!;
       const old = new Map(current.attrs.map((a) => [identity(a), a]));
       const removed: number[] = [];
