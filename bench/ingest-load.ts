@@ -11,6 +11,7 @@
 // the parent every 200 ms: { sent, acked, connected }.
 import net from 'node:net';
 import mqttPacket from 'mqtt-packet';
+import { AckStats } from './lib/ack-stats.js';
 
 export interface LoadConfig {
   url: string;
@@ -22,6 +23,8 @@ export interface LoadConfig {
   rate: number;
   window: number;
   connectConcurrency: number;
+  /** Time every message to its PUBACK: progress then carries `acks` (bench/lib/ack-stats.ts). */
+  ackStats?: boolean;
 }
 
 export interface LoadProgress {
@@ -30,6 +33,8 @@ export interface LoadProgress {
   acked: number;
   connected: number;
   failed: number;
+  /** With `ackStats`: latencies (histogram pairs) and the longest gap without a PUBACK since the previous report. */
+  acks?: { lat: Array<[number, number]>; maxGapMs: number };
 }
 
 const PAYLOAD = Buffer.from(JSON.stringify({ temperature: 21.5, humidity: 40.25, pressure: 1013.2 }));
@@ -46,6 +51,8 @@ interface Conn {
   lanes: Lane[];
   /** packet id -> lane index */
   pending: Map<number, number>;
+  /** packet id -> performance.now() when sent (with `ackStats`). */
+  sentAt: Map<number, number>;
   nextId: number;
   ready: boolean;
   rest: Buffer | undefined;
@@ -71,6 +78,7 @@ export async function runLoad(
   let acked = 0;
   let failed = 0;
   let running = true;
+  const ackStats = cfg.ackStats ? new AckStats() : undefined;
 
   const send = (c: Conn, laneIndex: number) => {
     const lane = c.lanes[laneIndex]!;
@@ -83,6 +91,7 @@ export async function runLoad(
     buf[lane.idAt] = id >> 8;
     buf[lane.idAt + 1] = id & 0xff;
     c.pending.set(id, laneIndex);
+    if (ackStats) c.sentAt.set(id, performance.now());
     lane.inflight++;
     sent++;
     c.socket.write(buf);
@@ -92,6 +101,11 @@ export async function runLoad(
     const laneIndex = c.pending.get(id);
     if (laneIndex === undefined) return;
     c.pending.delete(id);
+    if (ackStats) {
+      const now = performance.now();
+      ackStats.record(now - c.sentAt.get(id)!, now);
+      c.sentAt.delete(id);
+    }
     const lane = c.lanes[laneIndex]!;
     lane.inflight--;
     acked++;
@@ -129,6 +143,7 @@ export async function runLoad(
         socket,
         lanes: devices.map((d) => publishTemplate(`${cfg.tenant}:${d}/attrs`)),
         pending: new Map(),
+        sentAt: new Map(),
         nextId: 1,
         ready: false,
         rest: undefined,
@@ -195,11 +210,16 @@ export async function runLoad(
       }
     }, 5);
   }
-  const reporter = setInterval(
-    () => report({ type: 'progress', sent, acked, connected: conns.filter((c) => c.ready).length, failed }),
-    200,
-  );
-  report({ type: 'progress', sent, acked, connected: conns.filter((c) => c.ready).length, failed });
+  const progress = (): LoadProgress => ({
+    type: 'progress',
+    sent,
+    acked,
+    connected: conns.filter((c) => c.ready).length,
+    failed,
+    ...(ackStats ? { acks: ackStats.take(performance.now()) } : {}),
+  });
+  const reporter = setInterval(() => report(progress()), 200);
+  report(progress());
 
   return {
     setRate(rate: number) {
@@ -213,7 +233,7 @@ export async function runLoad(
       while (conns.some((c) => c.pending.size > 0 && !c.socket.destroyed) && Date.now() < deadline)
         await new Promise((r) => setTimeout(r, 20));
       clearInterval(reporter);
-      report({ type: 'progress', sent, acked, connected: conns.filter((c) => c.ready).length, failed });
+      report(progress());
       for (const c of conns) c.socket.end(Buffer.from([0xe0, 0x00]));
     },
   };

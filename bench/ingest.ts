@@ -151,6 +151,8 @@ async function startService(databaseUrl: string): Promise<Service> {
       DATABASE_URL: databaseUrl,
       MQTT_URL,
       MQTT_CLIENT_ID: clientId,
+      // A group of its own: the machine's broker may serve other services in the default group.
+      MQTT_SHARE_GROUP: clientId,
       MQTT_SESSION_EXPIRY_SECONDS: '60',
       MQTT_SUBSCRIBER_CONNECTIONS: String(CONNECTIONS),
       PSK_ENCRYPTION_KEY: crypto.randomBytes(32).toString('hex'),

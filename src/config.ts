@@ -23,11 +23,17 @@ export interface Config {
   mqttUrl: string | undefined;
   mqttHost: string;
   mqttPort: number;
-  /** Client id prefix of the service's own subscriber connections (persistent sessions). */
+  /**
+   * Client id base of the service's broker connections (persistent sessions). Each instance leases
+   * a slot of it in the database: `<base>` for the first, `<base>.1`, `<base>.2`... for the others
+   * (src/broker/session-leases.ts), so instances started with the same settings never share ids.
+   */
   mqttClientId: string;
   mqttSubscriberConnections: number;
   /** Shared-subscription group of the ingest subscribers; instances of one deployment share it. */
   mqttShareGroup: string;
+  /** How long an instance's broker sessions stay its own without a heartbeat; then a surviving instance drains them. */
+  mqttSessionLeaseSeconds: number;
   /** How long the broker keeps the subscribers' sessions (and queues their messages) while the service is away. */
   mqttSessionExpirySeconds: number;
   /** MQTT 5 Receive Maximum of each subscriber connection: messages in flight before the broker waits for acks. */
@@ -47,6 +53,12 @@ export interface Config {
   deviceCacheSize: number;
   /** Serialised template views kept in memory for GET /template and /template/{id}; 0 disables the cache. */
   templateCacheSize: number;
+  /**
+   * The longest any registry cache entry is used (HTTP views and list pages, the ingest device
+   * models, the embedded broker's device directory) before it is read again: the bound on
+   * staleness should a change notification ever be missed.
+   */
+  registryCacheMaxAgeSeconds: number;
   ingestWorkers: number;
   ingestBatchRows: number;
   ingestBatchMs: number;
@@ -189,7 +201,9 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
   if (!/^[A-Za-z0-9_.-]{1,40}$/.test(mqttClientId)) {
     throw new ConfigError('MQTT_CLIENT_ID', `must be 1-40 letters, digits, '.', '_' or '-', got "${mqttClientId}"`);
   }
-  const mqttShareGroup = value(env, 'MQTT_SHARE_GROUP') ?? mqttClientId;
+  // One group for every instance of a deployment, whatever their client ids (several groups
+  // would each receive, and store, every message).
+  const mqttShareGroup = value(env, 'MQTT_SHARE_GROUP') ?? 'device-registry';
   if (!/^[A-Za-z0-9_.-]{1,64}$/.test(mqttShareGroup)) {
     throw new ConfigError('MQTT_SHARE_GROUP', `must be 1-64 letters, digits, '.', '_' or '-', got "${mqttShareGroup}"`);
   }
@@ -210,6 +224,7 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     mqttSubscriberConnections: integer(env, 'MQTT_SUBSCRIBER_CONNECTIONS', 8, 1, 256),
     mqttShareGroup,
     mqttSessionExpirySeconds: integer(env, 'MQTT_SESSION_EXPIRY_SECONDS', 86400, 1, 0xffffffff),
+    mqttSessionLeaseSeconds: integer(env, 'MQTT_SESSION_LEASE_SECONDS', 15, 3, 3600),
     mqttReceiveMaximum: integer(env, 'MQTT_RECEIVE_MAXIMUM', 10000, 1, 65535),
     logLevel: logLevel as LogLevel,
     jwtSecret: secret(env, 'JWT_SECRET'),
@@ -222,6 +237,7 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     maxDeviceCount: integer(env, 'MAX_DEVICE_COUNT', 10000, 1, 1_000_000),
     deviceCacheSize: integer(env, 'DEVICE_CACHE_SIZE', 100_000, 0, 10_000_000),
     templateCacheSize: integer(env, 'TEMPLATE_CACHE_SIZE', 100_000, 0, 10_000_000),
+    registryCacheMaxAgeSeconds: integer(env, 'REGISTRY_CACHE_MAX_AGE_SECONDS', 60, 1, 86_400),
     ingestWorkers: integer(env, 'INGEST_WORKERS', cores, 1, 256),
     ingestBatchRows: integer(env, 'INGEST_BATCH_ROWS', 5000, 1, 1_000_000),
     ingestBatchMs: integer(env, 'INGEST_BATCH_MS', 50, 1, 60_000),

@@ -115,12 +115,14 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     cleanup.push(() => ingest.stop());
     checkpoint();
 
-    const templates = new TemplateService(pool, events, config.templateCacheSize);
+    const cacheMaxAgeMs = config.registryCacheMaxAgeSeconds * 1000;
+    const templates = new TemplateService(pool, events, { cacheSize: config.templateCacheSize, cacheMaxAgeMs });
     // DATABASE_URL without PSK_ENCRYPTION_KEY is refused by config; the embedded database keeps a generated key.
     const pskKey = config.pskEncryptionKey ?? (await loadOrCreateKey(config.dataDir, 'psk-key'));
-    const psk = new PskService(pool, events, new KeySealer(pskKey));
+    const psk = new PskService(events, new KeySealer(pskKey));
     const devices = new DeviceService(pool, events, {
       cacheSize: config.deviceCacheSize,
+      cacheMaxAgeMs,
       openKey: (sealed, place) => psk.open(sealed, place),
     });
     // The API description (built here) and the query checks (compiled by startHttp) use the

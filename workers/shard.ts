@@ -26,7 +26,7 @@ pool.on('error', (err) => log.debug('idle database connection failed', { error: 
 const retry = new DatabaseRetry(log);
 const writer = new HistoryWriter(pool, log, retry, new CopyTurn(settings.copyTurn));
 const registry = new RegistryReader(pool, retry, log, new SchemaPool());
-const cache = new DeviceCache((devices) => registry.load(devices), settings.ingestCacheDevices);
+const cache = new DeviceCache((devices) => registry.load(devices), settings.ingestCacheDevices, settings.registryCacheMaxAgeSeconds * 1000);
 const actor = new ShardActor(cache, writer, { batchRows: settings.ingestBatchRows, batchMs: settings.ingestBatchMs, log });
 
 const channel = new BroadcastChannel(REGISTRY_CHANNEL);

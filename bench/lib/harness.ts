@@ -15,6 +15,10 @@ import { projectRoot } from '../../src/paths.js';
 export interface BenchService {
   base: string;
   internal: string;
+  /** The service process (for its RSS and CPU). */
+  pid: number;
+  /** The embedded broker's address; undefined with MQTT_URL. */
+  mqttUrl: string | undefined;
   pool: pg.Pool;
   token: string;
   stop(): Promise<void>;
@@ -74,6 +78,11 @@ export async function startBenchService(env: Record<string, string> = {}, nodeAr
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const addressOf = (line: string) => (JSON.parse(line) as { address: string }).address;
+  let mqttUrl: string | undefined;
+  const onBrokerLine = (chunk: Buffer) => {
+    for (const line of chunk.toString('utf8').split('\n')) if (line.includes('embedded MQTT broker listening')) mqttUrl = addressOf(line);
+  };
+  child.stdout!.on('data', onBrokerLine);
   const publicLine = waitForLine(child, /public HTTP API listening/);
   const internalLine = waitForLine(child, /internal HTTP API listening/);
   let base: string;
@@ -87,7 +96,8 @@ export async function startBenchService(env: Record<string, string> = {}, nodeAr
     await db.stop();
     throw err;
   }
-  child.stdout.resume();
+  child.stdout!.off('data', onBrokerLine);
+  child.stdout!.resume();
   const res = await fetch(`${base}/auth`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
@@ -98,6 +108,8 @@ export async function startBenchService(env: Record<string, string> = {}, nodeAr
   return {
     base,
     internal,
+    pid: child.pid!,
+    mqttUrl,
     pool,
     token: jwt,
     async stop() {

@@ -1,17 +1,20 @@
 // Which devices exist, for the embedded broker's authorisation: one query per unknown device,
-// then cached (present or absent) until a registry event says otherwise. A lookup that ran
-// while an event arrived is not cached (it may have read the registry before the change).
+// then cached (present or absent) until a registry event says otherwise, or for `maxAgeMs` at
+// most (REGISTRY_CACHE_MAX_AGE_SECONDS: events can be missed). A lookup that ran while an event
+// arrived is not cached (it may have read the registry before the change).
 import { setImmediate } from 'node:timers/promises';
 import type pg from 'pg';
 import type { RegistryEvent } from '../registry/events.js';
 import { deviceKey } from '../topics.js';
 
 export class DeviceDirectory {
-  private readonly known = new Map<string, boolean>();
+  /** Whether the device exists, and when that was read (performance.now()). */
+  private readonly known = new Map<string, { exists: boolean; at: number }>();
   private generation = 0;
 
   constructor(
     private readonly pool: pg.Pool,
+    private readonly maxAgeMs: number,
     private readonly capacity = 1_000_000,
   ) {}
 
@@ -20,8 +23,9 @@ export class DeviceDirectory {
     await setImmediate();
     const key = deviceKey(tenant, id);
     const hit = this.known.get(key);
-    if (hit !== undefined) return hit;
+    if (hit !== undefined && performance.now() - hit.at <= this.maxAgeMs) return hit.exists;
     const gen = this.generation;
+    const at = performance.now();
     const { rowCount } = await this.pool.query({
       name: 'broker-device-exists',
       text: 'SELECT 1 FROM devices WHERE tenant = $1 AND id = $2',
@@ -30,7 +34,7 @@ export class DeviceDirectory {
     const exists = (rowCount ?? 0) > 0;
     if (gen === this.generation) {
       if (this.known.size >= this.capacity) this.known.clear();
-      this.known.set(key, exists);
+      this.known.set(key, { exists, at });
     }
     return exists;
   }

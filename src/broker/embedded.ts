@@ -113,8 +113,10 @@ export class EmbeddedLink implements BrokerLink {
     log: Logger;
     inbox: Inbox;
     maxMessageBytes: number;
+    /** The longest a device lookup is used (REGISTRY_CACHE_MAX_AGE_SECONDS). */
+    cacheMaxAgeMs: number;
   }): Promise<EmbeddedLink> {
-    const directory = new DeviceDirectory(opts.pool);
+    const directory = new DeviceDirectory(opts.pool, opts.cacheMaxAgeMs);
     const auth = new DeviceAuthorisation(directory, opts.inbox, opts.log);
     const broker = await startEmbeddedBroker({
       host: opts.host,

@@ -1,30 +1,51 @@
 // The link to an external broker (MQTT_URL, e.g. Mosquitto, EMQX):
 //   - ingest: MQTT_SUBSCRIBER_CONNECTIONS connections in one MQTT 5 shared subscription
-//     (`$share/<group>/+/attrs` and `$share/<group>//+/+/attrs`), each with its own fixed client
-//     id (`<MQTT_CLIENT_ID>-<n>`), a persistent session and a large Receive Maximum, so the
-//     broker spreads the load and keeps messages while the service is away. A broker that
-//     refuses MQTT 5 (aedes) gets one MQTT 3.1.1 connection with plain subscriptions instead
-//     (several 3.1.1 connections would each receive every message).
-//   - actuation: one mqtt.js publisher connection (`<MQTT_CLIENT_ID>-actuation`); a
-//     configuration message counts as sent once the broker acknowledged it (QoS 1 PUBACK).
+//     (`$share/<group>/+/attrs` and `$share/<group>//+/+/attrs`), each with its own client id
+//     (`<prefix>-<n>`), a persistent session and a large Receive Maximum, so the broker spreads
+//     the load and keeps messages while the service is away. A broker that refuses MQTT 5
+//     (aedes) gets one MQTT 3.1.1 connection with plain subscriptions instead (several 3.1.1
+//     connections would each receive every message).
+//   - the prefix is the slot of MQTT_CLIENT_ID this instance leases (session-leases.ts), renewed
+//     every third of MQTT_SESSION_LEASE_SECONDS; on each renewal the link also looks for a slot
+//     of its share group whose lease ran out (an instance that died) and drains it
+//     (session-drain.ts). Should its own lease be taken (it could not renew in time), it says
+//     so (`onSessionsLost`) and must be started again.
+//   - leaving (shutdown): when another instance of the share group runs, the subscribers
+//     unsubscribe, take what the broker had queued for them, and end their sessions; the last
+//     instance keeps its sessions instead, so that the broker queues for the deployment until
+//     an instance is back (it resumes them). Either way nothing routed to this instance is left
+//     in a session nobody will read.
+//   - actuation: one mqtt.js publisher connection (`<prefix>-actuation`); a configuration message
+//     counts as sent once the broker acknowledged it (QoS 1 PUBACK).
 import mqtt from 'mqtt';
 import type { Logger } from '../log.js';
 import { ATTRS_FILTERS, parseDeviceTopic, type DeviceTopic } from '../topics.js';
 import { ProtocolRefused, SubscriberConnection, type MqttVersion } from './subscriber.js';
 import { BrokerUnavailable } from '../errors.js';
 import { type AckHandle, type BrokerLink, type Inbox } from './link.js';
+import { endSession, SessionDrain } from './session-drain.js';
+import type { SessionLeases } from './session-leases.js';
 
 const TOPIC_CACHE = 200_000;
 /** How long the start waits for the actuation publisher's first connection. */
 const PUBLISHER_CONNECT_MS = 10_000;
 
-/** Client id of ingest subscriber connection `n` (0-based) of a service whose MQTT_CLIENT_ID is `base`. */
-export function subscriberClientId(base: string, n: number): string {
-  return `${base}-${n}`;
+/** How long a leaving instance waits for what its sessions held to stop coming. */
+const LEAVING_QUIET_MS = 300;
+
+/** Client id of ingest subscriber connection `n` (0-based) of an instance whose client id prefix is `prefix`. */
+export function subscriberClientId(prefix: string, n: number): string {
+  return `${prefix}-${n}`;
+}
+
+/** The subscription filters of a share group (MQTT 5), or the plain ones (3.1.1). */
+function filtersOf(version: MqttVersion, shareGroup: string): string[] {
+  return version === 5 ? ATTRS_FILTERS.map((f) => `$share/${shareGroup}/${f}`) : [...ATTRS_FILTERS];
 }
 
 export interface ExternalLinkOptions {
   url: string;
+  /** MQTT_CLIENT_ID: the base of the leased prefixes. */
   clientId: string;
   connections: number;
   shareGroup: string;
@@ -32,6 +53,17 @@ export interface ExternalLinkOptions {
   receiveMaximum: number;
   publishTimeoutMs: number;
   log: Logger;
+  leases: SessionLeases;
+  leaseSeconds: number;
+  /** Another instance took this instance's sessions (its lease ran out unrenewed): stop, and start again. */
+  onSessionsLost(): void;
+}
+
+/** The leased slot the subscribers run on, and what its previous holder left. */
+interface Slot {
+  prefix: string;
+  /** A share group the sessions were subscribed in before (to leave). */
+  staleGroup: string | undefined;
 }
 
 type OnMessage = (topic: string, payload: Buffer, ack: AckHandle) => void;
@@ -58,18 +90,21 @@ function toInbox(inbox: Inbox): OnMessage {
  */
 async function connectSubscribers(
   opts: ExternalLinkOptions,
+  slot: Slot,
   onMessage: OnMessage,
 ): Promise<{ subscribers: SubscriberConnection[]; version: MqttVersion }> {
   const make = (n: number, version: MqttVersion) =>
     new SubscriberConnection({
       url: opts.url,
-      clientId: subscriberClientId(opts.clientId, n),
+      clientId: subscriberClientId(slot.prefix, n),
       version,
-      filters: version === 5 ? ATTRS_FILTERS.map((f) => `$share/${opts.shareGroup}/${f}`) : [...ATTRS_FILTERS],
+      filters: filtersOf(version, opts.shareGroup),
+      ...(version === 5 && slot.staleGroup !== undefined ? { staleFilters: filtersOf(5, slot.staleGroup) } : {}),
       sessionExpirySeconds: opts.sessionExpirySeconds,
       receiveMaximum: opts.receiveMaximum,
       log: opts.log,
       onMessage,
+      mayReconnect: () => opts.leases.holds(slot.prefix),
     });
   const subscribers: SubscriberConnection[] = [];
   const first = make(0, 5);
@@ -93,9 +128,9 @@ async function connectSubscribers(
 }
 
 /** The actuation publisher, connected (it reconnects by itself later); rejects if the first connection fails. */
-async function connectPublisher(opts: ExternalLinkOptions, version: MqttVersion): Promise<mqtt.MqttClient> {
+async function connectPublisher(opts: ExternalLinkOptions, prefix: string, version: MqttVersion): Promise<mqtt.MqttClient> {
   const publisher = mqtt.connect(opts.url, {
-    clientId: `${opts.clientId}-actuation`,
+    clientId: `${prefix}-actuation`,
     protocolVersion: version,
     clean: true,
     reconnectPeriod: 1000,
@@ -122,38 +157,86 @@ async function connectPublisher(opts: ExternalLinkOptions, version: MqttVersion)
 
 export class ExternalLink implements BrokerLink {
   readonly mqttPort = undefined;
+  private readonly heartbeat: NodeJS.Timeout;
+  /** Sessions being drained: a lapsed slot of another instance, or extra sessions of our own. */
+  private drain: { prefix: string; run: SessionDrain; done: Promise<void> } | undefined;
+  private paused = false;
+  /** Shutdown: the subscribers left the share group (another instance takes the traffic). */
+  private leaving = false;
+  /** Leaving, and everything the sessions held came in and was acknowledged. */
+  private left = false;
+  private lost = false;
+  /** A renewal is under way (heartbeats do not overlap: two could claim the same drain). */
+  private renewing = false;
 
   private constructor(
     private readonly subscribers: SubscriberConnection[],
     private readonly publisher: mqtt.MqttClient,
     readonly version: MqttVersion,
+    private readonly prefix: string,
+    private readonly onMessage: OnMessage,
     private readonly opts: ExternalLinkOptions,
-  ) {}
+  ) {
+    this.heartbeat = setInterval(() => void this.renew(), (opts.leaseSeconds * 1000) / 3);
+    this.heartbeat.unref();
+  }
 
   static async start(opts: ExternalLinkOptions, inbox: Inbox): Promise<ExternalLink> {
-    const { subscribers, version } = await connectSubscribers(opts, toInbox(inbox));
+    const claim = await opts.leases.claim();
+    const { prefix, previous } = claim;
+    // Before leases the share group defaulted to MQTT_CLIENT_ID: a session of those days may
+    // still hold that subscription, which would deliver every message a second time.
+    const staleGroup = previous ? previous.shareGroup : prefix === opts.clientId ? opts.clientId : undefined;
+    const slot: Slot = { prefix, staleGroup: staleGroup === opts.shareGroup ? undefined : staleGroup };
+    const onMessage = toInbox(inbox);
+    let connected: { subscribers: SubscriberConnection[]; version: MqttVersion };
+    let publisher: mqtt.MqttClient;
+    try {
+      connected = await connectSubscribers(opts, slot, onMessage);
+      publisher = await connectPublisher(opts, prefix, connected.version).catch(async (err: unknown) => {
+        await Promise.all(connected.subscribers.map((c) => c.close()));
+        throw err;
+      });
+    } catch (err) {
+      await opts.leases.release(prefix).catch(() => undefined);
+      throw err;
+    }
+    const { subscribers, version } = connected;
     for (const c of subscribers) {
       c.on('disconnected', () => opts.log.warn('ingest subscriber lost the broker; reconnecting'));
       c.on('connected', () => opts.log.info('ingest subscriber connected'));
     }
-    const publisher = await connectPublisher(opts, version).catch(async (err: unknown) => {
-      await Promise.all(subscribers.map((c) => c.close()));
-      throw err;
-    });
     opts.log.info('connected to the MQTT broker', {
       broker: new URL(opts.url).host,
       protocol: version === 5 ? 'MQTT 5, shared subscription' : 'MQTT 3.1.1',
       subscribers: subscribers.length,
+      clientIds: `${subscriberClientId(prefix, 0)}..${subscribers.length - 1}`,
+      shareGroup: opts.shareGroup,
     });
-    return new ExternalLink(subscribers, publisher, version, opts);
+    const link = new ExternalLink(subscribers, publisher, version, prefix, onMessage, opts);
+    // The slot's previous holder ran more connections: their sessions are ours to empty.
+    if (previous && previous.connections > opts.connections) {
+      const extra = Array.from({ length: previous.connections - opts.connections }, (_, i) =>
+        subscriberClientId(prefix, opts.connections + i),
+      );
+      link.startDrain(prefix, extra, false);
+    } else {
+      // Sessions left by instances that are gone (the last one to stop keeps its own) are drained at once.
+      void link.renew();
+    }
+    return link;
   }
 
   pause(): void {
+    this.paused = true;
     for (const c of this.subscribers) c.pause();
+    this.drain?.run.pause();
   }
 
   resume(): void {
+    this.paused = false;
     for (const c of this.subscribers) c.resume();
+    this.drain?.run.resume();
   }
 
   async publish(topics: string[], payload: string): Promise<void> {
@@ -182,8 +265,140 @@ export class ExternalLink implements BrokerLink {
 
   stopAccepting(): void {}
 
+  /**
+   * Shutdown, first step: when another instance of the share group runs, the subscribers leave
+   * the group and read on (true): the broker routes everything new to the others and hands this
+   * instance what it had queued for it. Otherwise (false) they stay, and the caller pauses them.
+   */
+  async leave(): Promise<boolean> {
+    clearInterval(this.heartbeat);
+    await this.stopDrain();
+    if (this.lost || !(await withTimeout(this.opts.leases.othersAlive(), 1000).catch(() => false))) return false;
+    this.leaving = true;
+    try {
+      await withTimeout(Promise.all(this.subscribers.map((c) => c.unsubscribe())), 2000);
+    } catch {
+      // Not confirmed: the sessions are kept, and a running instance drains them.
+      this.leaving = false;
+      return false;
+    }
+    return true;
+  }
+
+  /** Resolves once everything the leaving sessions held came in and was acknowledged. */
+  async settled(): Promise<void> {
+    while (this.leaving && !this.subscribers.every((c) => c.quietMs() >= LEAVING_QUIET_MS)) await new Promise((r) => setTimeout(r, 50));
+    this.left = this.leaving;
+  }
+
   async close(): Promise<void> {
+    clearInterval(this.heartbeat);
+    await this.stopDrain();
     await Promise.all(this.subscribers.map((c) => c.close()));
     await new Promise<void>((resolve) => this.publisher.end(false, {}, () => resolve()));
+    if (this.lost) return;
+    try {
+      if (this.left) {
+        await Promise.all(this.subscribers.map((_, n) => endSession(this.opts.url, subscriberClientId(this.prefix, n), this.version)));
+        await withTimeout(this.opts.leases.forget(this.prefix), 1000);
+        this.opts.log.info("left the share group and ended this instance's broker sessions");
+      } else {
+        await withTimeout(this.opts.leases.release(this.prefix), 1000);
+      }
+    } catch (err) {
+      // The lease runs out by itself; the sessions are then resumed or drained.
+      this.opts.log.warn('could not end or hand over the broker sessions; they are drained once the lease runs out', {
+        error: (err as Error).message,
+      });
+    }
   }
+
+  /** Renews the leases; then, with none being drained, looks for a slot to drain. */
+  private async renew(): Promise<void> {
+    if (this.renewing) return;
+    this.renewing = true;
+    try {
+      await this.renewOnce();
+    } finally {
+      this.renewing = false;
+    }
+  }
+
+  private async renewOnce(): Promise<void> {
+    const mine = [this.prefix, ...(this.drain && this.drain.prefix !== this.prefix ? [this.drain.prefix] : [])];
+    let lost: string[];
+    try {
+      lost = await this.opts.leases.renew(mine);
+    } catch (err) {
+      this.opts.log.warn('could not renew the lease of the broker sessions', { error: (err as Error).message });
+      return;
+    }
+    if (lost.includes(this.prefix)) {
+      this.lost = true;
+      clearInterval(this.heartbeat);
+      for (const c of this.subscribers) c.abandon();
+      void this.stopDrain();
+      this.opts.log.error("another instance took this instance's broker sessions (its lease was not renewed in time)", {
+        clientIds: this.prefix,
+      });
+      this.opts.onSessionsLost();
+      return;
+    }
+    if (this.drain && lost.includes(this.drain.prefix)) void this.drain.run.stop();
+    if (this.drain) return;
+    const lapsed = await this.opts.leases.claimLapsed(this.prefix).catch(() => undefined);
+    if (lapsed) {
+      const ids = Array.from({ length: lapsed.connections }, (_, n) => subscriberClientId(lapsed.prefix, n));
+      this.startDrain(lapsed.prefix, ids, true);
+    }
+  }
+
+  /** Drains sessions (session-drain.ts) under the lease of `prefix`; `forget`: the slot is free afterwards. */
+  private startDrain(prefix: string, clientIds: string[], forget: boolean): void {
+    const run = new SessionDrain({
+      url: this.opts.url,
+      clientIds,
+      version: this.version,
+      filters: filtersOf(this.version, this.opts.shareGroup),
+      sessionExpirySeconds: this.opts.sessionExpirySeconds,
+      receiveMaximum: this.opts.receiveMaximum,
+      log: this.opts.log,
+      onMessage: this.onMessage,
+      mayReconnect: () => this.opts.leases.holds(prefix),
+    });
+    if (this.paused) run.pause();
+    this.opts.log.info('draining broker sessions nobody runs', { clientIds: `${clientIds[0]}..`, sessions: clientIds.length });
+    const done = run.run().then(
+      async () => {
+        if (forget) await this.opts.leases.forget(prefix);
+        this.opts.log.info('drained and ended broker sessions nobody ran', { clientIds: `${clientIds[0]}..`, sessions: clientIds.length });
+      },
+      async (err: Error) => {
+        await run.stop();
+        if (forget) await this.opts.leases.release(prefix).catch(() => undefined);
+        if (!this.lost && !this.leaving)
+          this.opts.log.warn('draining broker sessions failed; tried again later', { clientIds: `${clientIds[0]}..`, error: err.message });
+      },
+    );
+    const drain = { prefix, run, done };
+    this.drain = drain;
+    void done.finally(() => {
+      if (this.drain === drain) this.drain = undefined;
+    });
+  }
+
+  /** Stops a drain under way (its sessions stay for a later one) and waits until its lease is handed back. */
+  private async stopDrain(): Promise<void> {
+    const drain = this.drain;
+    if (!drain) return;
+    await drain.run.stop();
+    await drain.done;
+  }
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('timed out')), ms)))]).finally(() =>
+    clearTimeout(timer),
+  );
 }

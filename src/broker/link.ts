@@ -53,5 +53,12 @@ export interface BrokerLink {
   publish(topics: string[], payload: string): Promise<void>;
   /** Shutdown: no new device connections (embedded broker). */
   stopAccepting(): void;
+  /**
+   * Shutdown, next: true if the link left the broker's share group to other instances and reads
+   * on (`settled` then tells when the broker has handed over all it held for this instance);
+   * false if it keeps its sessions, and the caller pauses it. Absent: false.
+   */
+  leave?(): Promise<boolean>;
+  settled?(): Promise<void>;
   close(): Promise<void>;
 }

@@ -9,7 +9,11 @@
 // (3.1.1), so the broker keeps the subscription and queues messages while the service is away
 // and redelivers unacknowledged ones after a reconnect. An ack from before a reconnect is
 // never sent on the new connection: packet ids are reused, and the broker redelivers that
-// message anyway (at least once).
+// message anyway (at least once). A connection can also leave its subscription (`unsubscribe`,
+// or from the start with `drain`): the broker adds nothing more to the session, and hands over
+// what it had queued and in flight; `quietMs` tells when that is done (session-drain.ts). The
+// client ids are leased (session-leases.ts): `mayReconnect` keeps a connection from taking a
+// session back once its lease is gone.
 //
 // PUBACKs go out in the order the messages arrived on the connection, whatever order the
 // caller acknowledges them in (shards commit independently): a message acknowledged early waits
@@ -43,6 +47,12 @@ export interface SubscriberOptions {
   receiveMaximum: number;
   keepaliveSeconds?: number;
   log: Logger;
+  /** Unsubscribe from `filters` on connecting instead of subscribing: take what the session holds, and no more. */
+  drain?: boolean;
+  /** Filters of an earlier subscription of the session (another share group) to drop once subscribed. */
+  staleFilters?: string[];
+  /** Asked before every reconnect: false waits (the client id's lease is not ours now). */
+  mayReconnect?: () => boolean;
   /**
    * Called for every PUBLISH. `payload` is a view into the socket's buffer, valid during the
    * call only (copy it). `ack.ack()` sends the PUBACK later (nothing for QoS 0).
@@ -103,6 +113,10 @@ export class SubscriberConnection extends EventEmitter {
   private sessionOpen = false;
   private closing = false;
   private paused = false;
+  /** Unsubscribe (rather than subscribe) on every connect from now on; resolved at the UNSUBACK. */
+  private leaving: { done: Promise<void>; resolve: () => void } | undefined;
+  /** When a message last came in, or reading resumed (performance.now()). */
+  private lastActivity = 0;
   private reconnectDelay = 250;
   private reconnectTimer: NodeJS.Timeout | undefined;
   private pingTimer: NodeJS.Timeout | undefined;
@@ -124,6 +138,7 @@ export class SubscriberConnection extends EventEmitter {
     super();
     this.keepalive = opts.keepaliveSeconds ?? 30;
     this.url = new URL(opts.url);
+    if (opts.drain) this.leaving = settlement();
   }
 
   get isConnected(): boolean {
@@ -146,7 +161,37 @@ export class SubscriberConnection extends EventEmitter {
 
   resume(): void {
     this.paused = false;
+    this.lastActivity = performance.now();
     this.socket?.resume();
+  }
+
+  /**
+   * Leaves the subscription (now, and on every reconnect): the broker routes nothing more to
+   * this session, and still hands over what it had queued. Resolves at the broker's UNSUBACK.
+   */
+  unsubscribe(): Promise<void> {
+    if (this.leaving) return this.leaving.done;
+    this.leaving = settlement();
+    if (this.sessionOpen) this.write(this.unsubscribePacket(this.opts.filters, UNSUBSCRIBE_ID));
+    return this.leaving.done;
+  }
+
+  /**
+   * How long (ms) the connection has been unsubscribed, reading, with nothing in flight and
+   * nothing coming in; 0 while any of that is not so. Past a second or two, the broker has
+   * handed over everything the session held.
+   */
+  quietMs(): number {
+    if (!this.leaving || !this.connected || this.paused || this.inflight > 0) return 0;
+    return performance.now() - this.lastActivity;
+  }
+
+  /** Hangs up without a word and never reconnects (the session is someone else's now). */
+  abandon(): void {
+    this.closing = true;
+    clearTimeout(this.reconnectTimer);
+    clearInterval(this.pingTimer);
+    this.socket?.destroy();
   }
 
   /** Sends DISCONNECT (the session stays) and closes. */
@@ -265,6 +310,7 @@ export class SubscriberConnection extends EventEmitter {
 
   private onData(wire: Wire, chunk: Buffer): void {
     this.lastReceived = Date.now();
+    this.lastActivity = performance.now();
     if (!this.frames(chunk, wire)) {
       this.opts.log.warn('malformed packet from the broker; reconnecting', { client: this.opts.clientId });
       wire.socket.destroy();
@@ -307,7 +353,15 @@ export class SubscriberConnection extends EventEmitter {
 
   private scheduleReconnect(): void {
     clearTimeout(this.reconnectTimer);
-    this.reconnectTimer = setTimeout(() => this.connect(), this.reconnectDelay);
+    this.reconnectTimer = setTimeout(() => {
+      if (this.closing) return;
+      if (this.opts.mayReconnect && !this.opts.mayReconnect()) {
+        this.opts.log.warn('not reconnecting: this client id is not leased to this instance now', { client: this.opts.clientId });
+        this.scheduleReconnect();
+        return;
+      }
+      this.connect();
+    }, this.reconnectDelay);
     this.reconnectDelay = Math.min(this.reconnectDelay * 2, 5000);
   }
 
@@ -328,9 +382,13 @@ export class SubscriberConnection extends EventEmitter {
         return this.onConnack(wire, packet);
       case 'suback':
         return this.onSuback(wire, packet);
+      case 'unsuback':
+        return this.onUnsuback(packet.messageId);
       case 'pubrel':
         return this.onPubrel(packet);
       case 'disconnect':
+        // 0x8E: another connection took this client id's session over.
+        this.opts.log.warn('the broker closed the ingest subscriber', { client: this.opts.clientId, reason: packet.reasonCode ?? 0 });
         wire.socket.destroy();
         return;
       default:
@@ -350,12 +408,28 @@ export class SubscriberConnection extends EventEmitter {
     // The session is open: a resumed session's unacknowledged messages come at once, even
     // before the SUBACK, and may be acknowledged from now on.
     this.sessionOpen = true;
+    if (this.leaving) {
+      this.write(this.unsubscribePacket(this.opts.filters, UNSUBSCRIBE_ID));
+      return;
+    }
     this.write(
       mqttPacket.generate(
         { cmd: 'subscribe', messageId: 1, subscriptions: this.opts.filters.map((topic) => ({ topic, qos: 1 as const })) },
         { protocolVersion: this.opts.version },
       ),
     );
+  }
+
+  private unsubscribePacket(filters: string[], messageId: number): Buffer {
+    return mqttPacket.generate({ cmd: 'unsubscribe', messageId, unsubscriptions: filters }, { protocolVersion: this.opts.version });
+  }
+
+  /** UNSUBACK: of the stale filters (nothing to do), or of the subscription this connection left (connected, in drain mode). */
+  private onUnsuback(messageId: number | undefined): void {
+    if (messageId !== UNSUBSCRIBE_ID || !this.leaving) return;
+    this.lastActivity = performance.now();
+    this.leaving.resolve();
+    if (!this.connected) this.markConnected();
   }
 
   /** SUBACK: every filter granted means connected (the first start resolves); a refusal fails. */
@@ -366,6 +440,14 @@ export class SubscriberConnection extends EventEmitter {
       wire.socket.destroy();
       return;
     }
+    if (this.opts.staleFilters?.length) {
+      this.write(this.unsubscribePacket(this.opts.staleFilters, STALE_UNSUBSCRIBE_ID));
+      this.opts.staleFilters = undefined;
+    }
+    this.markConnected();
+  }
+
+  private markConnected(): void {
     this.connected = true;
     this.reconnectDelay = 250;
     this.emit('connected');
@@ -484,6 +566,15 @@ export class SubscriberConnection extends EventEmitter {
 }
 
 const PINGREQ = Buffer.from([0xc0, 0x00]);
+/** Packet ids of this connection's UNSUBSCRIBEs (SUBSCRIBE uses 1, sent on connects that do not unsubscribe). */
+const UNSUBSCRIBE_ID = 1;
+const STALE_UNSUBSCRIBE_ID = 2;
+
+function settlement(): { done: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const done = new Promise<void>((r) => (resolve = r));
+  return { done, resolve };
+}
 
 /** readVarint's answer (one shared object: the hot path allocates nothing per frame). */
 const varint = { value: 0, next: 0 };

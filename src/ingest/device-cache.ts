@@ -3,11 +3,24 @@
 // Misses are loaded in one query per batch. Registry events drop entries; a load that was
 // running while an event arrived is used for its batch but not cached, because it may have
 // read the registry before the change committed.
+//
+// Events can be missed (another instance's, while the listening connection was down), so two
+// more rules bound what a missed event can cost:
+//   - no entry is used longer than `maxAgeMs` (REGISTRY_CACHE_MAX_AGE_SECONDS) after its load;
+//   - a message is not dropped on the word of an entry loaded more than RECHECK_AFTER_MS before
+//     the message came in: an absent device is looked up again here, and the shard actor asks
+//     `reload` before dropping a value of an attribute the model does not know (or of another
+//     type). So a value is lost for a stale cache only if its attribute was added less than a
+//     second before the message came in and the change's notification was lost as well; and a
+//     device sending a key it does not have costs at most one load a second.
 import type { RegistryEvent } from '../registry/events.js';
 import { deviceKey } from '../topics.js';
 import type { DeviceModel } from './device-model.js';
 
 export type DeviceLoader = (devices: Array<{ tenant: string; id: string }>) => Promise<Map<string, DeviceModel>>;
+
+/** How much older than a message its device's entry may be before a drop is checked against the database. */
+export const RECHECK_AFTER_MS = 1000;
 
 /** Lookups since the previous report, and the devices cached now. */
 export interface DeviceCacheStats {
@@ -16,8 +29,21 @@ export interface DeviceCacheStats {
   size: number;
 }
 
+/** The devices of one batch, by message index. */
+export interface ResolvedBatch {
+  model(i: number): DeviceModel | null;
+  /** Whether message i's model was loaded more than RECHECK_AFTER_MS before the message came in. */
+  stale(i: number): boolean;
+}
+
+interface Entry {
+  model: DeviceModel | null;
+  /** Date.now() when its load started: the model holds every change committed before. */
+  loadedAt: number;
+}
+
 export class DeviceCache {
-  private readonly entries = new Map<string, DeviceModel | null>();
+  private readonly entries = new Map<string, Entry>();
   private generation = 0;
   private hits = 0;
   private misses = 0;
@@ -25,6 +51,7 @@ export class DeviceCache {
   constructor(
     private readonly load: DeviceLoader,
     private readonly capacity: number,
+    private readonly maxAgeMs: number,
   ) {}
 
   /** The stats since the previous call. */
@@ -35,36 +62,38 @@ export class DeviceCache {
     return stats;
   }
 
-  /** Models for every device key of a batch (`<tenant>/<id>`); misses are loaded in one query. */
-  async resolve(keys: string[]): Promise<(i: number) => DeviceModel | null> {
+  /**
+   * Models for every device key of a batch (`<tenant>/<id>`), `receivedUs` the messages' receive
+   * times; misses (absent, too old, or absent on a stale word) are loaded in one query.
+   */
+  async resolve(keys: string[], receivedUs: Float64Array): Promise<ResolvedBatch> {
     const n = keys.length;
-    const found = new Array<DeviceModel | null | undefined>(n);
-    const missing = new Map<string, { tenant: string; id: string }>();
+    const found: Array<Entry | undefined> = new Array(n);
+    const missing: string[] = [];
+    const now = Date.now();
     for (let i = 0; i < n; i++) {
       const key = keys[i]!;
       const hit = this.entries.get(key);
-      if (hit !== undefined) {
+      if (hit && now - hit.loadedAt <= this.maxAgeMs && (hit.model !== null || !isStale(hit, receivedUs[i]!))) {
         this.hits++;
         found[i] = hit;
       } else {
         this.misses++;
-        if (!missing.has(key)) {
-          const slash = key.indexOf('/');
-          missing.set(key, { tenant: key.slice(0, slash), id: key.slice(slash + 1) });
-        }
+        missing.push(key);
       }
     }
-    if (missing.size === 0) return (i) => found[i] ?? null;
-    const startedAt = this.generation;
-    const loaded = await this.load([...missing.values()]);
-    if (this.generation === startedAt) {
-      for (const key of missing.keys()) this.put(key, loaded.get(key) ?? null);
-    }
-    return (i) => {
-      const f = found[i];
-      if (f !== undefined) return f;
-      return loaded.get(keys[i]!) ?? null;
+    const loaded = missing.length === 0 ? undefined : await this.fetch(missing);
+    return {
+      model: (i) => (found[i] ?? loaded!.get(keys[i]!)!).model,
+      stale: (i) => isStale(found[i] ?? loaded!.get(keys[i]!)!, receivedUs[i]!),
     };
+  }
+
+  /** Loads `keys` from the database, whatever is cached: the models now, cached for what follows. */
+  async reload(keys: string[]): Promise<(key: string) => DeviceModel | null> {
+    this.misses += keys.length;
+    const loaded = await this.fetch(keys);
+    return (key) => loaded.get(key)?.model ?? null;
   }
 
   invalidate(event: RegistryEvent): void {
@@ -76,7 +105,7 @@ export class DeviceCache {
         break;
       case 'templates.changed': {
         const templates = new Set(event.templateIds);
-        for (const [key, model] of this.entries) {
+        for (const [key, { model }] of this.entries) {
           if (model && model.tenant === event.tenant && model.templateIds.some((t) => templates.has(t))) this.entries.delete(key);
         }
         break;
@@ -92,12 +121,34 @@ export class DeviceCache {
     }
   }
 
-  private put(key: string, value: DeviceModel | null): void {
+  /** One query for `keys` (distinct or not); cached unless an event came in meanwhile. */
+  private async fetch(keys: string[]): Promise<Map<string, Entry>> {
+    const devices = new Map<string, { tenant: string; id: string }>();
+    for (const key of keys) {
+      if (devices.has(key)) continue;
+      const slash = key.indexOf('/');
+      devices.set(key, { tenant: key.slice(0, slash), id: key.slice(slash + 1) });
+    }
+    const startedAt = this.generation;
+    const loadedAt = Date.now();
+    const models = await this.load([...devices.values()]);
+    const entries = new Map<string, Entry>();
+    for (const key of devices.keys()) entries.set(key, { model: models.get(key) ?? null, loadedAt });
+    if (this.generation === startedAt) for (const [key, entry] of entries) this.put(key, entry);
+    return entries;
+  }
+
+  private put(key: string, entry: Entry): void {
+    // A re-loaded device goes to the back: the map's order stays the order of age.
+    this.entries.delete(key);
     if (this.entries.size >= this.capacity) {
-      // Oldest first (Map keeps insertion order); a re-loaded device goes to the back.
       const oldest = this.entries.keys().next();
       if (!oldest.done) this.entries.delete(oldest.value);
     }
-    this.entries.set(key, value);
+    this.entries.set(key, entry);
   }
+}
+
+function isStale(entry: Entry, receivedUs: number): boolean {
+  return entry.loadedAt < receivedUs / 1000 - RECHECK_AFTER_MS;
 }

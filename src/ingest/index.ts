@@ -3,6 +3,7 @@
 // routes. If the router thread dies it is started again; unacknowledged messages are still
 // with the broker (external) or with the devices (embedded), so nothing committed is lost
 // and nothing acknowledged is missing.
+import crypto from 'node:crypto';
 import path from 'node:path';
 import { existsSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
@@ -30,7 +31,7 @@ export function ingestSettings(config: Config, databaseUrl: string): IngestSetti
     Config,
     (typeof INGEST_CONFIG_KEYS)[number]
   >;
-  return { ...picked, databaseUrl };
+  return { ...picked, databaseUrl, instanceId: crypto.randomUUID() };
 }
 
 export async function startIngest(opts: { config: Config; databaseUrl: string; metrics: Metrics; log: Logger }): Promise<Ingest> {

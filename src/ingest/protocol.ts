@@ -48,22 +48,28 @@ export const INGEST_CONFIG_KEYS = [
   'mqttShareGroup',
   'mqttSessionExpirySeconds',
   'mqttReceiveMaximum',
+  'mqttSessionLeaseSeconds',
   'ingestWorkers',
   'ingestBatchRows',
   'ingestBatchMs',
   'maxMessageBytes',
   'ingestCacheDevices',
+  'registryCacheMaxAgeSeconds',
   'ingestMaxPending',
   'actuationTimeoutMs',
 ] as const satisfies ReadonlyArray<keyof Config>;
 
 /** The router thread's workerData: its part of the configuration, and the database URL (an embedded database's is known only once it runs). */
-export type IngestSettings = Pick<Config, (typeof INGEST_CONFIG_KEYS)[number]> & { databaseUrl: string };
+export type IngestSettings = Pick<Config, (typeof INGEST_CONFIG_KEYS)[number]> & {
+  databaseUrl: string;
+  /** This process, as the owner of broker session leases (random per process). */
+  instanceId: string;
+};
 
 /** A shard worker's workerData (Piscina). */
 export type ShardWorkerSettings = Pick<
   IngestSettings,
-  'databaseUrl' | 'logLevel' | 'ingestBatchRows' | 'ingestBatchMs' | 'ingestCacheDevices'
+  'databaseUrl' | 'logLevel' | 'ingestBatchRows' | 'ingestBatchMs' | 'ingestCacheDevices' | 'registryCacheMaxAgeSeconds'
 > & {
   /** The COPY turn shared by the shard workers (copy-turn.ts). */
   copyTurn: SharedArrayBuffer;

@@ -9,6 +9,7 @@ import { createLogger } from '../log.js';
 import { REGISTRY_CHANNEL, type RegistryEvent } from '../registry/events.js';
 import { EmbeddedLink } from '../broker/embedded.js';
 import { ExternalLink } from '../broker/external.js';
+import { SessionLeases } from '../broker/session-leases.js';
 import type { BrokerLink } from '../broker/link.js';
 import { IngestRouter } from './router.js';
 import { ShardPool } from './shard-pool.js';
@@ -28,6 +29,7 @@ const shards = new ShardPool(
     ingestBatchRows: settings.ingestBatchRows,
     ingestBatchMs: settings.ingestBatchMs,
     ingestCacheDevices: settings.ingestCacheDevices,
+    registryCacheMaxAgeSeconds: settings.registryCacheMaxAgeSeconds,
     copyTurn: CopyTurn.shared(),
   },
   log,
@@ -48,11 +50,10 @@ const router = new IngestRouter(shards, {
     }
   },
 });
-// The embedded broker's device lookups (the shard workers have their own connections).
-const registryPool = settings.mqttUrl
-  ? undefined
-  : new pg.Pool({ connectionString: settings.databaseUrl, max: 2, connectionTimeoutMillis: 5000 });
-registryPool?.on('error', () => undefined);
+// The broker link's own connections: the embedded broker's device lookups, or the external
+// link's session leases (the shard workers have their own).
+const brokerPool = new pg.Pool({ connectionString: settings.databaseUrl, max: 2, connectionTimeoutMillis: 5000 });
+brokerPool.on('error', () => undefined);
 
 const channel = new BroadcastChannel(REGISTRY_CHANNEL);
 channel.onmessage = (event) => link?.registryChanged((event as { data: RegistryEvent }).data);
@@ -74,6 +75,17 @@ function startLink(): Promise<BrokerLink> {
         receiveMaximum: settings.mqttReceiveMaximum,
         publishTimeoutMs: settings.actuationTimeoutMs,
         log,
+        leases: new SessionLeases(brokerPool, {
+          base: settings.mqttClientId,
+          shareGroup: settings.mqttShareGroup,
+          connections: settings.mqttSubscriberConnections,
+          leaseSeconds: settings.mqttSessionLeaseSeconds,
+          owner: settings.instanceId,
+        }),
+        leaseSeconds: settings.mqttSessionLeaseSeconds,
+        // The sessions are someone else's now: whatever this thread holds unacknowledged is
+        // delivered to them again. Start afresh, on a slot of its own (the main thread restarts it).
+        onSessionsLost: () => process.exit(1),
       },
       router,
     );
@@ -81,10 +93,11 @@ function startLink(): Promise<BrokerLink> {
   return EmbeddedLink.start({
     host: settings.mqttHost,
     port: settings.mqttPort,
-    pool: registryPool!,
+    pool: brokerPool,
     log,
     inbox: router,
     maxMessageBytes: settings.maxMessageBytes,
+    cacheMaxAgeMs: settings.registryCacheMaxAgeSeconds * 1000,
   });
 }
 
@@ -93,7 +106,7 @@ async function start(): Promise<void> {
     link = await startLink();
   } catch (err) {
     await shards.close().catch(() => undefined);
-    await registryPool?.end().catch(() => undefined);
+    await brokerPool.end().catch(() => undefined);
     post(
       err instanceof ConfigError
         ? { type: 'failed', error: err.message.slice(err.variable.length + 1), configVariable: err.variable }
@@ -107,13 +120,17 @@ async function start(): Promise<void> {
 async function stop(timeoutMs: number): Promise<void> {
   clearInterval(metricsTimer);
   // Stop taking new work, commit and acknowledge what was taken, then hang up. Whatever is
-  // not acknowledged in time stays with the broker and is delivered again.
+  // not acknowledged in time stays with the broker and is delivered again. An external link
+  // whose traffic another instance takes over leaves the share group first and reads on until
+  // the broker has handed over what it had queued for this instance.
+  const deadline = Date.now() + timeoutMs;
   link?.stopAccepting();
-  link?.pause();
+  const leaving = (await link?.leave?.()) ?? false;
+  if (!leaving) link?.pause();
   let timer: NodeJS.Timeout | undefined;
   const drained = await Promise.race([
-    router.drain().then(() => true),
-    new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs))),
+    Promise.all([router.drain(), leaving ? link?.settled?.() : undefined]).then(() => true),
+    new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), Math.max(0, deadline - Date.now())))),
   ]);
   clearTimeout(timer);
   if (!drained)
@@ -122,7 +139,7 @@ async function stop(timeoutMs: number): Promise<void> {
   post({ type: 'metrics', delta: router.takeMetrics() });
   await link?.close().catch((err: Error) => log.warn('closing the broker link failed', { error: err.message }));
   await shards.close().catch(() => undefined);
-  await registryPool?.end().catch(() => undefined);
+  await brokerPool.end().catch(() => undefined);
   channel.close();
   post({ type: 'stopped' });
 }

@@ -6,7 +6,10 @@
 // promise resolves once every row it produced (and every row before it) is committed; the
 // router acknowledges its messages to the broker only then. Per batch the actor asks the device
 // cache once (resolve) and, per buffer, the history writer once (write); both wait through
-// database outages themselves.
+// database outages themselves. A message that would lose values to its device's model (a key
+// the model does not know, a value of another type, a translator that fails) while that model
+// is older than the message (device-cache.ts) is set aside, and rendered again with the model
+// read afresh: one more query per batch that has such messages.
 import { setImmediate } from 'node:timers/promises';
 import type { DeviceCache } from './device-cache.js';
 import { renderMessage, type DeviceModel, type MessageOutcome } from './device-model.js';
@@ -97,25 +100,40 @@ export class ShardActor {
     // sent reach the cache before the batch reads it.
     await setImmediate();
     const keys = task.keys.split('\0');
-    const model = await this.cache.resolve(keys);
-    const buf = this.current;
+    const devices = await this.cache.resolve(keys, task.received);
+    const message = (i: number) => task.payload.subarray(task.offsets[i]!, task.offsets[i + 1]!);
+    let recheck: number[] | undefined;
+    let buf = this.current;
     for (let i = 0; i < keys.length; i++) {
-      const m = model(i);
+      const m = devices.model(i);
       if (!m) this.drop('unknown_device');
-      else this.render(m, task.payload.subarray(task.offsets[i], task.offsets[i + 1]), task.received[i]!, buf);
+      else if (!this.render(m, message(i), task.received[i]!, buf, devices.stale(i))) (recheck ??= []).push(i);
+    }
+    if (recheck) {
+      const fresh = await this.cache.reload(recheck.map((i) => keys[i]!));
+      buf = this.current; // a write may have taken the buffer meanwhile
+      for (const i of recheck) {
+        const m = fresh(keys[i]!);
+        if (!m) this.drop('unknown_device');
+        else this.render(m, message(i), task.received[i]!, buf, false);
+      }
     }
     buf.waiters.push(done);
     this.schedule();
   }
 
-  /** One message of a known device: its rows into `buf`, its drops counted. */
-  private render(model: DeviceModel, bytes: Uint8Array, receivedUs: number, buf: RowBuffer): void {
+  /**
+   * One message of a known device: its rows into `buf`, its drops counted. With `provisional`
+   * (the model is older than the message), a message that would lose values to the model is
+   * left out, nothing counted, and false returned: it is rendered again with a fresh model.
+   */
+  private render(model: DeviceModel, bytes: Uint8Array, receivedUs: number, buf: RowBuffer, provisional: boolean): boolean {
     let payload: string;
     try {
       payload = this.decoder.decode(bytes);
     } catch {
       this.drop('not_json'); // not UTF-8, so not JSON text (RFC 8259 §8.1)
-      return;
+      return true;
     }
     const before = buf.lines.length;
     let outcome: MessageOutcome;
@@ -130,11 +148,15 @@ export class ShardActor {
         device: `${model.tenant}/${model.id}`,
         error: (err as Error).message,
       });
-      return;
+      return true;
+    }
+    if (provisional && (outcome.unknownKeys > 0 || outcome.wrongTypes > 0 || outcome.dropped === 'translation_failed')) {
+      buf.lines.length = before;
+      return false;
     }
     if (outcome.dropped) {
       this.drop(outcome.dropped);
-      return;
+      return true;
     }
     this.metrics.valuesReceived += outcome.values;
     if (outcome.unknownKeys) this.drop('unknown_key', outcome.unknownKeys);
@@ -145,6 +167,7 @@ export class ShardActor {
       buf.times.push(outcome.us);
       if (buf.firstAt === 0) buf.firstAt = performance.now();
     }
+    return true;
   }
 
   private schedule(): void {

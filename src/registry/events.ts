@@ -1,10 +1,17 @@
-// Registry change events. The registry publishes one after each committed change; listeners
-// drop what they cached: the HTTP device views in this thread, the ingest shard caches in the
-// worker threads (through a BroadcastChannel), and other service instances (through PostgreSQL
-// NOTIFY). An event names what changed, never a secret.
+// Registry change events. Every registry change is made through `change`, which announces it
+// twice: to other service instances by PostgreSQL NOTIFY inside the change's own transaction
+// (PostgreSQL delivers a notification when its transaction commits, and never otherwise, so a
+// committed change cannot go unannounced), and, once committed, to this process: the HTTP
+// caches in this thread, the ingest threads through a BroadcastChannel. Other instances hear the
+// NOTIFY on a listening connection that is watched: when it is lost, or stops answering, it is
+// opened again and every cache of this process is dropped (notifications sent meanwhile are not
+// replayed). Caches also bound the age of their entries (REGISTRY_CACHE_MAX_AGE_SECONDS), the
+// last resort should a notification be missed all the same. An event names what changed,
+// never a secret.
 import crypto from 'node:crypto';
 import { BroadcastChannel } from 'node:worker_threads';
 import pg from 'pg';
+import { inTransaction } from '../db/pool.js';
 import type { Logger } from '../log.js';
 
 export type RegistryEvent =
@@ -19,11 +26,21 @@ export type RegistryEvent =
 
 export type RegistryListener = (event: RegistryEvent) => void;
 
+/** Announces, inside the change's transaction, one event of the change. */
+export type Announce = (event: RegistryEvent) => Promise<void>;
+
 /** The channel name shared by every thread of this process. */
 export const REGISTRY_CHANNEL = 'device-registry:registry-events';
 const NOTIFY_CHANNEL = 'registry_events';
+/** The listening connection's name in pg_stat_activity. */
+export const LISTEN_APPLICATION_NAME = 'device-registry-listen';
 // NOTIFY payloads must stay under 8000 bytes; larger events degrade to tenant-wide ones.
 const MAX_NOTIFY_BYTES = 7000;
+/** How often the listening connection is asked to answer, and how long it has to. */
+const LISTEN_CHECK_MS = 5000;
+const LISTEN_ANSWER_MS = 5000;
+/** Pause between attempts to open the listening connection again. */
+const RELISTEN_MS = 1000;
 
 interface Envelope {
   origin: string;
@@ -35,6 +52,8 @@ export class RegistryEvents {
   private readonly channel = new BroadcastChannel(REGISTRY_CHANNEL);
   private readonly origin = crypto.randomUUID();
   private listenClient: pg.Client | undefined;
+  private checkTimer: NodeJS.Timeout | undefined;
+  private retryTimer: NodeJS.Timeout | undefined;
   private closed = false;
 
   constructor(
@@ -45,9 +64,9 @@ export class RegistryEvents {
     this.channel.unref();
   }
 
-  /** Starts receiving other instances' events (LISTEN), reconnecting if the connection drops. */
+  /** Starts receiving other instances' events (LISTEN); the connection is watched and opened again when lost. */
   async start(): Promise<void> {
-    await this.connectListener();
+    await this.listen();
   }
 
   on(listener: RegistryListener): () => void {
@@ -55,22 +74,47 @@ export class RegistryEvents {
     return () => this.listeners.delete(listener);
   }
 
-  /** Call after the change is committed. */
+  /**
+   * Runs a registry change in one transaction. `fn` announces each event of the change with
+   * `announce` (NOTIFY on the transaction's connection: other instances hear it at the commit,
+   * or never); once committed, this process hears them. A failed announcement fails the change.
+   */
+  async change<T>(fn: (client: pg.PoolClient, announce: Announce) => Promise<T>): Promise<T> {
+    let announced: RegistryEvent[] = [];
+    const result = await inTransaction(this.pool, async (client) => {
+      announced = []; // a transaction run again (deadlock) announces afresh
+      return fn(client, async (event) => {
+        await client.query('SELECT pg_notify($1, $2)', [NOTIFY_CHANNEL, this.payload(event)]);
+        announced.push(event);
+      });
+    });
+    for (const event of announced) this.deliver(event);
+    return result;
+  }
+
+  /**
+   * Announces a change committed without `change` (test fixtures writing SQL directly): to this
+   * process, then to the others. Rejects if the notification cannot be sent.
+   */
   async publish(event: RegistryEvent): Promise<void> {
     this.deliver(event);
-    let payload = JSON.stringify({ origin: this.origin, event } satisfies Envelope);
-    if (Buffer.byteLength(payload) > MAX_NOTIFY_BYTES) {
-      payload = JSON.stringify({ origin: this.origin, event: { type: 'tenant.changed', tenant: event.tenant } } satisfies Envelope);
-    }
-    await this.pool.query('SELECT pg_notify($1, $2)', [NOTIFY_CHANNEL, payload]).catch((err: Error) => {
-      this.log.warn('could not notify other instances of a registry change', { error: err.message });
-    });
+    await this.pool.query('SELECT pg_notify($1, $2)', [NOTIFY_CHANNEL, this.payload(event)]);
   }
 
   async close(): Promise<void> {
     this.closed = true;
+    clearInterval(this.checkTimer);
+    clearTimeout(this.retryTimer);
     this.channel.close();
-    await this.listenClient?.end().catch(() => undefined);
+    const client = this.listenClient;
+    this.listenClient = undefined;
+    if (client) await Promise.race([client.end().catch(() => undefined), new Promise((r) => setTimeout(r, 1000).unref())]);
+  }
+
+  private payload(event: RegistryEvent): string {
+    const payload = JSON.stringify({ origin: this.origin, event } satisfies Envelope);
+    if (Buffer.byteLength(payload) <= MAX_NOTIFY_BYTES) return payload;
+    return JSON.stringify({ origin: this.origin, event: { type: 'tenant.changed', tenant: event.tenant } } satisfies Envelope);
   }
 
   /** Local listeners and this process's worker threads. */
@@ -82,22 +126,33 @@ export class RegistryEvents {
         this.log.error('registry event listener failed', { error: err as Error });
       }
     }
-    this.channel.postMessage(event);
+    // Closed at shutdown (after the HTTP server, which may have given up waiting for a slow
+    // request): the change is committed all the same, and the ingest threads are gone.
+    if (!this.closed) this.channel.postMessage(event);
   }
 
-  private async connectListener(): Promise<void> {
-    if (this.closed) return;
-    const client = new pg.Client({ connectionString: this.databaseUrl });
-    client.on('error', () => undefined);
-    client.on('end', () => {
-      if (this.closed) return;
-      // Reconnect; events missed meanwhile are covered by dropping everything once back.
-      setTimeout(() => {
-        this.connectListener()
-          .then(() => this.deliverAllTenantsChanged())
-          .catch(() => undefined);
-      }, 1000).unref();
+  /** Opens the listening connection, LISTENs, and watches it. */
+  private async listen(): Promise<void> {
+    const client = new pg.Client({
+      connectionString: this.databaseUrl,
+      application_name: LISTEN_APPLICATION_NAME,
+      keepAlive: true,
+      connectionTimeoutMillis: LISTEN_ANSWER_MS,
     });
+    let lost = false;
+    const onLost = (why: string) => {
+      if (lost) return;
+      lost = true;
+      clearInterval(this.checkTimer);
+      if (this.listenClient === client) this.listenClient = undefined;
+      // A connection that stopped answering is not waited for: its socket goes at once.
+      (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+      if (this.closed) return;
+      this.log.warn('lost the registry change notifications; listening again', { reason: why });
+      this.relisten();
+    };
+    client.on('error', (err) => onLost(err.message));
+    client.on('end', () => onLost('connection closed'));
     client.on('notification', (msg) => {
       if (!msg.payload) return;
       try {
@@ -110,14 +165,37 @@ export class RegistryEvents {
     try {
       await client.connect();
       await client.query(`LISTEN ${NOTIFY_CHANNEL}`);
-      this.listenClient = client;
     } catch (err) {
+      lost = true;
       await client.end().catch(() => undefined);
       throw err;
     }
+    this.listenClient = client;
+    // A connection can die without a word (a dropped route, a proxy's idle timeout): it must
+    // answer a query now and then, or it is replaced.
+    this.checkTimer = setInterval(() => {
+      let answered = false;
+      setTimeout(() => answered || onLost(`no answer within ${LISTEN_ANSWER_MS / 1000} s`), LISTEN_ANSWER_MS).unref();
+      client.query('SELECT 1').then(
+        () => (answered = true),
+        (err: Error) => onLost(err.message),
+      );
+    }, LISTEN_CHECK_MS);
+    this.checkTimer.unref();
   }
 
-  private deliverAllTenantsChanged(): void {
-    this.deliver({ type: 'tenant.changed', tenant: '*' });
+  /** Listens again until it works; then every cache of this process is dropped, since events were missed meanwhile. */
+  private relisten(): void {
+    this.retryTimer = setTimeout(() => {
+      if (this.closed) return;
+      this.listen().then(
+        () => {
+          this.log.info('listening to registry change notifications again; caches dropped');
+          this.deliver({ type: 'tenant.changed', tenant: '*' });
+        },
+        () => this.relisten(),
+      );
+    }, RELISTEN_MS);
+    this.retryTimer.unref();
   }
 }

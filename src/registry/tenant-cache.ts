@@ -3,18 +3,35 @@ import type { ListFilters, Page } from './paging.js';
 // A bounded in-memory cache of values per tenant, dropped by registry events. A reader takes a
 // stamp before it reads the database and hands it back with the value: if an invalidation came
 // in between, the value may predate the change and is not kept. So a committed change (whose
-// event is published after the commit) is never hidden by a cached value.
+// event is delivered after the commit) is never hidden by a cached value. Should an event be
+// missed all the same (another instance's, lost with the listening connection), no value is
+// used longer than `maxAgeMs` after it was kept.
+
+interface Entry<V> {
+  value: V;
+  /** performance.now() when it was kept. */
+  at: number;
+}
 
 export class TenantCache<V> {
-  private readonly tenants = new Map<string, Map<string, V>>();
+  private readonly tenants = new Map<string, Map<string, Entry<V>>>();
   private readonly generations = new Map<string, number>();
   private epoch = 0;
   private size = 0;
 
-  constructor(private readonly maxEntries: number) {}
+  constructor(
+    private readonly maxEntries: number,
+    private readonly maxAgeMs: number,
+  ) {}
 
   get(tenant: string, key: string): V | undefined {
-    return this.tenants.get(tenant)?.get(key);
+    const entries = this.tenants.get(tenant);
+    const entry = entries?.get(key);
+    if (!entry) return undefined;
+    if (performance.now() - entry.at <= this.maxAgeMs) return entry.value;
+    entries!.delete(key);
+    this.size--;
+    return undefined;
   }
 
   /** Take before reading the value from the database. */
@@ -31,9 +48,11 @@ export class TenantCache<V> {
   set(tenant: string, key: string, value: V, stamp: string): void {
     if (this.maxEntries <= 0 || stamp !== this.stamp(tenant)) return;
     let entries = this.tenants.get(tenant);
-    if (!entries) this.tenants.set(tenant, (entries = new Map<string, V>()));
-    if (!entries.has(key)) this.size++;
-    entries.set(key, value);
+    if (!entries) this.tenants.set(tenant, (entries = new Map()));
+    // Deleted first, so the map's order stays the order of age (eviction takes the first).
+    if (entries.delete(key)) this.size--;
+    entries.set(key, { value, at: performance.now() });
+    this.size++;
     while (this.size > this.maxEntries) this.evictOne();
   }
 
@@ -49,8 +68,8 @@ export class TenantCache<V> {
     this.bump(tenant);
     const entries = this.tenants.get(tenant);
     if (!entries) return;
-    for (const [k, v] of entries) {
-      if (test(v)) {
+    for (const [k, e] of entries) {
+      if (test(e.value)) {
         entries.delete(k);
         this.size--;
       }
@@ -126,8 +145,13 @@ export interface PageRequest<T> {
  * event of the tenant (`dropTenant`), with the stamp rule above.
  */
 export class ListCache {
-  private readonly counts = new TenantCache<number>(10_000);
-  private readonly pages = new TenantCache<ListPage<unknown>>(5_000);
+  private readonly counts: TenantCache<number>;
+  private readonly pages: TenantCache<ListPage<unknown>>;
+
+  constructor(maxAgeMs: number) {
+    this.counts = new TenantCache(10_000, maxAgeMs);
+    this.pages = new TenantCache(5_000, maxAgeMs);
+  }
 
   dropTenant(tenant: string): void {
     this.counts.dropTenant(tenant);

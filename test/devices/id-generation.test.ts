@@ -9,7 +9,8 @@ import { useService } from '../helpers/service.js';
 
 const svc = useService();
 
-const serviceWith = (randomId: () => string) => new DeviceService(svc.service.pool, svc.service.events, { cacheSize: 0, randomId });
+const serviceWith = (randomId: () => string) =>
+  new DeviceService(svc.service.pool, svc.service.events, { cacheSize: 0, cacheMaxAgeMs: 60_000, randomId });
 const count = () => countOf(svc.service.pool, 'SELECT count(*)::int AS n FROM devices');
 
 describe('device id generation', () => {

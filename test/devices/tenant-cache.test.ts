@@ -2,9 +2,12 @@
 import { describe, expect, it } from 'vitest';
 import { ListCache, TenantCache } from '../../src/registry/tenant-cache.js';
 
+const HOUR = 3_600_000;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
 describe('TenantCache', () => {
   it('keeps values per tenant', () => {
-    const c = new TenantCache<string>(10);
+    const c = new TenantCache<string>(10, HOUR);
     c.set('a', 'k', 'A', c.stamp('a'));
     c.set('b', 'k', 'B', c.stamp('b'));
     expect(c.get('a', 'k')).toBe('A');
@@ -13,7 +16,7 @@ describe('TenantCache', () => {
   });
 
   it('a value read before an invalidation of its tenant is not kept', () => {
-    const c = new TenantCache<string>(10);
+    const c = new TenantCache<string>(10, HOUR);
     const stamp = c.stamp('a'); // the reader starts...
     c.delete('a', ['other']); // ...a change of the tenant is published meanwhile...
     c.set('a', 'k', 'stale', stamp); // ...the reader's value may predate it
@@ -26,7 +29,7 @@ describe('TenantCache', () => {
   });
 
   it('clear (tenant "*") invalidates every reader in flight', () => {
-    const c = new TenantCache<string>(10);
+    const c = new TenantCache<string>(10, HOUR);
     const stamp = c.stamp('a');
     c.dropTenant('*');
     c.set('a', 'k', 'stale', stamp);
@@ -34,7 +37,7 @@ describe('TenantCache', () => {
   });
 
   it('deleteWhere drops the matching entries of one tenant', () => {
-    const c = new TenantCache<{ t: number[] }>(10);
+    const c = new TenantCache<{ t: number[] }>(10, HOUR);
     c.set('a', '1', { t: [1, 2] }, c.stamp('a'));
     c.set('a', '2', { t: [3] }, c.stamp('a'));
     c.set('b', '1', { t: [1] }, c.stamp('b'));
@@ -46,7 +49,7 @@ describe('TenantCache', () => {
   });
 
   it('advanced(stamp, n): a value is kept only if exactly n invalidations of the tenant came in since the stamp', () => {
-    const c = new TenantCache<string>(10);
+    const c = new TenantCache<string>(10, HOUR);
     const s0 = c.stamp('a');
     c.delete('a', ['x']); // our own change
     c.set('a', 'k', 'v', c.advanced(s0, 1));
@@ -64,14 +67,25 @@ describe('TenantCache', () => {
   });
 
   it('stays within its size, dropping the oldest entries first', () => {
-    const c = new TenantCache<number>(3);
+    const c = new TenantCache<number>(3, HOUR);
     for (let i = 0; i < 5; i++) c.set('a', String(i), i, c.stamp('a'));
     expect(c.entries).toBe(3);
     expect(c.get('a', '0')).toBeUndefined();
     expect(c.get('a', '4')).toBe(4);
-    const off = new TenantCache<number>(0);
+    const off = new TenantCache<number>(0, HOUR);
     off.set('a', 'k', 1, off.stamp('a'));
     expect(off.get('a', 'k')).toBeUndefined();
+  });
+
+  it('uses no value longer than its maximum age, even without any invalidation', async () => {
+    const c = new TenantCache<string>(10, 100);
+    c.set('a', 'k', 'v', c.stamp('a'));
+    expect(c.get('a', 'k')).toBe('v');
+    await sleep(150);
+    expect(c.get('a', 'k')).toBeUndefined();
+    expect(c.entries).toBe(0);
+    c.set('a', 'k', 'again', c.stamp('a')); // read again: young again
+    expect(c.get('a', 'k')).toBe('again');
   });
 });
 
@@ -88,7 +102,7 @@ describe('ListCache', () => {
   });
 
   it('answers a page read before from the cache until the tenant changes', async () => {
-    const c = new ListCache();
+    const c = new ListCache(HOUR);
     const fetched = [
       ['a', 'b'],
       ['a', 'c'],
@@ -102,20 +116,28 @@ describe('ListCache', () => {
   });
 
   it('keys pages by order and position; never keeps pages of records (cachePage false)', async () => {
-    const c = new ListCache();
+    const c = new ListCache(HOUR);
     await c.page('t', request([['a', 'b']], [3]));
     expect(await c.page('t', request([['b', 'a']], [], { sortByLabel: true }))).toEqual({ items: ['b', 'a'], matches: 3 });
     expect(await c.page('t', request([['c']], [], { page: { num: 2, size: 2, offset: 2 } }))).toEqual({ items: ['c'], matches: 3 });
     const records = [[{ id: 'a' }], [{ id: 'a2' }]];
-    await c.page('u', { ...request([], [1]), fetchPage: () => Promise.resolve(records.shift()!), cachePage: false });
-    expect(await c.page('u', { ...request([], []), fetchPage: () => Promise.resolve(records.shift()!), cachePage: false })).toEqual({
+    await c.page('u', { ...request([], [1]), fetchPage: async () => records.shift()!, cachePage: false });
+    expect(await c.page('u', { ...request([], []), fetchPage: async () => records.shift()!, cachePage: false })).toEqual({
       items: [{ id: 'a2' }],
       matches: 1,
     });
   });
 
+  it('reads a page and its count again once they are older than the maximum age', async () => {
+    const c = new ListCache(100);
+    const fetched = [['a'], ['b']];
+    await c.page('t', request(fetched, []));
+    await sleep(150);
+    expect(await c.page('t', request(fetched, []))).toEqual({ items: ['b'], matches: 1 });
+  });
+
   it('does not keep a page read while the tenant changed', async () => {
-    const c = new ListCache();
+    const c = new ListCache(HOUR);
     const fetched = [['old'], ['new']];
     await c.page('t', { ...request(fetched, []), fetchPage: () => (c.dropTenant('t'), Promise.resolve(fetched.shift()!)) });
     expect(await c.page('t', request(fetched, []))).toEqual({ items: ['new'], matches: 1 });

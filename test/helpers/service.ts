@@ -37,6 +37,7 @@ export async function tempDir(prefix = 'dr-test-'): Promise<string> {
 
 /** Environment for a service under test: fresh database, the run's broker, free ports. */
 export async function testEnv(overrides: Record<string, string | undefined> = {}): Promise<Record<string, string | undefined>> {
+  const clientId = `dr-test-${crypto.randomBytes(4).toString('hex')}`;
   return {
     DATABASE_URL: await freshDatabase(),
     MQTT_URL: inject('mqttUrl'),
@@ -49,7 +50,9 @@ export async function testEnv(overrides: Record<string, string | undefined> = {}
     ADMIN_PASSWORD: 'admin',
     PSK_ENCRYPTION_KEY: crypto.randomBytes(32).toString('hex'),
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
-    MQTT_CLIENT_ID: `dr-test-${crypto.randomBytes(4).toString('hex')}`,
+    MQTT_CLIENT_ID: clientId,
+    // Test files share the run's broker: each service its own share group (its own deployment).
+    MQTT_SHARE_GROUP: clientId,
     // Test services come and go: their broker sessions (and what is queued for them) expire soon.
     MQTT_SESSION_EXPIRY_SECONDS: '120',
     ...overrides,

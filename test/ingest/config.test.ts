@@ -9,7 +9,9 @@ describe('messaging configuration', () => {
   it('has the documented defaults', () => {
     const c = readConfig({});
     expect(c.mqttClientId).toBe('device-registry-ingest');
-    expect(c.mqttShareGroup).toBe('device-registry-ingest');
+    expect(c.mqttShareGroup).toBe('device-registry');
+    expect(c.mqttSessionLeaseSeconds).toBe(15);
+    expect(c.registryCacheMaxAgeSeconds).toBe(60);
     expect(c.mqttSubscriberConnections).toBe(8);
     expect(c.mqttSessionExpirySeconds).toBe(86400);
     expect(c.mqttReceiveMaximum).toBe(10000);
@@ -23,8 +25,8 @@ describe('messaging configuration', () => {
     expect(c.actuationTimeoutMs).toBe(5000);
   });
 
-  it('the share group follows MQTT_CLIENT_ID unless MQTT_SHARE_GROUP is set', () => {
-    expect(readConfig({ MQTT_CLIENT_ID: 'instance-1' }).mqttShareGroup).toBe('instance-1');
+  it('one share group whatever MQTT_CLIENT_ID is (instances with their own ids must not each get every message)', () => {
+    expect(readConfig({ MQTT_CLIENT_ID: 'instance-1' }).mqttShareGroup).toBe('device-registry');
     expect(readConfig({ MQTT_CLIENT_ID: 'instance-1', MQTT_SHARE_GROUP: 'registry' }).mqttShareGroup).toBe('registry');
   });
 
@@ -39,6 +41,8 @@ describe('messaging configuration', () => {
     ['HISTORY_RETENTION_DAYS', '0', /HISTORY_RETENTION_DAYS must be an integer between 1/],
     ['HISTORY_MAX_RESULTS', '-5', /HISTORY_MAX_RESULTS must be an integer/],
     ['ACTUATION_TIMEOUT_MS', 'soon', /ACTUATION_TIMEOUT_MS must be an integer/],
+    ['MQTT_SESSION_LEASE_SECONDS', '2', /MQTT_SESSION_LEASE_SECONDS must be an integer between 3 and 3600/],
+    ['REGISTRY_CACHE_MAX_AGE_SECONDS', '0', /REGISTRY_CACHE_MAX_AGE_SECONDS must be an integer between 1 and 86400/],
   ])('rejects %s=%s naming the variable', (name, value, message) => {
     const run = () => readConfig({ [name]: value });
     expect(run).toThrow(ConfigError);

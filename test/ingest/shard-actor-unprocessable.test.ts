@@ -26,8 +26,9 @@ describe('the shard actor', () => {
     });
     const models: Record<string, DeviceModel> = { 't/good': good, 't/bad': bad };
     const cache = new DeviceCache(
-      (devices) => Promise.resolve(new Map(devices.map(({ tenant, id }) => [`${tenant}/${id}`, models[`${tenant}/${id}`]!]))),
+      async (devices) => new Map(devices.map(({ tenant, id }) => [`${tenant}/${id}`, models[`${tenant}/${id}`]!])),
       10,
+      60_000,
     );
     const written: string[] = [];
     const writer = {

@@ -1,8 +1,8 @@
 // Device rules: creation (ids, labels, overrides, one transaction), replacement, deletion, the
-// cached public views of GET /device/{id}, and the registry events after each commit.
+// cached public views of GET /device/{id}, and the registry event of each change (announced in
+// its transaction: registry/events.ts).
 import crypto from 'node:crypto';
 import type pg from 'pg';
-import { inTransaction } from '../../db/pool.js';
 import { errors } from '../../errors.js';
 import type { Page } from '../paging.js';
 import type { AttrRecord } from '../attrs.js';
@@ -26,6 +26,8 @@ export const randomDeviceId = (): string => crypto.randomBytes(3).toString('hex'
 export interface DeviceOptions {
   /** Public device views kept in memory (serialised); 0: none. */
   cacheSize: number;
+  /** The longest a cached view or list page is used (REGISTRY_CACHE_MAX_AGE_SECONDS). */
+  cacheMaxAgeMs: number;
   /** Turns a sealed key into its text (internal views); absent: keys are not shown. */
   openKey?: (sealed: Buffer, place: { tenant: string; deviceId: string; attrId: number }) => string;
   /** Id generator; tests replace it to force collisions. */
@@ -45,7 +47,7 @@ export type CreateResult = { verbose: true; devices: DeviceRecord[] } | { verbos
 export class DeviceService {
   private readonly views: TenantCache<CachedView>;
   /** Match counts and pages (ids) of list requests. */
-  private readonly lists = new ListCache();
+  private readonly lists: ListCache;
   private readonly randomId: () => string;
 
   constructor(
@@ -53,7 +55,8 @@ export class DeviceService {
     private readonly events: RegistryEvents,
     private readonly opts: DeviceOptions,
   ) {
-    this.views = new TenantCache(opts.cacheSize);
+    this.views = new TenantCache(opts.cacheSize, opts.cacheMaxAgeMs);
+    this.lists = new ListCache(opts.cacheMaxAgeMs);
     this.randomId = opts.randomId ?? randomDeviceId;
     events.on((e) => this.invalidate(e));
   }
@@ -64,16 +67,13 @@ export class DeviceService {
     // Taken before the transaction: cacheNewViews keeps the new views only if no other change
     // of the tenant came in meanwhile (the stamp then moved by our own event alone).
     const stamp = this.views.stamp(tenant);
-    const result = await inTransaction(this.pool, async (c) => {
+    const result = await this.events.change(async (c, announce): Promise<CreateResult> => {
       const { templates, overrides } = await this.resolve(c, tenant, input);
       const ids = await this.insertWithIds(c, tenant, input, opts.count, templates, overrides);
+      await announce(changedEvent(tenant, ids));
       if (opts.verbose) return { verbose: true as const, devices: await repo.getDevices(c, tenant, ids) };
       return { verbose: false as const, devices: ids.map((id, i) => ({ id, label: `${input.label}_${i}` })) };
     });
-    await this.changed(
-      tenant,
-      result.devices.map((d) => d.id),
-    );
     await this.cacheNewViews(tenant, result.devices, this.views.advanced(stamp, 1));
     return result;
   }
@@ -192,33 +192,32 @@ export class DeviceService {
   /** PUT /device/{id}: the body is checked before the device is looked up. */
   async update(tenant: string, id: string, body: unknown): Promise<DeviceRecord> {
     const input = parseDeviceBody(body, false);
-    const updated = await inTransaction(this.pool, async (c) => {
+    return this.events.change(async (c, announce) => {
       if (id.includes('\0') || !(await repo.lockDevice(c, tenant, id))) throw errors.noSuchDevice(id);
       const { templates, overrides } = await this.resolve(c, tenant, input);
       await repo.replaceDevice(c, tenant, id, input.label, templates, overrides);
+      await announce(changedEvent(tenant, [id]));
       return (await repo.getDevices(c, tenant, [id]))[0]!;
     });
-    await this.changed(tenant, [id]);
-    return updated;
   }
 
   async remove(tenant: string, id: string): Promise<DeviceRecord> {
-    const removed = await inTransaction(this.pool, async (c) => {
+    return this.events.change(async (c, announce) => {
       if (id.includes('\0') || !(await repo.lockDevice(c, tenant, id))) throw errors.noSuchDevice(id);
       const d = (await repo.getDevices(c, tenant, [id]))[0]!;
       await repo.deleteDevice(c, tenant, id);
+      await announce(removedEvent(tenant, [id]));
       return d;
     });
-    await this.removed(tenant, [id]);
-    return removed;
   }
 
   async removeAll(tenant: string): Promise<DeviceRecord[]> {
-    const { views, ids } = await inTransaction(this.pool, async (c) => {
+    const { views, ids } = await this.events.change(async (c, announce) => {
       const all = await repo.getAllDevices(c, tenant);
-      return { views: all, ids: await repo.deleteAllDevices(c, tenant) };
+      const deleted = await repo.deleteAllDevices(c, tenant);
+      if (deleted.length > 0) await announce(removedEvent(tenant, deleted));
+      return { views: all, ids: deleted };
     });
-    if (ids.length > 0) await this.removed(tenant, ids);
     const gone = new Set(ids);
     return views.filter((d) => gone.has(d.id));
   }
@@ -355,18 +354,13 @@ export class DeviceService {
         break;
     }
   }
-
-  private async changed(tenant: string, deviceIds: string[]): Promise<void> {
-    await this.events.publish(
-      deviceIds.length > MAX_EVENT_IDS ? { type: 'tenant.changed', tenant } : { type: 'devices.changed', tenant, deviceIds },
-    );
-  }
-
-  private async removed(tenant: string, deviceIds: string[]): Promise<void> {
-    // Always precise: the MQTT sessions of exactly these devices are closed.
-    await this.events.publish({ type: 'devices.removed', tenant, deviceIds });
-  }
 }
+
+const changedEvent = (tenant: string, deviceIds: string[]): RegistryEvent =>
+  deviceIds.length > MAX_EVENT_IDS ? { type: 'tenant.changed', tenant } : { type: 'devices.changed', tenant, deviceIds };
+
+/** Always precise: the MQTT sessions of exactly these devices are closed. */
+const removedEvent = (tenant: string, deviceIds: string[]): RegistryEvent => ({ type: 'devices.removed', tenant, deviceIds });
 
 /** Sorts `ids` ascending and `indexes` along with them. */
 function sortTogether(ids: string[], indexes: number[]): void {

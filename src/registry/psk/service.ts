@@ -4,7 +4,6 @@
 // internal device views (through `open`).
 import crypto from 'node:crypto';
 import type pg from 'pg';
-import { inTransaction } from '../../db/pool.js';
 import { ApiError, errors } from '../../errors.js';
 import type { RegistryEvents } from '../events.js';
 import * as repo from './repo.js';
@@ -19,7 +18,6 @@ const PSK = 'psk';
 
 export class PskService {
   constructor(
-    private readonly pool: pg.Pool,
     private readonly events: RegistryEvents,
     private readonly sealer: KeySealer,
   ) {}
@@ -35,7 +33,7 @@ export class PskService {
    * every psk attribute of the device. An empty result means the device has no psk attribute (204).
    */
   async generate(tenant: string, deviceId: string, keyLength: number | ApiError, labels: string[] | undefined): Promise<GeneratedKey[]> {
-    const generated = await inTransaction(this.pool, async (c) => {
+    return this.events.change(async (c, announce) => {
       if (deviceId.includes('\0') || !(await repo.deviceExists(c, tenant, deviceId, true))) throw errors.noSuchDevice(deviceId);
       if (keyLength instanceof ApiError) throw keyLength;
       const n = keyLength;
@@ -55,15 +53,14 @@ export class PskService {
         deviceId,
         keys.map((k) => ({ attrId: k.attr.id, sealed: this.sealer.seal(k.plain, { tenant, deviceId, attrId: k.attr.id }) })),
       );
+      await announce({ type: 'devices.changed', tenant, deviceIds: [deviceId] });
       return keys.map((k) => ({ attribute: k.attr.label, psk: k.plain.toString('hex') }));
     });
-    if (generated.length > 0) await this.events.publish({ type: 'devices.changed', tenant, deviceIds: [deviceId] });
-    return generated;
   }
 
   /** PUT /device/{id}/attrs/{label}/psk: copies the source's key; no link is kept. The query schema (`psk.copy`) has checked that both source parameters are there. */
   async copy(tenant: string, deviceId: string, label: string, fromDevice: string, fromLabel: string): Promise<void> {
-    await inTransaction(this.pool, async (c) => {
+    await this.events.change(async (c, announce) => {
       const source = await this.pskAttr(c, tenant, fromDevice, fromLabel, false);
       const target = await this.pskAttr(c, tenant, deviceId, label, true);
       const sealed = await repo.sealedKey(c, tenant, fromDevice, source.id);
@@ -71,8 +68,8 @@ export class PskService {
       const plain = this.sealer.open(sealed, { tenant, deviceId: fromDevice, attrId: source.id });
       const resealed = this.sealer.seal(plain, { tenant, deviceId, attrId: target.id });
       await repo.storeKeys(c, tenant, deviceId, [{ attrId: target.id, sealed: resealed }]);
+      await announce({ type: 'devices.changed', tenant, deviceIds: [deviceId] });
     });
-    await this.events.publish({ type: 'devices.changed', tenant, deviceIds: [deviceId] });
   }
 
   /** The device (404), then its attribute `label` (404), which must be a psk one (400). */

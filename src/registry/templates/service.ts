@@ -1,11 +1,11 @@
 // Template rules: input checks, identity-keeping updates, deletion rules, and the registry
-// events that tell caches (device views, ingest shards) what changed, after each commit.
+// event of each change, announced in its transaction (registry/events.ts), that tells caches
+// (device views, ingest shards, other instances) what changed.
 import type pg from 'pg';
-import { inTransaction } from '../../db/pool.js';
 import { errors } from '../../errors.js';
 import type { ListFilters, Page } from '../paging.js';
 import type { AttrRecord } from '../attrs.js';
-import type { RegistryEvents } from '../events.js';
+import type { RegistryEvent, RegistryEvents } from '../events.js';
 import { filtersCanMatch, parseTemplateId } from '../sql.js';
 import { countKey, ListCache, TenantCache } from '../tenant-cache.js';
 import { parseTemplateInput } from './input.js';
@@ -43,16 +43,17 @@ async function newRows(
 
 export class TemplateService {
   /** Match counts and pages of list requests: counting 100k templates costs ~10 ms, a page ~1 ms. */
-  private readonly lists = new ListCache();
+  private readonly lists: ListCache;
   /** Serialised views by template id, for GET /template/{id} and the list pages. */
   private readonly views: TenantCache<TemplateJson>;
 
   constructor(
     private readonly pool: pg.Pool,
     private readonly events: RegistryEvents,
-    cacheSize: number,
+    cache: { cacheSize: number; cacheMaxAgeMs: number },
   ) {
-    this.views = new TenantCache(cacheSize);
+    this.views = new TenantCache(cache.cacheSize, cache.cacheMaxAgeMs);
+    this.lists = new ListCache(cache.cacheMaxAgeMs);
     events.on((e) => {
       if (e.type === 'templates.changed') this.views.delete(e.tenant, e.templateIds.map(String));
       if (e.type === 'tenant.changed') this.views.dropTenant(e.tenant);
@@ -63,12 +64,12 @@ export class TemplateService {
   async create(tenant: string, body: unknown): Promise<TemplateRecord> {
     const input = parseTemplateInput(body);
     const stamp = this.views.stamp(tenant);
-    const created = await inTransaction(this.pool, async (c) => {
+    const created = await this.events.change(async (c, announce) => {
       const id = await repo.insertTemplate(c, tenant, input.label);
       await repo.insertAttrs(c, tenant, id, await newRows(c, input.attrs, []));
+      await announce(changedEvent(tenant, [id]));
       return (await repo.getTemplates(c, tenant, [id]))[0]!;
     });
-    await this.changed(tenant, [created.id]);
     // The view as committed, for the reads that follow a creation; kept only if no other change
     // of the tenant came in since before the transaction (the stamp moved by our event alone).
     this.views.set(tenant, String(created.id), templateJson(created), this.views.advanced(stamp, 1));
@@ -128,7 +129,7 @@ export class TemplateService {
     const input = parseTemplateInput(body);
     const id = parseTemplateId(rawId);
     if (id === undefined) throw errors.noSuchTemplate(rawId);
-    const updated = await inTransaction(this.pool, async (c) => {
+    return this.events.change(async (c, announce) => {
       if (!(await repo.lockTemplate(c, tenant, id))) throw errors.noSuchTemplate(rawId);
       if (
         await repo.labelsClashOnDevices(
@@ -173,42 +174,38 @@ export class TemplateService {
       await repo.changeAttrs(c, tenant, changes);
       await repo.insertAttrs(c, tenant, id, await newRows(c, added, metaOfKept));
       await repo.setTemplateLabel(c, tenant, id, input.label);
+      await announce(changedEvent(tenant, [id]));
       return (await repo.getTemplates(c, tenant, [id]))[0]!;
     });
-    await this.changed(tenant, [id]);
-    return updated;
   }
 
   /** Removes the template; devices built from it lose it and its attributes (with overrides and keys). */
   async remove(tenant: string, rawId: string): Promise<TemplateRecord> {
     const id = parseTemplateId(rawId);
     if (id === undefined) throw errors.noSuchTemplate(rawId);
-    const removed = await inTransaction(this.pool, async (c) => {
+    return this.events.change(async (c, announce) => {
       if (!(await repo.lockTemplate(c, tenant, id))) throw errors.noSuchTemplate(rawId);
       const found = (await repo.getTemplates(c, tenant, [id]))[0]!;
       await repo.deleteTemplate(c, tenant, id);
+      await announce(changedEvent(tenant, [id]));
       return found;
     });
-    await this.changed(tenant, [id]);
-    return removed;
   }
 
   /** Removes every template of the tenant, or none when any is used by a device. */
   async removeAll(tenant: string): Promise<TemplateRecord[]> {
-    const { all, ids } = await inTransaction(this.pool, async (c) => {
+    const { all, ids } = await this.events.change(async (c, announce) => {
       await repo.lockAllTemplates(c, tenant);
       if (await repo.anyTemplateInUse(c, tenant)) throw errors.templatesInUse();
       const all = await repo.getAllTemplates(c, tenant);
-      return { all, ids: await repo.deleteAllTemplates(c, tenant) };
+      const deleted = await repo.deleteAllTemplates(c, tenant);
+      if (deleted.length > 0) await announce(changedEvent(tenant, deleted));
+      return { all, ids: deleted };
     });
-    if (ids.length > 0) await this.changed(tenant, ids);
     const gone = new Set(ids);
     return all.filter((t) => gone.has(t.id));
   }
-
-  private async changed(tenant: string, templateIds: number[]): Promise<void> {
-    await this.events.publish(
-      templateIds.length > MAX_EVENT_IDS ? { type: 'tenant.changed', tenant } : { type: 'templates.changed', tenant, templateIds },
-    );
-  }
 }
+
+const changedEvent = (tenant: string, templateIds: number[]): RegistryEvent =>
+  templateIds.length > MAX_EVENT_IDS ? { type: 'tenant.changed', tenant } : { type: 'templates.changed', tenant, templateIds };

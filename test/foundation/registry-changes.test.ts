@@ -1,0 +1,280 @@
+// Registry changes reach every instance's caches, or the caches find out by themselves
+// (issue 19, point 4): a change's notification is part of its transaction; a listening
+// connection that dies without a word is replaced and the caches are read again; no cached
+// entry outlives REGISTRY_CACHE_MAX_AGE_SECONDS; and ingest asks the database before it drops
+// a value its cached device model does not know. "Another instance" is played by SQL written
+// straight into the database, announced with NOTIFY or not announced at all.
+import crypto from 'node:crypto';
+import net from 'node:net';
+import type mqtt from 'mqtt';
+import pg from 'pg';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { http, login, startTestService, testEnv, type TestService } from '../helpers/service.js';
+import { createDevice, createTemplate, deviceClient, eventually, historyCount, metric, notifySink } from '../helpers/registry-fixtures.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A device's label as GET /device/{id} answers it (from the view cache when it is there). */
+async function label(svc: TestService, token: string, id: string): Promise<string> {
+  const res = await http<{ label: string }>('GET', `${svc.base}/device/${id}`, { token });
+  expect(res.status).toBe(200);
+  return res.body.label;
+}
+
+/** A device created through the API (its view is cached at creation); its id. */
+async function newDevice(svc: TestService, token: string, labelled: string): Promise<string> {
+  const res = await http<{ devices: Array<{ id: string }> }>('POST', `${svc.base}/device`, {
+    token,
+    body: { label: labelled, templates: [] },
+  });
+  expect(res.status).toBe(200);
+  return res.body.devices[0]!.id;
+}
+
+/** Another instance's change of a device's label: the SQL, then (if `announce`) its NOTIFY. */
+async function relabel(db: pg.Pool, tenant: string, id: string, to: string, announce: boolean): Promise<void> {
+  await db.query('UPDATE devices SET label = $3 WHERE tenant = $1 AND id = $2', [tenant, id, to]);
+  if (announce) await notifySink(db).publish({ type: 'devices.changed', tenant, deviceIds: [id] });
+}
+
+describe('a registry change and its notification', () => {
+  let svc: TestService;
+  let token: string;
+  let listener: pg.Client;
+  const heard: string[] = [];
+  const realQuery = pg.Client.prototype.query;
+
+  beforeAll(async () => {
+    svc = await startTestService();
+    token = await login(svc.base);
+    listener = new pg.Client({ connectionString: svc.env.DATABASE_URL });
+    await listener.connect();
+    listener.on('notification', (n) => heard.push(n.payload ?? ''));
+    await listener.query('LISTEN registry_events');
+  });
+  afterEach(() => {
+    pg.Client.prototype.query = realQuery;
+  });
+  afterAll(async () => {
+    await listener?.end();
+    await svc?.stop();
+  });
+
+  it('are one: a change whose notification cannot be sent is not made', async () => {
+    // The notification fails (on whichever connection sends it); everything else works.
+    pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+      const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string } | undefined)?.text;
+      if (text?.includes('pg_notify')) throw new Error('injected: the notification cannot be sent');
+      return (realQuery as (...a: unknown[]) => unknown).apply(this, args);
+    } as typeof pg.Client.prototype.query;
+    const res = await http('POST', `${svc.base}/template`, { token, body: { label: 'never-announced', attrs: [] } });
+    pg.Client.prototype.query = realQuery;
+    // Made without a word to the other instances, their caches would never learn of it.
+    expect(res.status).toBeGreaterThanOrEqual(500);
+    const { rows } = await svc.service.pool.query("SELECT count(*)::int AS n FROM templates WHERE label = 'never-announced'");
+    expect(rows[0].n).toBe(0);
+  });
+
+  it('a change that is made is heard by the other instances', async () => {
+    const res = await http<{ template: { id: number } }>('POST', `${svc.base}/template`, {
+      token,
+      body: { label: 'announced', attrs: [] },
+    });
+    expect(res.status).toBe(200);
+    const id = res.body.template.id;
+    await eventually(
+      async () => heard.some((p) => p.includes('"templates.changed"') && p.includes(`[${id}]`)) || undefined,
+      'the notification',
+    );
+  });
+});
+
+/**
+ * A TCP proxy in front of PostgreSQL that can make the service's listening connection go silent:
+ * its bytes are swallowed both ways while the socket stays open, as after a dropped route.
+ */
+class SilencingProxy {
+  private readonly server: net.Server;
+  private readonly silenced = new Set<net.Socket>();
+  private readonly listens = new Set<net.Socket>();
+
+  constructor(upstream: URL) {
+    this.server = net.createServer((client) => {
+      const server = net.connect(Number(upstream.port || 5432), upstream.hostname);
+      client.on('data', (chunk: Buffer) => {
+        if (chunk.includes('LISTEN registry_events')) this.listens.add(client);
+        if (!this.silenced.has(client)) server.write(chunk);
+      });
+      server.on('data', (chunk: Buffer) => {
+        if (!this.silenced.has(client)) client.write(chunk);
+      });
+      const close = () => {
+        client.destroy();
+        server.destroy();
+        this.listens.delete(client);
+      };
+      client.on('close', close).on('error', close);
+      server.on('close', close).on('error', close);
+    });
+  }
+
+  async listen(): Promise<number> {
+    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
+    return (this.server.address() as net.AddressInfo).port;
+  }
+
+  /** The listening connections open now go silent (new ones are not). Returns how many. */
+  silenceListeners(): number {
+    for (const s of this.listens) this.silenced.add(s);
+    return this.listens.size;
+  }
+
+  get openListeners(): number {
+    return [...this.listens].filter((s) => !this.silenced.has(s)).length;
+  }
+
+  close(): Promise<void> {
+    for (const s of this.listens) s.destroy();
+    return new Promise((r) => this.server.close(() => r()));
+  }
+}
+
+describe('a listening connection that goes silent', () => {
+  let svc: TestService;
+  let proxy: SilencingProxy;
+  let db: pg.Pool;
+  let token: string;
+
+  beforeAll(async () => {
+    const env = await testEnv();
+    const direct = new URL(env.DATABASE_URL!);
+    proxy = new SilencingProxy(direct);
+    const via = new URL(direct);
+    via.host = `127.0.0.1:${await proxy.listen()}`;
+    // Cached entries would live an hour: only the watch on the connection can bring the change.
+    svc = await startTestService({ ...env, DATABASE_URL: via.toString(), REGISTRY_CACHE_MAX_AGE_SECONDS: '3600' });
+    db = new pg.Pool({ connectionString: direct.toString(), max: 2 });
+    token = await login(svc.base);
+  });
+  afterAll(async () => {
+    await svc?.stop();
+    await db?.end();
+    await proxy?.close();
+  });
+
+  it('is replaced, and the caches are read again: a change announced meanwhile shows', async () => {
+    const id = await newDevice(svc, token, 'before');
+    expect(await label(svc, token, id)).toBe('before_0'); // cached now
+    expect(proxy.silenceListeners()).toBe(1);
+    await relabel(db, 'admin', id, 'after', true); // announced, but this instance does not hear it
+    await sleep(300);
+    expect(await label(svc, token, id)).toBe('before_0');
+    await eventually(async () => (await label(svc, token, id)) === 'after' || undefined, 'the change, once listening again', 30_000);
+    expect(proxy.openListeners).toBe(1);
+  }, 60_000);
+});
+
+describe('cached entries with no notification at all', () => {
+  let svc: TestService;
+  let token: string;
+  let device: mqtt.MqttClient;
+  const tenant = `rc${crypto.randomBytes(3).toString('hex')}`;
+
+  beforeAll(async () => {
+    svc = await startTestService({ REGISTRY_CACHE_MAX_AGE_SECONDS: '1' });
+    token = await login(svc.base);
+    device = await deviceClient(svc.env.MQTT_URL!);
+  });
+  afterAll(async () => {
+    await device?.endAsync();
+    await svc?.stop();
+  });
+
+  it('a device view is read again once older than REGISTRY_CACHE_MAX_AGE_SECONDS', async () => {
+    const id = await newDevice(svc, token, 'first');
+    expect(await label(svc, token, id)).toBe('first_0');
+    await relabel(svc.service.pool, 'admin', id, 'second', false);
+    expect(await label(svc, token, id)).toBe('first_0'); // from the cache
+    await sleep(1200);
+    expect(await label(svc, token, id)).toBe('second');
+  });
+
+  it('a device model in the ingest cache is read again once older than REGISTRY_CACHE_MAX_AGE_SECONDS', async () => {
+    const t = await createTemplate(svc.service.pool, tenant, 'shrinks', [
+      { label: 'a', type: 'dynamic', value_type: 'float' },
+      { label: 'b', type: 'dynamic', value_type: 'float' },
+    ]);
+    const d = await createDevice(svc.service.pool, tenant, [t]);
+    await device.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ a: 1, b: 1 }), { qos: 1 });
+    await eventually(async () => (await historyCount(svc.service.pool, tenant, d)) === 2 || undefined, 'both values');
+    // Attribute b removed by another instance whose notification never came.
+    await svc.service.pool.query("DELETE FROM template_attrs WHERE tenant = $1 AND template_id = $2 AND label = 'b'", [tenant, t]);
+    await sleep(1200);
+    await device.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ a: 2, b: 2 }), { qos: 1 });
+    await eventually(async () => (await historyCount(svc.service.pool, tenant, d)) >= 3 || undefined, 'the second message');
+    await sleep(300);
+    const { rows } = await svc.service.pool.query(
+      'SELECT attr, value FROM history WHERE tenant = $1 AND device_id = $2 ORDER BY ts, attr',
+      [tenant, d],
+    );
+    expect(rows.map((r: { attr: string; value: unknown }) => `${r.attr}=${String(r.value)}`)).toEqual(['a=1', 'b=1', 'a=2']);
+  });
+});
+
+describe('a value the cached device model does not know', () => {
+  let svc: TestService;
+  let device: mqtt.MqttClient;
+  const tenant = `rk${crypto.randomBytes(3).toString('hex')}`;
+
+  beforeAll(async () => {
+    // Entries would live an hour, and no notification comes: only the re-check can save the values.
+    svc = await startTestService({ REGISTRY_CACHE_MAX_AGE_SECONDS: '3600' });
+    device = await deviceClient(svc.env.MQTT_URL!);
+  });
+  afterAll(async () => {
+    await device?.endAsync();
+    await svc?.stop();
+  });
+
+  const values = async (d: string) =>
+    (
+      await svc.service.pool.query('SELECT attr, value FROM history WHERE tenant = $1 AND device_id = $2 ORDER BY ts, attr', [tenant, d])
+    ).rows.map((r: { attr: string; value: string }) => `${r.attr}=${r.value}`);
+
+  it('is checked against the database before it is dropped: an attribute added meanwhile is stored', async () => {
+    const t = await createTemplate(svc.service.pool, tenant, 'grows', [{ label: 'a', type: 'dynamic', value_type: 'float' }]);
+    const d = await createDevice(svc.service.pool, tenant, [t]);
+    await device.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ a: 1 }), { qos: 1 });
+    await eventually(async () => (await historyCount(svc.service.pool, tenant, d)) === 1 || undefined, 'the first value'); // model cached
+    // Another instance adds attribute b (and changes a's type); its notification is lost.
+    await svc.service.pool.query(
+      "INSERT INTO template_attrs (tenant, template_id, label, type, value_type) VALUES ($1, $2, 'b', 'dynamic', 'float')",
+      [tenant, t],
+    );
+    await svc.service.pool.query("UPDATE template_attrs SET value_type = 'string' WHERE tenant = $1 AND template_id = $2 AND label = 'a'", [
+      tenant,
+      t,
+    ]);
+    await sleep(1500); // the cached model is now older than the messages by more than RECHECK_AFTER_MS
+    await device.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ a: 'two', b: 2 }), { qos: 1 });
+    await eventually(async () => (await historyCount(svc.service.pool, tenant, d)) >= 3 || undefined, 'the new values', 10_000);
+    expect(await values(d)).toEqual(['a=1', 'a="two"', 'b=2']);
+  });
+
+  it('a key the device really does not have is still dropped, and counted, after the check', async () => {
+    const t = await createTemplate(svc.service.pool, tenant, 'fixed', [{ label: 'a', type: 'dynamic', value_type: 'float' }]);
+    const d = await createDevice(svc.service.pool, tenant, [t]);
+    await device.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ a: 1 }), { qos: 1 });
+    await eventually(async () => (await historyCount(svc.service.pool, tenant, d)) === 1 || undefined, 'the first value');
+    const before = metric((await http('GET', `${svc.base}/metrics`)).text, 'ingest_dropped_total{reason="unknown_key"}');
+    await sleep(1500);
+    await device.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ a: 2, nope: 2 }), { qos: 1 });
+    await eventually(async () => (await historyCount(svc.service.pool, tenant, d)) === 2 || undefined, 'the second value');
+    await eventually(
+      async () =>
+        metric((await http('GET', `${svc.base}/metrics`)).text, 'ingest_dropped_total{reason="unknown_key"}') === before + 1 || undefined,
+      'the drop counted once',
+    );
+    expect(await values(d)).toEqual(['a=1', 'a=2']);
+  });
+});
