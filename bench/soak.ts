@@ -258,7 +258,9 @@ async function main(): Promise<void> {
 
     // Lost: acknowledged to a device but not in history (each message stores 3 values; the
     // search phase's messages count too).
-    const storedValues = Number((await svc.pool.query('SELECT count(*) AS n FROM history WHERE tenant = $1', [tenant])).rows[0].n);
+    const storedValues = Number(
+      (await svc.pool.query<{ n: string }>('SELECT count(*) AS n FROM history WHERE tenant = $1', [tenant])).rows[0]!.n,
+    );
     const storedMessages = Math.floor(storedValues / 3);
     const mean = (rows: Minute[], k: keyof Minute) => rows.reduce((x, r) => x + r[k], 0) / rows.length;
     const first = minutes.slice(0, WINDOW_MINUTES);

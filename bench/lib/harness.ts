@@ -82,7 +82,7 @@ export async function startBenchService(env: Record<string, string> = {}, nodeAr
   const onBrokerLine = (chunk: Buffer) => {
     for (const line of chunk.toString('utf8').split('\n')) if (line.includes('embedded MQTT broker listening')) mqttUrl = addressOf(line);
   };
-  child.stdout!.on('data', onBrokerLine);
+  child.stdout.on('data', onBrokerLine);
   const publicLine = waitForLine(child, /public HTTP API listening/);
   const internalLine = waitForLine(child, /internal HTTP API listening/);
   let base: string;
@@ -96,8 +96,8 @@ export async function startBenchService(env: Record<string, string> = {}, nodeAr
     await db.stop();
     throw err;
   }
-  child.stdout!.off('data', onBrokerLine);
-  child.stdout!.resume();
+  child.stdout.off('data', onBrokerLine);
+  child.stdout.resume();
   const res = await fetch(`${base}/auth`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },

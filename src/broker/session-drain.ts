@@ -27,9 +27,9 @@ export interface DrainOptions {
   sessionExpirySeconds: number;
   receiveMaximum: number;
   log: Logger;
-  onMessage(topic: string, payload: Buffer, ack: AckHandle): void;
+  onMessage: (topic: string, payload: Buffer, ack: AckHandle) => void;
   /** Whether the drain's lease is still held (reconnects wait otherwise). */
-  mayReconnect(): boolean;
+  mayReconnect: () => boolean;
   quietMs?: number;
 }
 

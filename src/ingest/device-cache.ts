@@ -68,7 +68,7 @@ export class DeviceCache {
    */
   async resolve(keys: string[], receivedUs: Float64Array): Promise<ResolvedBatch> {
     const n = keys.length;
-    const found: Array<Entry | undefined> = new Array(n);
+    const found = new Array<Entry | undefined>(n);
     const missing: string[] = [];
     const now = Date.now();
     for (let i = 0; i < n; i++) {

@@ -101,7 +101,7 @@ export class ShardActor {
     await setImmediate();
     const keys = task.keys.split('\0');
     const devices = await this.cache.resolve(keys, task.received);
-    const message = (i: number) => task.payload.subarray(task.offsets[i]!, task.offsets[i + 1]!);
+    const message = (i: number) => task.payload.subarray(task.offsets[i], task.offsets[i + 1]);
     let recheck: number[] | undefined;
     let buf = this.current;
     for (let i = 0; i < keys.length; i++) {

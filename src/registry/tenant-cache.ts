@@ -48,7 +48,7 @@ export class TenantCache<V> {
   set(tenant: string, key: string, value: V, stamp: string): void {
     if (this.maxEntries <= 0 || stamp !== this.stamp(tenant)) return;
     let entries = this.tenants.get(tenant);
-    if (!entries) this.tenants.set(tenant, (entries = new Map()));
+    if (!entries) this.tenants.set(tenant, (entries = new Map<string, Entry<V>>()));
     // Deleted first, so the map's order stays the order of age (eviction takes the first).
     if (entries.delete(key)) this.size--;
     entries.set(key, { value, at: performance.now() });

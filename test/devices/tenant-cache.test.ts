@@ -121,8 +121,8 @@ describe('ListCache', () => {
     expect(await c.page('t', request([['b', 'a']], [], { sortByLabel: true }))).toEqual({ items: ['b', 'a'], matches: 3 });
     expect(await c.page('t', request([['c']], [], { page: { num: 2, size: 2, offset: 2 } }))).toEqual({ items: ['c'], matches: 3 });
     const records = [[{ id: 'a' }], [{ id: 'a2' }]];
-    await c.page('u', { ...request([], [1]), fetchPage: async () => records.shift()!, cachePage: false });
-    expect(await c.page('u', { ...request([], []), fetchPage: async () => records.shift()!, cachePage: false })).toEqual({
+    await c.page('u', { ...request([], [1]), fetchPage: () => Promise.resolve(records.shift()!), cachePage: false });
+    expect(await c.page('u', { ...request([], []), fetchPage: () => Promise.resolve(records.shift()!), cachePage: false })).toEqual({
       items: [{ id: 'a2' }],
       matches: 1,
     });

@@ -42,6 +42,7 @@ describe('a registry change and its notification', () => {
   let token: string;
   let listener: pg.Client;
   const heard: string[] = [];
+  // eslint-disable-next-line @typescript-eslint/unbound-method -- kept to be put back, and called with its client as `this`
   const realQuery = pg.Client.prototype.query;
 
   beforeAll(async () => {
@@ -71,8 +72,10 @@ describe('a registry change and its notification', () => {
     pg.Client.prototype.query = realQuery;
     // Made without a word to the other instances, their caches would never learn of it.
     expect(res.status).toBeGreaterThanOrEqual(500);
-    const { rows } = await svc.service.pool.query("SELECT count(*)::int AS n FROM templates WHERE label = 'never-announced'");
-    expect(rows[0].n).toBe(0);
+    const { rows } = await svc.service.pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM templates WHERE label = 'never-announced'",
+    );
+    expect(rows[0]!.n).toBe(0);
   });
 
   it('a change that is made is heard by the other instances', async () => {
@@ -82,10 +85,7 @@ describe('a registry change and its notification', () => {
     });
     expect(res.status).toBe(200);
     const id = res.body.template.id;
-    await eventually(
-      async () => heard.some((p) => p.includes('"templates.changed"') && p.includes(`[${id}]`)) || undefined,
-      'the notification',
-    );
+    await eventually(() => heard.some((p) => p.includes('"templates.changed"') && p.includes(`[${id}]`)) || undefined, 'the notification');
   });
 });
 

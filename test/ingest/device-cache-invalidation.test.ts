@@ -12,19 +12,20 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const now = (n: number) => new Float64Array(n).fill(Date.now() * 1000);
 
 describe('the shard device cache', () => {
-  const model = (tenant: string, id: string, templateIds: number[]) =>
-    ({ ...buildDeviceModel(tenant, id, []), templateIds }) as DeviceModel;
+  const model = (tenant: string, id: string, templateIds: number[]) => ({ ...buildDeviceModel(tenant, id, []), templateIds });
 
   /** A cache over `registry`, recording the device ids of every load. */
   const cacheOver = (registry: Map<string, DeviceModel>, maxAgeMs = HOUR) => {
     const loads: string[][] = [];
     const cache = new DeviceCache(
-      async (devices) => {
+      (devices) => {
         loads.push(devices.map((d) => d.id));
-        return new Map(
-          devices
-            .filter((d) => registry.has(`${d.tenant}/${d.id}`))
-            .map((d) => [`${d.tenant}/${d.id}`, registry.get(`${d.tenant}/${d.id}`)!]),
+        return Promise.resolve(
+          new Map(
+            devices
+              .filter((d) => registry.has(`${d.tenant}/${d.id}`))
+              .map((d) => [`${d.tenant}/${d.id}`, registry.get(`${d.tenant}/${d.id}`)!]),
+          ),
         );
       },
       100,

@@ -146,8 +146,9 @@ describe.skipIf(!hasMosquitto)('several instances on one broker (Mosquitto)', ()
     ).catch(() => count());
   }
 
-  const until = (cond: () => boolean, what: string) => eventually(async () => cond() || undefined, what, 60_000);
-  const prefixOf = async (s: SpawnedService) => JSON.parse(await s.waitFor(/connected to the MQTT broker/)).clientIds as string;
+  const until = (cond: () => boolean, what: string) => eventually(() => cond() || undefined, what, 60_000);
+  const prefixOf = async (s: SpawnedService) =>
+    (JSON.parse(await s.waitFor(/connected to the MQTT broker/)) as { clientIds: string }).clientIds;
   const stored = async (s: SpawnedService) =>
     metric(
       await (await fetch(`${loggedAddress(await s.waitFor(/public HTTP API listening/))}/metrics`)).text(),

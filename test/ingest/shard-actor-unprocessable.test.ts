@@ -26,7 +26,7 @@ describe('the shard actor', () => {
     });
     const models: Record<string, DeviceModel> = { 't/good': good, 't/bad': bad };
     const cache = new DeviceCache(
-      async (devices) => new Map(devices.map(({ tenant, id }) => [`${tenant}/${id}`, models[`${tenant}/${id}`]!])),
+      (devices) => Promise.resolve(new Map(devices.map(({ tenant, id }) => [`${tenant}/${id}`, models[`${tenant}/${id}`]!]))),
       10,
       60_000,
     );
