@@ -2,8 +2,9 @@
 // A bad value stops the start with one line naming the variable and what it expects.
 import os from 'node:os';
 import path from 'node:path';
+import { defaultLogFormat, type LogFormat, type LogLevel } from './log.js';
 
-export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
+export type { LogFormat, LogLevel };
 
 export interface Config {
   /** Public HTTP API. */
@@ -33,6 +34,8 @@ export interface Config {
   /** MQTT 5 Receive Maximum of each subscriber connection: messages in flight before the broker waits for acks. */
   mqttReceiveMaximum: number;
   logLevel: LogLevel;
+  /** JSON lines, or readable colour lines (pino-pretty); default pretty on a terminal, else JSON. */
+  logFormat: LogFormat;
   /** HS256 token key; generated into `dataDir` when absent. */
   jwtSecret: Uint8Array | undefined;
   jwtIssuer: string;
@@ -153,6 +156,14 @@ function secret(env: Env, name: string): Uint8Array | undefined {
 }
 
 const LOG_LEVELS: LogLevel[] = ['debug', 'info', 'warn', 'error', 'silent'];
+const LOG_FORMATS: LogFormat[] = ['json', 'pretty'];
+
+/** LOG_FORMAT, or the default for this stdout; also read alone when the rest of the configuration fails. */
+export function logFormatOf(env: Env = process.env): LogFormat {
+  const format = (value(env, 'LOG_FORMAT') ?? defaultLogFormat()).toLowerCase();
+  if (!LOG_FORMATS.includes(format as LogFormat)) throw new ConfigError('LOG_FORMAT', `must be one of ${LOG_FORMATS.join(', ')}, got "${format}"`);
+  return format as LogFormat;
+}
 
 export function readConfig(env: Env = process.env): Readonly<Config> {
   const logLevel = (value(env, 'LOG_LEVEL') ?? 'info').toLowerCase();
@@ -202,6 +213,7 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     mqttSessionExpirySeconds: integer(env, 'MQTT_SESSION_EXPIRY_SECONDS', 86400, 1, 0xffffffff),
     mqttReceiveMaximum: integer(env, 'MQTT_RECEIVE_MAXIMUM', 10000, 1, 65535),
     logLevel: logLevel as LogLevel,
+    logFormat: logFormatOf(env),
     jwtSecret: secret(env, 'JWT_SECRET'),
     jwtIssuer: value(env, 'JWT_ISSUER') ?? 'device-registry',
     tokenTtlSeconds: integer(env, 'TOKEN_TTL_SECONDS', 3600, 1, 365 * 24 * 3600),

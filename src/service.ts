@@ -4,7 +4,7 @@ import type pg from 'pg';
 import type { Config } from './config.js';
 import type { Logger } from './log.js';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from './db/embedded.js';
-import { createPool } from './db/pool.js';
+import { createPool, endPool } from './db/pool.js';
 import { migrate } from './db/migrate.js';
 import { ensureAdmin } from './auth/bootstrap.js';
 import { Tokens } from './auth/tokens.js';
@@ -23,6 +23,7 @@ import { DeviceService } from './registry/devices/service.js';
 import { KeySealer } from './registry/psk/sealer.js';
 import { PskService } from './registry/psk/service.js';
 import { openApiText } from './openapi/document.js';
+import { shutdownClock, until, type ShutdownClock } from './shutdown.js';
 
 export interface Service {
   config: Config;
@@ -36,6 +37,11 @@ export interface Service {
   mqttPort: number | undefined;
   /** Every route served (src/api.ts), its handler bound to the services. */
   routes: Route[];
+  /**
+   * Within SHUTDOWN_TIMEOUT_MS: stops accepting requests and device messages, lets the requests
+   * in flight finish while ingest commits and acknowledges what it took, then ends the broker
+   * sessions and closes the database.
+   */
   stop(): Promise<void>;
 }
 
@@ -61,13 +67,14 @@ export class StartAborted extends Error {
  * as initdb, is let finish), and everything started so far is stopped before the rejection.
  */
 export async function startService(config: Config, log: Logger, abort?: AbortSignal): Promise<Service> {
-  const cleanup: Array<() => Promise<void>> = [];
+  // What started, to stop in reverse order; each step is given the shutdown's clock.
+  const cleanup: Array<(clock: ShutdownClock) => Promise<unknown>> = [];
   const checkpoint = () => {
     if (abort?.aborted) throw new StartAborted();
   };
-  const stopAll = async () => {
+  const stopAll = async (clock = shutdownClock(config.shutdownTimeoutMs)) => {
     for (const step of cleanup.reverse()) {
-      await step().catch((err: Error) => log.warn('shutdown step failed', { error: err.message }));
+      await step(clock).catch((err: Error) => log.warn('shutdown step failed', { error: err.message }));
     }
     cleanup.length = 0;
   };
@@ -82,7 +89,8 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     }
     const databaseUrl = config.databaseUrl ?? embeddedDb!.url;
     const pool = createPool(databaseUrl, config.pgPoolSize, log);
-    cleanup.push(() => pool.end());
+    // pool.end() waits for connections in use: a request cut off by the shutdown may hold one.
+    cleanup.push((clock) => until(endPool(pool), clock.deadline));
     if (config.databaseUrl) await checkDatabase(pool, config.databaseUrl);
     await migrate(pool, log, { history_chunk_interval: config.historyChunkInterval });
     checkpoint();
@@ -107,7 +115,7 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     });
     cleanup.push(async () => historyMaintenance.stop());
     const ingest = await startIngest({ config, databaseUrl, metrics, log });
-    cleanup.push(() => ingest.stop());
+    cleanup.push((clock) => ingest.stop(clock.drainUntil));
     checkpoint();
 
     const templates = new TemplateService(pool, events, config.templateCacheSize);
@@ -140,7 +148,11 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       metrics,
       log,
     });
-    cleanup.push(() => http.close(Math.floor(config.shutdownTimeoutMs / 2)));
+    cleanup.push(async (clock) => {
+      const cutOff = await http.close(clock.drainUntil);
+      // A request answered 503 must change nothing afterwards: its transaction is rolled back now.
+      if (cutOff > 0) void endPool(pool, { abortInUse: true });
+    });
     checkpoint();
 
     return {
@@ -153,7 +165,12 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       internalPort: http.internalPort,
       mqttPort: ingest.mqttPort,
       routes,
-      stop: stopAll,
+      async stop() {
+        const clock = shutdownClock(config.shutdownTimeoutMs);
+        // The ingest flush starts now, beside the HTTP drain (its step below then waits for it).
+        void ingest.stop(clock.drainUntil);
+        await stopAll(clock);
+      },
     };
   } catch (err) {
     await stopAll();

@@ -139,6 +139,7 @@ export class EmbeddedLink implements BrokerLink {
 
   stopAccepting(): void {
     this.broker.stopAccepting();
+    this.auth.hold();
   }
 
   publish(topics: string[], payload: string): Promise<void> {

@@ -51,7 +51,11 @@ export interface BrokerLink {
   registryChanged(event: RegistryEvent): void;
   /** Publishes QoS 1, not retained, to every topic; resolves once the broker accepted all. */
   publish(topics: string[], payload: string): Promise<void>;
-  /** Shutdown: no new device connections (embedded broker). */
+  /**
+   * Shutdown: no new device connections, and no new messages taken from the connected ones
+   * (embedded broker: they stay unacknowledged and are sent again to the next instance; an
+   * external broker keeps them once the link is paused).
+   */
   stopAccepting(): void;
   close(): Promise<void>;
 }

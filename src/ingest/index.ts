@@ -11,8 +11,12 @@ import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
 import { projectRoot } from '../paths.js';
 import { BrokerUnavailable } from '../broker/link.js';
+import { until } from '../shutdown.js';
 import { IngestMetrics } from './metrics.js';
 import { INGEST_CONFIG_KEYS, type IngestSettings, type MainToRouter, type RouterToMain } from './protocol.js';
+
+/** How long the router thread may take after its drain to end the broker sessions and stop its workers. */
+const CLOSE_MS = 1000;
 
 export const ROUTER_THREAD_FILE = path.join(projectRoot, 'dist/src/ingest/router-thread.js');
 
@@ -21,8 +25,12 @@ export interface Ingest {
   readonly mqttPort: number | undefined;
   /** Publishes QoS 1, not retained, to every topic; rejects with BrokerUnavailable. */
   publish(topics: string[], payload: string): Promise<void>;
-  /** Flushes, commits, acknowledges, then closes the broker link and the workers. */
-  stop(): Promise<void>;
+  /**
+   * Stops taking messages, commits and acknowledges what was taken (until `drainUntil`, epoch
+   * ms; the rest stays with the broker or the devices, and is delivered again), then ends the
+   * broker sessions and the workers. Called again, the same promise.
+   */
+  stop(drainUntil: number): Promise<void>;
 }
 
 export function ingestSettings(config: Config, databaseUrl: string): IngestSettings {
@@ -51,6 +59,7 @@ class RouterThread implements Ingest {
   private stopping = false;
   private port: number | undefined;
   private onStopped: (() => void) | undefined;
+  private stopped: Promise<void> | undefined;
   private readonly requests = new PublishRequests();
 
   constructor(
@@ -84,19 +93,20 @@ class RouterThread implements Ingest {
     );
   }
 
-  async stop(): Promise<void> {
+  stop(drainUntil: number): Promise<void> {
+    return (this.stopped ??= this.stopThread(drainUntil));
+  }
+
+  private async stopThread(drainUntil: number): Promise<void> {
     this.stopping = true;
     const w = this.worker;
     if (!w) return;
-    const budget = Math.max(500, Math.floor(this.config.shutdownTimeoutMs / 2));
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, budget + 2000);
-      this.onStopped = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-      w.postMessage({ type: 'stop', timeoutMs: budget } satisfies MainToRouter);
+    // After the drain, the thread closes the broker link and its workers: a little more time.
+    const stopped = new Promise<void>((resolve) => {
+      this.onStopped = resolve;
+      w.postMessage({ type: 'stop', timeoutMs: Math.max(0, drainUntil - Date.now()) } satisfies MainToRouter);
     });
+    await until(stopped, drainUntil + CLOSE_MS);
     await w.terminate();
   }
 

@@ -40,6 +40,7 @@ export interface IngestMetricsDelta extends WorkerMetricsDelta {
 /** The configuration the ingest router thread reads (no secrets: they stay in the main thread). */
 export const INGEST_CONFIG_KEYS = [
   'logLevel',
+  'logFormat',
   'mqttUrl',
   'mqttHost',
   'mqttPort',
@@ -61,7 +62,7 @@ export const INGEST_CONFIG_KEYS = [
 export type IngestSettings = Pick<Config, (typeof INGEST_CONFIG_KEYS)[number]> & { databaseUrl: string };
 
 /** A shard worker's workerData (Piscina). */
-export type ShardWorkerSettings = Pick<IngestSettings, 'databaseUrl' | 'logLevel' | 'ingestBatchRows' | 'ingestBatchMs' | 'ingestCacheDevices'> & {
+export type ShardWorkerSettings = Pick<IngestSettings, 'databaseUrl' | 'logLevel' | 'logFormat' | 'ingestBatchRows' | 'ingestBatchMs' | 'ingestCacheDevices'> & {
   /** The COPY turn shared by the shard workers (copy-turn.ts). */
   copyTurn: SharedArrayBuffer;
 };

@@ -16,7 +16,7 @@ import { CopyTurn } from './copy-turn.js';
 import type { IngestSettings, MainToRouter, RouterToMain } from './protocol.js';
 
 const settings = workerData as IngestSettings;
-const log = createLogger(settings.logLevel, { component: 'ingest' });
+const log = createLogger(settings.logLevel, { component: 'ingest' }, { format: settings.logFormat });
 const port = parentPort!;
 const post = (m: RouterToMain) => port.postMessage(m);
 
@@ -25,6 +25,7 @@ const shards = new ShardPool(
   {
     databaseUrl: settings.databaseUrl,
     logLevel: settings.logLevel,
+    logFormat: settings.logFormat,
     ingestBatchRows: settings.ingestBatchRows,
     ingestBatchMs: settings.ingestBatchMs,
     ingestCacheDevices: settings.ingestCacheDevices,

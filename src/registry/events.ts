@@ -73,7 +73,10 @@ export class RegistryEvents {
     await this.listenClient?.end().catch(() => undefined);
   }
 
-  /** Local listeners and this process's worker threads. */
+  /**
+   * Local listeners and this process's worker threads. After `close` (shutdown) the threads are
+   * gone: a change committed by a request finishing then is still answered, not failed.
+   */
   private deliver(event: RegistryEvent): void {
     for (const l of this.listeners) {
       try {
@@ -82,7 +85,7 @@ export class RegistryEvents {
         this.log.error('registry event listener failed', { error: err as Error });
       }
     }
-    this.channel.postMessage(event);
+    if (!this.closed) this.channel.postMessage(event);
   }
 
   private async connectListener(): Promise<void> {

@@ -7,7 +7,7 @@ import { execSync } from 'node:child_process';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../src/net.js';
-import { http, loggedAddress, spawnService, tempDir, type SpawnedService } from '../helpers/service.js';
+import { http, loggedAddress, spawnService, tempDir, type SpawnedService, startFailure } from '../helpers/service.js';
 
 const started: SpawnedService[] = [];
 afterAll(() => {
@@ -104,7 +104,7 @@ describe('zero-setup start', () => {
     const first = await start({ DATA_DIR: dataDir });
     const second = spawnOnFreePorts({ DATA_DIR: dataDir });
     expect(await second.exited).toBe(2);
-    expect(second.output.filter((l) => l.trim()).at(-1)).toMatch(/^start failed: DATA_DIR .* is in use by another running instance \(pid \d+\)/);
+    expect(startFailure(second)).toMatch(/^start failed: DATA_DIR .* is in use by another running instance \(pid \d+\)/);
     expect((await http('GET', `${first.base}/health`)).status).toBe(200);
     expect(await logInStatus(first.base)).toBe(200);
     await stopCleanly(first.svc);
@@ -115,7 +115,7 @@ describe('zero-setup start', () => {
     const port = new URL(first.base).port;
     const second = spawnOnFreePorts({ PORT: port, DATA_DIR: await tempDir() });
     expect(await second.exited).toBe(2);
-    expect(second.output.filter((l) => l.trim()).at(-1)).toBe(`start failed: cannot listen on 127.0.0.1:${port} (PORT/HOST); is the port taken?`);
+    expect(startFailure(second)).toBe(`start failed: cannot listen on 127.0.0.1:${port} (PORT/HOST); is the port taken?`);
     // All of the first instance's requests still reach it.
     for (let i = 0; i < 5; i++) expect((await http('GET', `${first.base}/health`)).status).toBe(200);
     await stopCleanly(first.svc);
@@ -151,7 +151,7 @@ describe('zero-setup start', () => {
       const svc = spawnService({ DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_HOST: '127.0.0.1', MQTT_PORT: String(port) });
       started.push(svc);
       expect(await svc.exited).toBe(2);
-      const last = svc.output.filter((l) => l.trim()).at(-1)!;
+      const last = startFailure(svc);
       expect(last).toMatch(/^configuration error: MQTT_PORT \d+ is already in use .*MQTT_URL/);
     } finally {
       blocker.close();
@@ -167,7 +167,7 @@ describe('zero-setup start', () => {
     started.push(svc);
     expect(await svc.exited).toBe(2);
     const lines = svc.output.filter((l) => l.trim());
-    expect(lines.at(-1)).toMatch(new RegExp(`^start failed: cannot use the database 127.0.0.1:${port}/registry \\(DATABASE_URL\\): connect ECONNREFUSED`));
+    expect(startFailure(svc)).toMatch(new RegExp(`^start failed: cannot use the database 127.0.0.1:${port}/registry \\(DATABASE_URL\\): connect ECONNREFUSED`));
     expect(lines.join('\n')).not.toContain('s3cret-pw');
   });
 
@@ -177,7 +177,7 @@ describe('zero-setup start', () => {
     const svc = spawnService({ DATA_DIR: file, PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0' });
     started.push(svc);
     expect(await svc.exited).toBe(2);
-    expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(new RegExp(`^start failed: DATA_DIR ${file} cannot be used as a writable directory: EEXIST`));
+    expect(startFailure(svc)).toMatch(new RegExp(`^start failed: DATA_DIR ${file} cannot be used as a writable directory: EEXIST`));
   });
 
   it('a DATA_DIR that cannot be created stops the start with one line naming DATA_DIR (inside /proc, too)', async () => {
@@ -186,7 +186,7 @@ describe('zero-setup start', () => {
       const svc = spawnService({ DATA_DIR: dir, PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0' });
       started.push(svc);
       expect(await svc.exited).toBe(2);
-      expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(new RegExp(`^start failed: DATA_DIR ${dir} cannot be used as a writable directory: E`));
+      expect(startFailure(svc)).toMatch(new RegExp(`^start failed: DATA_DIR ${dir} cannot be used as a writable directory: E`));
     }
   });
 
@@ -198,6 +198,6 @@ describe('zero-setup start', () => {
     });
     started.push(svc);
     expect(await svc.exited).toBe(2);
-    expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(/^configuration error: ADMIN_PASSWORD must be set when DATABASE_URL is set/);
+    expect(startFailure(svc)).toMatch(/^configuration error: ADMIN_PASSWORD must be set when DATABASE_URL is set/);
   });
 });

@@ -68,7 +68,7 @@ export interface TestService {
 export async function startTestService(overrides: Record<string, string | undefined> = {}): Promise<TestService> {
   const env = await testEnv(overrides);
   const config = readConfig(env);
-  const service = await startService(config, createLogger(config.logLevel, { test: true }));
+  const service = await startService(config, createLogger(config.logLevel, { test: true }, { format: config.logFormat }));
   return {
     service,
     env,
@@ -188,4 +188,20 @@ export function spawnService(env: Record<string, string | undefined>): SpawnedSe
 /** The address a listener logged, e.g. `{"msg":"public HTTP API listening","address":"http://..."}`. */
 export function loggedAddress(line: string): string {
   return (JSON.parse(line) as { address: string }).address;
+}
+
+/**
+ * The message of a failed start: the process's last output line, which must be one JSON log line
+ * (the default format off a terminal) at level error.
+ */
+export function startFailure(svc: SpawnedService): string {
+  const last = svc.output.filter((l) => l.trim()).at(-1) ?? '';
+  let line: { level?: unknown; msg?: unknown };
+  try {
+    line = JSON.parse(last) as typeof line;
+  } catch {
+    throw new Error(`the last line of a failed start is not a JSON log line: ${last}`);
+  }
+  if (line.level !== 'error' || typeof line.msg !== 'string') throw new Error(`not a start failure line: ${last}`);
+  return line.msg;
 }

@@ -5,7 +5,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { KeySealer } from '../../src/registry/psk/sealer.js';
-import { freshDatabase, http, login, loggedAddress, spawnService, startTestService, tempDir, type SpawnedService, type TestService } from '../helpers/service.js';
+import { freshDatabase, http, login, loggedAddress, spawnService, startTestService, tempDir, type SpawnedService, type TestService, startFailure } from '../helpers/service.js';
 import { attrOf, genPsk, keyedDevices } from './fixtures.js';
 
 const started: SpawnedService[] = [];
@@ -42,7 +42,7 @@ describe('keys at rest', () => {
     const s = spawnService({ DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', DATABASE_URL: await freshDatabase(), ADMIN_PASSWORD: 'x' });
     started.push(s);
     expect(await s.exited).toBe(2);
-    expect(s.output.filter((l) => l.trim()).at(-1)).toBe(
+    expect(startFailure(s)).toBe(
       'configuration error: PSK_ENCRYPTION_KEY must be set when DATABASE_URL is set (32 bytes, as 64 hex characters or base64)',
     );
   });
