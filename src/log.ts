@@ -61,19 +61,11 @@ export interface LoggerOptions {
 }
 
 function destination(format: LogFormat, opts: LoggerOptions): pino.DestinationStream {
-  const fd = opts.fd ?? 1;
-  const to = opts.write ? { write: opts.write } : undefined;
-  if (format === 'pretty') {
-    return pretty({
-      colorize: !process.env.NO_COLOR,
-      singleLine: true,
-      translateTime: 'SYS:HH:MM:ss.l',
-      ignore: 'pid,hostname',
-      destination: (to as NodeJS.WritableStream | undefined) ?? fd,
-      sync: true,
-    });
-  }
-  return to ?? pino.destination({ dest: fd, sync: true });
+  const out = opts.write ? { write: opts.write } : pino.destination({ dest: opts.fd ?? 1, sync: true });
+  if (format === 'json') return out;
+  // pino-pretty's formatter, called in line: as synchronous as the JSON lines.
+  const prettify = pretty.prettyFactory({ colorize: !process.env.NO_COLOR, singleLine: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' });
+  return { write: (line: string) => out.write(prettify(line)) };
 }
 
 function pinoOptions(level: LogLevel, format: LogFormat, base: LogFields): pino.LoggerOptions {
