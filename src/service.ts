@@ -5,7 +5,8 @@ import type { Config } from './config.js';
 import type { Logger } from './log.js';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from './db/embedded.js';
 import { createPool, endPool } from './db/pool.js';
-import { migrate } from './db/migrate.js';
+import { loadMigrations, migrate } from './db/migrate.js';
+import { Readiness } from './health.js';
 import { ensureAdmin } from './auth/bootstrap.js';
 import { Tokens } from './auth/tokens.js';
 import { loadOrCreateKey, prepareDataDir } from './secrets.js';
@@ -22,7 +23,7 @@ import { TemplateService } from './registry/templates/service.js';
 import { DeviceService } from './registry/devices/service.js';
 import { KeySealer } from './registry/psk/sealer.js';
 import { PskService } from './registry/psk/service.js';
-import { openApiText } from './openapi/document.js';
+import { ServedOpenApi } from './openapi/served.js';
 import { shutdownClock, until, type ShutdownClock } from './shutdown.js';
 
 export interface Service {
@@ -99,6 +100,7 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     const tokenKey = config.jwtSecret ?? (await loadOrCreateKey(config.dataDir, 'jwt-secret'));
     const tokens = new Tokens(tokenKey, config.jwtIssuer, config.tokenTtlSeconds);
     const metrics = createMetrics();
+    metrics.watchPool(pool, config.pgPoolSize);
     const events = new RegistryEvents(pool, databaseUrl, log);
     await events.start();
     cleanup.push(() => events.close());
@@ -125,16 +127,25 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     const devices = new DeviceService(pool, events, { cacheSize: config.deviceCacheSize, openKey: (sealed, place) => psk.open(sealed, place) });
     // The API description (built here) and the query checks (compiled by startHttp) use the
     // configured limits; both are made once, at start.
+    const readiness = new Readiness({
+      pool,
+      migrations: await loadMigrations(),
+      ingest: () => ingest.status(),
+      stallMs: config.ingestStallSeconds * 1000,
+      metrics,
+    });
+    const openApi = new ServedOpenApi(apiRoutes, config);
     const routes: Route[] = bindRoutes(apiRoutes, {
       pool,
       metrics,
+      readiness,
       tokens,
       templates,
       devices,
       psk,
       actuation: new ActuationService(pool, ingest),
       historyMaxResults: config.historyMaxResults,
-      openApiText: openApiText(apiRoutes, config),
+      openApi,
     });
     const http: HttpServer = await startHttp({
       publicHost: config.host,
@@ -148,6 +159,7 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       metrics,
       log,
     });
+    openApi.listening({ public: { host: config.host, port: http.publicPort }, internal: { host: config.internalHost, port: http.internalPort } });
     cleanup.push(async (clock) => {
       const cutOff = await http.close(clock.drainUntil);
       // A request answered 503 must change nothing afterwards: its transaction is rolled back now.
@@ -167,6 +179,7 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       routes,
       async stop() {
         const clock = shutdownClock(config.shutdownTimeoutMs);
+        readiness.draining = true;
         // The ingest flush starts now, beside the HTTP drain (its step below then waits for it).
         void ingest.stop(clock.drainUntil);
         await stopAll(clock);

@@ -11,7 +11,7 @@ import mqtt from 'mqtt';
 import type { Logger } from '../log.js';
 import { ATTRS_FILTERS, parseDeviceTopic, type DeviceTopic } from './topics.js';
 import { ProtocolRefused, SubscriberConnection, type MqttVersion } from './subscriber.js';
-import { BrokerUnavailable, type AckHandle, type BrokerLink, type Inbox } from './link.js';
+import { BrokerUnavailable, type AckHandle, type BrokerLink, type Inbox, type LinkState } from './link.js';
 
 const TOPIC_CACHE = 200_000;
 /** How long the start waits for the actuation publisher's first connection. */
@@ -164,6 +164,13 @@ export class ExternalLink implements BrokerLink {
           }),
       ),
     );
+  }
+
+  /** Up while the publisher and at least one subscriber connection are connected (the broker hands the shared subscription's messages to those). */
+  state(): LinkState {
+    const subscribers = this.subscribers.filter((c) => c.isConnected).length;
+    const publisher = this.publisher.connected ? 1 : 0;
+    return { up: subscribers > 0 && publisher === 1, connected: subscribers + publisher, connections: this.subscribers.length + 1 };
   }
 
   registryChanged(): void {

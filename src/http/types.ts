@@ -94,6 +94,8 @@ export interface Example {
   /** Path parameters (default: the route's `exampleParams`). */
   params?: Record<string, string | number>;
   query?: Record<string, string | number | string[]>;
+  /** Request headers it sends (`Accept`, say). */
+  headers?: Record<string, string>;
   body?: unknown;
   status: number;
   /** The answer (none for 204). */

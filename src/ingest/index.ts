@@ -10,7 +10,7 @@ import { ConfigError, type Config } from '../config.js';
 import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
 import { projectRoot } from '../paths.js';
-import { BrokerUnavailable } from '../broker/link.js';
+import { BrokerUnavailable, type LinkState } from '../broker/link.js';
 import { until } from '../shutdown.js';
 import { IngestMetrics } from './metrics.js';
 import { INGEST_CONFIG_KEYS, type IngestSettings, type MainToRouter, type RouterToMain } from './protocol.js';
@@ -20,7 +20,18 @@ const CLOSE_MS = 1000;
 
 export const ROUTER_THREAD_FILE = path.join(projectRoot, 'dist/src/ingest/router-thread.js');
 
+/** What readiness needs to know of ingest (src/health.ts). */
+export interface IngestStatus {
+  /** The broker link's state as last reported; undefined while the router thread is not running. */
+  link: LinkState | undefined;
+  /** Messages taken and not yet acknowledged. */
+  pending: number;
+  /** Epoch ms: the last time a message was acknowledged, or nothing was pending. */
+  progressAt: number;
+}
+
 export interface Ingest {
+  status(): IngestStatus;
   /** The embedded broker's port; undefined with MQTT_URL. */
   readonly mqttPort: number | undefined;
   /** Publishes QoS 1, not retained, to every topic; rejects with BrokerUnavailable. */
@@ -60,6 +71,9 @@ class RouterThread implements Ingest {
   private port: number | undefined;
   private onStopped: (() => void) | undefined;
   private stopped: Promise<void> | undefined;
+  private link: LinkState | undefined;
+  private pending = 0;
+  private progressAt = Date.now();
   private readonly requests = new PublishRequests();
 
   constructor(
@@ -71,6 +85,10 @@ class RouterThread implements Ingest {
 
   get mqttPort(): number | undefined {
     return this.port;
+  }
+
+  status(): IngestStatus {
+    return { link: this.ready ? this.link : undefined, pending: this.pending, progressAt: this.progressAt };
   }
 
   /** Starts the thread; resolves once its broker link runs, rejects if it cannot start. */
@@ -124,6 +142,10 @@ class RouterThread implements Ingest {
         break;
       case 'metrics':
         this.metrics.apply(m.delta);
+        this.metrics.link(m.link);
+        this.link = m.link;
+        this.pending = m.delta.queueDepth.reduce((a, b) => a + b, 0);
+        if (m.delta.messagesAcknowledged > 0 || this.pending === 0) this.progressAt = Date.now();
         break;
       case 'published':
         this.requests.answer(m.requestId, m.error);
@@ -137,6 +159,8 @@ class RouterThread implements Ingest {
   /** The thread is gone: its publish requests fail; unless it never started or we are stopping, it starts again. */
   private onExit(code: number, launch: Launch): void {
     this.ready = false;
+    this.link = undefined;
+    this.metrics.link(undefined);
     this.requests.failAll('the ingest router stopped');
     if (!launch.started) {
       launch.reject(new Error(`the ingest router thread exited during start (code ${code})`));

@@ -57,7 +57,7 @@ const channel = new BroadcastChannel(REGISTRY_CHANNEL);
 channel.onmessage = (event) => link?.registryChanged((event as { data: RegistryEvent }).data);
 channel.unref();
 
-const metricsTimer = setInterval(() => post({ type: 'metrics', delta: router.takeMetrics() }), 250);
+const metricsTimer = setInterval(() => post({ type: 'metrics', delta: router.takeMetrics(), link: link?.state() }), 250);
 metricsTimer.unref();
 
 /** The broker link, with the router as its inbox: an external broker (MQTT_URL) or the embedded one. */
@@ -117,7 +117,7 @@ async function stop(timeoutMs: number): Promise<void> {
   clearTimeout(timer);
   if (!drained) log.warn('shutdown: some messages were not committed in time; the broker delivers them again', { pending: router.unacknowledged });
   router.stop();
-  post({ type: 'metrics', delta: router.takeMetrics() });
+  post({ type: 'metrics', delta: router.takeMetrics(), link: link?.state() });
   await link?.close().catch((err: Error) => log.warn('closing the broker link failed', { error: err.message }));
   await shards.close().catch(() => undefined);
   await registryPool?.end().catch(() => undefined);
