@@ -112,9 +112,10 @@ describe('SIGTERM', () => {
 
       // New connections are refused...
       await expect(RawConnection.open(port)).rejects.toMatchObject({ code: 'ECONNREFUSED' });
-      // ...a kept-alive one is still served, and closed after its answer.
-      const during = await reused.request('GET', '/health', { headers: { 'x-request-id': 'during-drain' } });
-      expect([during.status, during.headers.connection, during.headers['x-request-id']]).toEqual([200, 'close', 'during-drain']);
+      // ...a kept-alive one is still served (not ready: shutting down), and closed after its answer.
+      const during = await reused.request('GET', '/health/ready', { headers: { 'x-request-id': 'during-drain' } });
+      expect([during.status, during.headers.connection, during.headers['x-request-id']]).toEqual([503, 'close', 'during-drain']);
+      expect(JSON.parse(during.body)).toMatchObject({ status: 'not ready', reasons: ['shutting down'] });
       await reused.closed;
       // The idle one stays open while a request is in flight.
       expect(idle.isClosed).toBe(false);
