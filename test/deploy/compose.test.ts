@@ -13,7 +13,7 @@ import { composeCli, interpolate, interpolatedNames, parseEnvFile, readRepoFile,
 const compose = readRepoFile('docker-compose.yml');
 const envExample = parseEnvFile(readRepoFile('.env.example'));
 
-const SECRETS = ['POSTGRES_PASSWORD', 'MQTT_SERVICE_PASSWORD', 'MQTT_ADMIN_PASSWORD', 'ADMIN_PASSWORD', 'PSK_ENCRYPTION_KEY', 'JWT_SECRET'];
+const SECRETS = ['POSTGRES_PASSWORD', 'MQTT_SERVICE_PASSWORD', 'MQTT_ADMIN_PASSWORD', 'ADMIN_PASSWORD', 'PSK_ENCRYPTION_KEY', 'JWT_SECRET', 'GRAFANA_ADMIN_PASSWORD'];
 /** Values a user would put into .env. */
 const sampleSecrets: Record<string, string> = {
   POSTGRES_PASSWORD: 'a1'.repeat(12),
@@ -22,6 +22,7 @@ const sampleSecrets: Record<string, string> = {
   ADMIN_PASSWORD: 'd4'.repeat(12),
   PSK_ENCRYPTION_KEY: 'e5'.repeat(32),
   JWT_SECRET: 'f6'.repeat(32),
+  GRAFANA_ADMIN_PASSWORD: '07'.repeat(12),
 };
 const serviceEnv = () => yamlMapping(yamlBlock(compose, ['services', 'device-registry', 'environment']));
 
