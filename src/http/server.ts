@@ -32,6 +32,12 @@ const STATUS_TEXT: Record<number, string> = {
   403: '403 Forbidden', 404: '404 Not Found', 405: '405 Method Not Allowed', 409: '409 Conflict',
   406: '406 Not Acceptable', 413: '413 Payload Too Large', 500: '500 Internal Server Error', 503: '503 Service Unavailable',
 };
+/**
+ * Shutdown: connections are closed once no request has begun or ended for this long. A client
+ * that keeps a connection busy gets \`Connection: close\` on its next answer and leaves cleanly;
+ * closing a connection the moment its client sends on it is the race this makes rare.
+ */
+const QUIET_BEFORE_CLOSE_MS = 250;
 /** An X-Request-Id taken as it is: short, printable, no blanks (anything else gets an id of ours). */
 const USABLE_REQUEST_ID = /^[A-Za-z0-9._:/+=@-]{1,128}$/;
 const KNOWN_METHODS = new Set(['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'HEAD', 'OPTIONS']);
@@ -99,7 +105,7 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
     uWS.us_listen_socket_close(pub.socket);
     uWS.us_listen_socket_close(internal.socket);
     inFlight.draining = true;
-    await inFlight.drained(drainUntil);
+    await inFlight.quiet(drainUntil, QUIET_BEFORE_CLOSE_MS);
     const cutOff = inFlight.cutOff();
     for (const ex of cutOff) {
       ex.logger().warn('request cut off by shutdown: answered 503', { method: ex.sentMethod, path: ex.path, ms: Math.round(performance.now() - ex.started) });
@@ -343,15 +349,19 @@ function errorReply(err: unknown, ex: Exchange): Reply {
 class InFlight {
   private readonly running = new Set<Exchange>();
   private idle: (() => void) | undefined;
+  /** performance.now() of the last request that began or ended. */
+  private lastActivity = 0;
   /** Shutdown began: every answer closes its connection. */
   draining = false;
 
   begin(ex: Exchange): void {
     this.running.add(ex);
+    this.lastActivity = performance.now();
   }
 
   end(ex: Exchange): void {
     this.running.delete(ex);
+    this.lastActivity = performance.now();
     if (this.running.size === 0 && this.idle) this.idle();
   }
 
@@ -365,6 +375,17 @@ class InFlight {
         resolve();
       };
     });
+  }
+
+  /** Resolves once nothing is running and nothing began or ended for `quietMs`, or at `until` (epoch ms). */
+  async quiet(until: number, quietMs: number): Promise<void> {
+    for (;;) {
+      await this.drained(until);
+      const left = until - Date.now();
+      const wait = this.lastActivity + quietMs - performance.now();
+      if (left <= 0 || (this.running.size === 0 && wait <= 0)) return;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(Math.max(wait, 1), left)));
+    }
   }
 
   /** The requests still running and not yet answered. */
