@@ -1,8 +1,11 @@
 // Logs with pino: one JSON line per event on stdout (`ts`, `level`, `msg`, then the fields), or,
 // on a terminal or with LOG_FORMAT=pretty, one readable colour line (pino-pretty). Secrets are
 // replaced by pino's redaction at the paths of REDACT_PATHS before a line is written, so a
-// careless call cannot leak a password, token or key. Writes are synchronous: worker threads
-// write their own lines, and nothing is lost when the process exits.
+// careless call cannot leak a password, token or key. Writes are synchronous, so nothing is lost
+// when the process exits: the main thread's through process.stdout (synchronous on Linux for
+// files, terminals and pipes), a worker thread's straight to the file descriptor (its
+// process.stdout would be relayed through the main thread).
+import { isMainThread } from 'node:worker_threads';
 import pino from 'pino';
 import pretty from 'pino-pretty';
 
@@ -61,7 +64,8 @@ export interface LoggerOptions {
 }
 
 function destination(format: LogFormat, opts: LoggerOptions): pino.DestinationStream {
-  const out = opts.write ? { write: opts.write } : pino.destination({ dest: opts.fd ?? 1, sync: true });
+  const fd = opts.fd ?? 1;
+  const out = opts.write ? { write: opts.write } : isMainThread ? (fd === 2 ? process.stderr : process.stdout) : pino.destination({ dest: fd, sync: true });
   if (format === 'json') return out;
   // pino-pretty's formatter, called in line: as synchronous as the JSON lines.
   const prettify = pretty.prettyFactory({ colorize: !process.env.NO_COLOR, singleLine: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' });
