@@ -196,6 +196,8 @@ class Exchange implements Request {
   /** The client went away: nothing may be written. */
   aborted = false;
   answered = false;
+  /** The status written (a request cut off by shutdown was answered 503 before its handler ended). */
+  answeredStatus = 0;
   private log: Logger | undefined;
 
   constructor(
@@ -303,8 +305,10 @@ const metricRoute = (match: Match) => (match.kind === 'route' ? match.endpoint.r
  * returns the status for the metrics. `closing`: the connection closes after it (shutdown).
  */
 function send(ex: Exchange, reply: Reply, closing = false): number {
-  if (ex.aborted || ex.answered) return reply.status;
+  if (ex.answered) return ex.answeredStatus;
+  if (ex.aborted) return reply.status;
   ex.answered = true;
+  ex.answeredStatus = reply.status;
   const { res } = ex;
   const payload = reply.raw ?? (reply.body === undefined ? undefined : JSON.stringify(reply.body));
   // A 413 is answered before the body was read: close the connection so the rest is not parsed as a request.

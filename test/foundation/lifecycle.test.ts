@@ -43,7 +43,8 @@ async function stopCleanly(svc: SpawnedService, signal: NodeJS.Signals = 'SIGTER
   expect(await svc.exited).toBe(0);
 }
 
-describe('zero-setup start', () => {
+// Each test starts one or two zero-setup instances (initdb each): slow on a busy machine.
+describe('zero-setup start', { timeout: 90_000 }, () => {
   it('starts with the embedded database and broker, restarts on the same data, and shuts down cleanly', async () => {
     const dataDir = await tempDir();
     const first = await start({ DATA_DIR: dataDir });

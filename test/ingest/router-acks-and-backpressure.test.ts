@@ -1,6 +1,7 @@
 // The ingest router: batches per shard, acknowledges a message only once its batch is committed
 // (at once when dropped), sends a failed batch again, and pauses / resumes the broker link.
 import { describe, expect, it } from 'vitest';
+import { emptyLatency } from '../../src/ingest/latency.js';
 
 describe('the router', () => {
   const quiet = { debug() {}, info() {}, warn() {}, error() {}, child() { return quiet; }, level: 'silent' as const };
@@ -53,7 +54,7 @@ describe('the router', () => {
 });
 
 function ShardActorMetrics() {
-  return { messagesStored: 0, valuesReceived: 0, valuesStored: 0, dropped: {}, cacheHits: 0, cacheMisses: 0, batchRows: [], copySeconds: [], cachedDevices: 0 };
+  return { messagesStored: 0, valuesReceived: 0, valuesStored: 0, dropped: {}, cacheHits: 0, cacheMisses: 0, batchRows: [], copySeconds: [], commitLatency: emptyLatency(), cachedDevices: 0 };
 }
 
 async function eventuallyTrue(cond: () => boolean): Promise<void> {

@@ -164,5 +164,6 @@ describe('documented examples against the running service', () => {
       }
     }
     expect(failures, failures.join('\n')).toEqual([]);
-  }, 120_000);
+    // Some 75 examples, each with a fixture of its own: minutes on a busy machine.
+  }, 300_000);
 });
