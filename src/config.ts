@@ -70,7 +70,10 @@ export interface Config {
 }
 
 export class ConfigError extends Error {
-  constructor(readonly variable: string, expectation: string) {
+  constructor(
+    readonly variable: string,
+    expectation: string,
+  ) {
     super(`${variable} ${expectation}`);
     this.name = 'ConfigError';
   }
@@ -108,7 +111,11 @@ function embeddedPgSettings(env: Env): Record<string, string> {
   const given = value(env, 'EMBEDDED_PG_SETTINGS');
   for (const pair of given?.split(/\s+/).filter(Boolean) ?? []) {
     const m = /^([a-z][a-z0-9_.]*)=([^\s=]+)$/.exec(pair);
-    if (!m) throw new ConfigError('EMBEDDED_PG_SETTINGS', `must be blank-separated PostgreSQL settings such as "shared_buffers=2GB max_wal_size=8GB", got "${pair}"`);
+    if (!m)
+      throw new ConfigError(
+        'EMBEDDED_PG_SETTINGS',
+        `must be blank-separated PostgreSQL settings such as "shared_buffers=2GB max_wal_size=8GB", got "${pair}"`,
+      );
     settings[m[1]!] = m[2]!;
   }
   return settings;
@@ -163,7 +170,8 @@ const LOG_FORMATS: LogFormat[] = ['json', 'pretty'];
 /** LOG_FORMAT, or the default for this stdout; also read alone when the rest of the configuration fails. */
 export function logFormatOf(env: Env = process.env): LogFormat {
   const format = (value(env, 'LOG_FORMAT') ?? defaultLogFormat()).toLowerCase();
-  if (!LOG_FORMATS.includes(format as LogFormat)) throw new ConfigError('LOG_FORMAT', `must be one of ${LOG_FORMATS.join(', ')}, got "${format}"`);
+  if (!LOG_FORMATS.includes(format as LogFormat))
+    throw new ConfigError('LOG_FORMAT', `must be one of ${LOG_FORMATS.join(', ')}, got "${format}"`);
   return format as LogFormat;
 }
 
@@ -185,7 +193,10 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
   const chunkMinutes = chunkParts ? Number(chunkParts[1]) * CHUNK_MINUTES[chunkParts[2]!]! : NaN;
   // Stored in the database at the first start: a zero or absurd interval must never get there.
   if (!(chunkMinutes >= 1 && chunkMinutes <= 366 * 1440)) {
-    throw new ConfigError('HISTORY_CHUNK_INTERVAL', `must be an interval from "1 minute" to "366 days", such as "1 day" or "6 hours", got "${chunk}"`);
+    throw new ConfigError(
+      'HISTORY_CHUNK_INTERVAL',
+      `must be an interval from "1 minute" to "366 days", such as "1 day" or "6 hours", got "${chunk}"`,
+    );
   }
   const cores = Math.max(1, os.availableParallelism());
   const mqttClientId = value(env, 'MQTT_CLIENT_ID') ?? 'device-registry-ingest';

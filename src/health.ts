@@ -71,7 +71,10 @@ export class Readiness {
     try {
       const { rows } = await Promise.race([
         this.opts.pool.query<{ version: number }>('SELECT version FROM schema_migrations'),
-        new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${DATABASE_TIMEOUT_MS / 1000} s`)), DATABASE_TIMEOUT_MS))),
+        new Promise<never>(
+          (_, reject) =>
+            (timer = setTimeout(() => reject(new Error(`no answer within ${DATABASE_TIMEOUT_MS / 1000} s`)), DATABASE_TIMEOUT_MS)),
+        ),
       ]);
       const applied = new Set(rows.map((r) => r.version));
       const missing = this.opts.migrations.filter((m) => !applied.has(m.version)).map((m) => m.name);
@@ -92,7 +95,8 @@ export class Readiness {
   private checkIngest(): string {
     const { pending, progressAt } = this.opts.ingest();
     const idleMs = Date.now() - progressAt;
-    if (pending > 0 && idleMs > this.opts.stallMs) return `stalled: ${pending} messages wait, none acknowledged for ${Math.round(idleMs / 1000)} s`;
+    if (pending > 0 && idleMs > this.opts.stallMs)
+      return `stalled: ${pending} messages wait, none acknowledged for ${Math.round(idleMs / 1000)} s`;
     return 'ok';
   }
 }

@@ -65,10 +65,21 @@ export interface LoggerOptions {
 
 function destination(format: LogFormat, opts: LoggerOptions): pino.DestinationStream {
   const fd = opts.fd ?? 1;
-  const out = opts.write ? { write: opts.write } : isMainThread ? (fd === 2 ? process.stderr : process.stdout) : pino.destination({ dest: fd, sync: true });
+  const out = opts.write
+    ? { write: opts.write }
+    : isMainThread
+      ? fd === 2
+        ? process.stderr
+        : process.stdout
+      : pino.destination({ dest: fd, sync: true });
   if (format === 'json') return out;
   // pino-pretty's formatter, called in line: as synchronous as the JSON lines.
-  const prettify = pretty.prettyFactory({ colorize: !process.env.NO_COLOR, singleLine: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname' });
+  const prettify = pretty.prettyFactory({
+    colorize: !process.env.NO_COLOR,
+    singleLine: true,
+    translateTime: 'SYS:HH:MM:ss.l',
+    ignore: 'pid,hostname',
+  });
   return { write: (line: string) => out.write(prettify(line)) };
 }
 
@@ -80,7 +91,9 @@ function pinoOptions(level: LogLevel, format: LogFormat, base: LogFields): pino.
     serializers: { error: serializeError, err: serializeError },
     // JSON: the shape these lines have always had (`ts` ISO 8601, `level` by name), so that log
     // pipelines reading them keep working. Pretty: pino's own, which pino-pretty reads.
-    ...(format === 'json' ? { timestamp: () => `,"ts":"${new Date().toISOString()}"`, formatters: { level: (label: string) => ({ level: label }) } } : {}),
+    ...(format === 'json'
+      ? { timestamp: () => `,"ts":"${new Date().toISOString()}"`, formatters: { level: (label: string) => ({ level: label }) } }
+      : {}),
   };
 }
 

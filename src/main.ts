@@ -28,7 +28,9 @@ try {
 }
 const log = createLogger(config.logLevel, { service: 'device-registry' }, { format: config.logFormat });
 
-process.on('unhandledRejection', (reason) => log.error('unhandled promise rejection', { error: reason instanceof Error ? reason : String(reason) }));
+process.on('unhandledRejection', (reason) =>
+  log.error('unhandled promise rejection', { error: reason instanceof Error ? reason : String(reason) }),
+);
 
 // Signals are handled from the first moment: before ready they cancel the start, which stops
 // whatever had started (a running initdb is let finish, so DATA_DIR stays usable).

@@ -64,7 +64,11 @@ export function createMetrics(): Metrics {
           this.labels('idle').set(pool.idleCount);
         },
       });
-      new client.Gauge({ name: 'db_pool_connections_max', help: 'Connections the HTTP side database pool may open (PG_POOL_SIZE)', registers: [registry] }).set(max);
+      new client.Gauge({
+        name: 'db_pool_connections_max',
+        help: 'Connections the HTTP side database pool may open (PG_POOL_SIZE)',
+        registers: [registry],
+      }).set(max);
       new client.Gauge({
         name: 'db_pool_waiting_requests',
         help: 'Queries waiting for a connection of the HTTP side database pool',
@@ -129,7 +133,14 @@ export class CountedHistogram {
     values.push({ labels: { le: '+Inf' }, value: cumulative, metricName: `${this.name}_bucket` });
     values.push({ labels: {}, value: this.sum, metricName: `${this.name}_sum` });
     values.push({ labels: {}, value: cumulative, metricName: `${this.name}_count` });
-    return { name: this.name, help: this.help, type: 'histogram' as unknown as client.MetricType, values, aggregator: this.aggregator, collect: () => undefined };
+    return {
+      name: this.name,
+      help: this.help,
+      type: 'histogram' as unknown as client.MetricType,
+      values,
+      aggregator: this.aggregator,
+      collect: () => undefined,
+    };
   }
 
   reset(): void {

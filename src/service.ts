@@ -84,7 +84,12 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     if (!config.databaseUrl || !config.jwtSecret || !config.pskEncryptionKey) await prepareDataDir(config.dataDir);
     let embeddedDb: EmbeddedDatabase | undefined;
     if (!config.databaseUrl) {
-      embeddedDb = await startEmbeddedDatabase({ dataDir: config.dataDir, port: config.embeddedPgPort, settings: config.embeddedPgSettings, log });
+      embeddedDb = await startEmbeddedDatabase({
+        dataDir: config.dataDir,
+        port: config.embeddedPgPort,
+        settings: config.embeddedPgSettings,
+        log,
+      });
       cleanup.push(() => embeddedDb!.stop());
       checkpoint();
     }
@@ -124,7 +129,10 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     // DATABASE_URL without PSK_ENCRYPTION_KEY is refused by config; the embedded database keeps a generated key.
     const pskKey = config.pskEncryptionKey ?? (await loadOrCreateKey(config.dataDir, 'psk-key'));
     const psk = new PskService(pool, events, new KeySealer(pskKey));
-    const devices = new DeviceService(pool, events, { cacheSize: config.deviceCacheSize, openKey: (sealed, place) => psk.open(sealed, place) });
+    const devices = new DeviceService(pool, events, {
+      cacheSize: config.deviceCacheSize,
+      openKey: (sealed, place) => psk.open(sealed, place),
+    });
     // The API description (built here) and the query checks (compiled by startHttp) use the
     // configured limits; both are made once, at start.
     const readiness = new Readiness({
@@ -159,7 +167,10 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       metrics,
       log,
     });
-    openApi.listening({ public: { host: config.host, port: http.publicPort }, internal: { host: config.internalHost, port: http.internalPort } });
+    openApi.listening({
+      public: { host: config.host, port: http.publicPort },
+      internal: { host: config.internalHost, port: http.internalPort },
+    });
     cleanup.push(async (clock) => {
       const cutOff = await http.close(clock.drainUntil);
       // A request answered 503 must change nothing afterwards: its transaction is rolled back now.

@@ -67,7 +67,12 @@ export async function startEmbeddedBroker(opts: {
     server.once('error', (err: NodeJS.ErrnoException) => {
       aedes.close();
       if (err.code === 'EADDRINUSE') {
-        reject(new ConfigError('MQTT_PORT', `${opts.port} is already in use on ${opts.host}: free it, choose another MQTT_PORT, or set MQTT_URL to use a running broker`));
+        reject(
+          new ConfigError(
+            'MQTT_PORT',
+            `${opts.port} is already in use on ${opts.host}: free it, choose another MQTT_PORT, or set MQTT_URL to use a running broker`,
+          ),
+        );
       } else {
         reject(err);
       }

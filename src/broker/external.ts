@@ -55,7 +55,10 @@ function toInbox(inbox: Inbox): OnMessage {
  * The subscriber connections: MQTT 5 in one shared subscription, or, when the broker refuses
  * MQTT 5 on the first connection, a single MQTT 3.1.1 one with plain subscriptions.
  */
-async function connectSubscribers(opts: ExternalLinkOptions, onMessage: OnMessage): Promise<{ subscribers: SubscriberConnection[]; version: MqttVersion }> {
+async function connectSubscribers(
+  opts: ExternalLinkOptions,
+  onMessage: OnMessage,
+): Promise<{ subscribers: SubscriberConnection[]; version: MqttVersion }> {
   const make = (n: number, version: MqttVersion) =>
     new SubscriberConnection({
       url: opts.url,
@@ -100,7 +103,10 @@ async function connectPublisher(opts: ExternalLinkOptions, version: MqttVersion)
   publisher.on('error', (err) => opts.log.debug('actuation publisher error', { error: err.message }));
   try {
     await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`the actuation publisher could not connect to ${new URL(opts.url).host}`)), PUBLISHER_CONNECT_MS);
+      const timer = setTimeout(
+        () => reject(new Error(`the actuation publisher could not connect to ${new URL(opts.url).host}`)),
+        PUBLISHER_CONNECT_MS,
+      );
       publisher.once('connect', () => {
         clearTimeout(timer);
         resolve();
@@ -155,7 +161,10 @@ export class ExternalLink implements BrokerLink {
       topics.map(
         (topic) =>
           new Promise<void>((resolve, reject) => {
-            const timer = setTimeout(() => reject(new BrokerUnavailable('the broker did not acknowledge in time')), this.opts.publishTimeoutMs);
+            const timer = setTimeout(
+              () => reject(new BrokerUnavailable('the broker did not acknowledge in time')),
+              this.opts.publishTimeoutMs,
+            );
             this.publisher.publish(topic, payload, { qos: 1, retain: false }, (err) => {
               clearTimeout(timer);
               if (err) reject(new BrokerUnavailable(err.message));

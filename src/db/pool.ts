@@ -13,7 +13,13 @@ const ending = new WeakMap<pg.Pool, Promise<void>>();
 export function createPool(url: string, max: number, log: Logger): pg.Pool {
   // JIT compilation only adds latency to the short, index-driven queries this service runs
   // (measured: ~200 ms on large counts where the server has JIT enabled).
-  const pool = new pg.Pool({ connectionString: url, max, idleTimeoutMillis: 30_000, connectionTimeoutMillis: 10_000, options: '-c jit=off' });
+  const pool = new pg.Pool({
+    connectionString: url,
+    max,
+    idleTimeoutMillis: 30_000,
+    connectionTimeoutMillis: 10_000,
+    options: '-c jit=off',
+  });
   // An idle client losing its connection (database restart) must not crash the process.
   pool.on('error', (err) => log.warn('idle database connection failed', { error: err.message }));
   const clients = new Set<pg.PoolClient>();
@@ -37,7 +43,16 @@ export function endPool(pool: pg.Pool, opts: { abortInUse?: boolean } = {}): Pro
 }
 
 /** Socket errors of a database that is down or unreachable. */
-const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
+const UNREACHABLE_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
 /** SQLSTATEs of a server that cannot serve now: shutting down, starting, recovering, out of connections. */
 const UNAVAILABLE_STATES = new Set(['57P01', '57P02', '57P03', '53300']);
 /** pg's own messages for a lost connection, a pool that found none in time, or one closed by shutdown. */

@@ -8,8 +8,17 @@ import type { Metrics } from '../metrics.js';
 import { notAcceptable } from './accept.js';
 import type { ResponseDoc, RouteSpec } from './types.js';
 
-const notAcceptableDoc = (mediaType: string): ResponseDoc => ({ description: `The client accepts no \`${mediaType}\` (\`Accept\`).`, errors: ['notAcceptable'] });
-const jsonOnly = { name: 'notJson', summary: 'A client that accepts HTML only', status: 406, headers: { accept: 'text/html' }, response: errors.notAcceptable('application/json').body };
+const notAcceptableDoc = (mediaType: string): ResponseDoc => ({
+  description: `The client accepts no \`${mediaType}\` (\`Accept\`).`,
+  errors: ['notAcceptable'],
+});
+const jsonOnly = {
+  name: 'notJson',
+  summary: 'A client that accepts HTML only',
+  status: 406,
+  headers: { accept: 'text/html' },
+  response: errors.notAcceptable('application/json').body,
+};
 
 export const opsRoutes: RouteSpec<{ pool: pg.Pool; metrics: Metrics; readiness: Readiness }>[] = [
   {
@@ -47,7 +56,8 @@ export const opsRoutes: RouteSpec<{ pool: pg.Pool; metrics: Metrics; readiness: 
     auth: false,
     listeners: ['public', 'internal'],
     summary: 'Liveness: the process answers',
-    description: 'Checks nothing else: a failing liveness probe means the process should be restarted, which a database or broker outage does not call for.',
+    description:
+      'Checks nothing else: a failing liveness probe means the process should be restarted, which a database or broker outage does not call for.',
     tag: 'operations',
     responses: { 200: { description: 'The process answers.', schema: 'Health' }, 406: notAcceptableDoc('application/json') },
     examples: [{ name: 'alive', summary: 'The process answers', status: 200, response: { status: 'ok' } }, jsonOnly],
@@ -71,7 +81,12 @@ export const opsRoutes: RouteSpec<{ pool: pg.Pool; metrics: Metrics; readiness: 
       503: { description: 'A check failed, or the service is shutting down: the reasons.', schema: 'Readiness' },
     },
     examples: [
-      { name: 'ready', summary: 'Every check ok', status: 200, response: { status: 'ready', checks: { database: 'ok', migrations: 'ok', broker: 'ok', ingest: 'ok' } } },
+      {
+        name: 'ready',
+        summary: 'Every check ok',
+        status: 200,
+        response: { status: 'ready', checks: { database: 'ok', migrations: 'ok', broker: 'ok', ingest: 'ok' } },
+      },
       jsonOnly,
     ],
     async handler(req, { readiness }) {
@@ -91,15 +106,31 @@ export const opsRoutes: RouteSpec<{ pool: pg.Pool; metrics: Metrics; readiness: 
     description: 'Every metric and what it means: docs/operations.md.',
     tag: 'operations',
     responses: {
-      200: { description: 'Prometheus text format (process, Node.js, HTTP, database pool, broker link, ingest, readiness).', schema: { type: 'string' }, contentType: 'text/plain' },
+      200: {
+        description: 'Prometheus text format (process, Node.js, HTTP, database pool, broker link, ingest, readiness).',
+        schema: { type: 'string' },
+        contentType: 'text/plain',
+      },
       406: notAcceptableDoc('text/plain'),
     },
     examples: [
       { name: 'scrape', summary: 'A scrape', status: 200, response: 'http_requests_total{method="GET",route="/health",status="200"} 3\n' },
-      { name: 'notText', summary: 'A client that accepts JSON only', status: 406, headers: { accept: 'application/json' }, response: errors.notAcceptable('text/plain').body },
+      {
+        name: 'notText',
+        summary: 'A client that accepts JSON only',
+        status: 406,
+        headers: { accept: 'application/json' },
+        response: errors.notAcceptable('text/plain').body,
+      },
     ],
     async handler(req, { metrics }) {
-      return notAcceptable(req.accept, 'text/plain') ?? { status: 200, raw: await metrics.registry.metrics(), contentType: metrics.registry.contentType };
+      return (
+        notAcceptable(req.accept, 'text/plain') ?? {
+          status: 200,
+          raw: await metrics.registry.metrics(),
+          contentType: metrics.registry.contentType,
+        }
+      );
     },
   },
 ];

@@ -28,9 +28,19 @@ import type { BodyDecl, Listener, Method, Reply, Request, Route } from './types.
 const LISTEN_EXCLUSIVE_PORT = (uWS as unknown as { LIBUS_LISTEN_EXCLUSIVE_PORT: number }).LIBUS_LISTEN_EXCLUSIVE_PORT;
 
 const STATUS_TEXT: Record<number, string> = {
-  200: '200 OK', 201: '201 Created', 204: '204 No Content', 400: '400 Bad Request', 401: '401 Unauthorized',
-  403: '403 Forbidden', 404: '404 Not Found', 405: '405 Method Not Allowed', 409: '409 Conflict',
-  406: '406 Not Acceptable', 413: '413 Payload Too Large', 500: '500 Internal Server Error', 503: '503 Service Unavailable',
+  200: '200 OK',
+  201: '201 Created',
+  204: '204 No Content',
+  400: '400 Bad Request',
+  401: '401 Unauthorized',
+  403: '403 Forbidden',
+  404: '404 Not Found',
+  405: '405 Method Not Allowed',
+  409: '409 Conflict',
+  406: '406 Not Acceptable',
+  413: '413 Payload Too Large',
+  500: '500 Internal Server Error',
+  503: '503 Service Unavailable',
 };
 /**
  * Shutdown: connections are closed once no request has begun or ended for this long. A client
@@ -108,7 +118,11 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
     await inFlight.quiet(drainUntil, QUIET_BEFORE_CLOSE_MS);
     const cutOff = inFlight.cutOff();
     for (const ex of cutOff) {
-      ex.logger().warn('request cut off by shutdown: answered 503', { method: ex.sentMethod, path: ex.path, ms: Math.round(performance.now() - ex.started) });
+      ex.logger().warn('request cut off by shutdown: answered 503', {
+        method: ex.sentMethod,
+        path: ex.path,
+        ms: Math.round(performance.now() - ex.started),
+      });
       const e = errors.shuttingDown();
       send(ex, { status: e.httpStatus, body: e.body }, true);
     }
@@ -139,7 +153,12 @@ function listen(site: Site, host: string, port: number): Promise<{ app: Closable
   return new Promise((resolve, reject) => {
     // Exclusive: uWS otherwise binds with SO_REUSEPORT, and a second instance given the same
     // port would share it silently, splitting the requests between the two.
-    const listenExclusive = app.listen as unknown as (h: string, p: number, o: number, cb: (s: uWS.us_listen_socket | false) => void) => void;
+    const listenExclusive = app.listen as unknown as (
+      h: string,
+      p: number,
+      o: number,
+      cb: (s: uWS.us_listen_socket | false) => void,
+    ) => void;
     listenExclusive.call(app, host, port, LISTEN_EXCLUSIVE_PORT, (socket) => {
       if (!socket) {
         const names = site.listener === 'public' ? 'PORT/HOST' : 'INTERNAL_PORT/INTERNAL_HOST';
@@ -247,7 +266,8 @@ async function answer(site: Site, ex: Exchange): Promise<void> {
   const status = send(ex, reply, site.inFlight.draining);
   const seconds = (performance.now() - ex.started) / 1000;
   site.metrics.observeHttp(KNOWN_METHODS.has(ex.sentMethod) ? ex.sentMethod : 'OTHER', metricRoute(ex.match), status, seconds);
-  if (site.log.level === 'debug') ex.logger().debug('request', { method: ex.sentMethod, path: ex.path, status, ms: Math.round(seconds * 1000) });
+  if (site.log.level === 'debug')
+    ex.logger().debug('request', { method: ex.sentMethod, path: ex.path, status, ms: Math.round(seconds * 1000) });
 }
 
 async function handle(site: Site, ex: Exchange): Promise<Reply> {
@@ -298,7 +318,8 @@ function checkQuery(ex: Exchange, endpoint: Endpoint): void {
   if (checked.failure && endpoint.route.queryFailure !== 'handler') throw checked.failure.error;
 }
 
-const metricRoute = (match: Match) => (match.kind === 'route' ? match.endpoint.route.path : match.kind === 'method' ? '<method-not-allowed>' : '<unmatched>');
+const metricRoute = (match: Match) =>
+  match.kind === 'route' ? match.endpoint.route.path : match.kind === 'method' ? '<method-not-allowed>' : '<unmatched>';
 
 /**
  * Writes the reply unless the client is gone or it was answered already (cut off by shutdown);

@@ -45,7 +45,10 @@ export interface Ingest {
 }
 
 export function ingestSettings(config: Config, databaseUrl: string): IngestSettings {
-  const picked = Object.fromEntries(INGEST_CONFIG_KEYS.map((key) => [key, config[key]])) as Pick<Config, (typeof INGEST_CONFIG_KEYS)[number]>;
+  const picked = Object.fromEntries(INGEST_CONFIG_KEYS.map((key) => [key, config[key]])) as Pick<
+    Config,
+    (typeof INGEST_CONFIG_KEYS)[number]
+  >;
   return { ...picked, databaseUrl };
 }
 

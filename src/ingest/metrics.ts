@@ -28,7 +28,11 @@ export class IngestMetrics {
 
   constructor(metrics: Metrics) {
     const registers = [metrics.registry];
-    this.received = new client.Counter({ name: 'ingest_messages_received_total', help: 'Device messages received from the broker', registers });
+    this.received = new client.Counter({
+      name: 'ingest_messages_received_total',
+      help: 'Device messages received from the broker',
+      registers,
+    });
     this.acknowledged = new client.Counter({
       name: 'ingest_messages_acknowledged_total',
       help: 'Device messages acknowledged to the broker (PUBACK for QoS 1): after their commit, or when dropped for good',
@@ -46,7 +50,11 @@ export class IngestMetrics {
       LATENCY_BUCKETS,
       metrics.registry,
     );
-    this.linkUp = new client.Gauge({ name: 'broker_link_up', help: '1 while device messages can come in and configuration messages go out over the broker link, else 0', registers });
+    this.linkUp = new client.Gauge({
+      name: 'broker_link_up',
+      help: '1 while device messages can come in and configuration messages go out over the broker link, else 0',
+      registers,
+    });
     this.linkConnections = new client.Gauge({
       name: 'broker_link_connections',
       help: "The broker link's own connections (external broker: subscribers and publisher; embedded: its listener), by state (connected, configured)",
@@ -54,8 +62,16 @@ export class IngestMetrics {
       registers,
     });
     this.linkUp.set(0);
-    this.messagesStored = new client.Counter({ name: 'ingest_messages_stored_total', help: 'Device messages with at least one value committed to history', registers });
-    this.valuesReceived = new client.Counter({ name: 'ingest_values_received_total', help: 'Keys of valid device messages (after translation, without timestamp)', registers });
+    this.messagesStored = new client.Counter({
+      name: 'ingest_messages_stored_total',
+      help: 'Device messages with at least one value committed to history',
+      registers,
+    });
+    this.valuesReceived = new client.Counter({
+      name: 'ingest_values_received_total',
+      help: 'Keys of valid device messages (after translation, without timestamp)',
+      registers,
+    });
     this.valuesStored = new client.Counter({ name: 'ingest_values_stored_total', help: 'Values committed to history', registers });
     this.dropped = new client.Counter({
       name: 'ingest_dropped_total',
@@ -76,10 +92,24 @@ export class IngestMetrics {
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
       registers,
     });
-    this.cacheHits = new client.Counter({ name: 'ingest_cache_hits_total', help: 'Messages whose device was in the shard cache', registers });
+    this.cacheHits = new client.Counter({
+      name: 'ingest_cache_hits_total',
+      help: 'Messages whose device was in the shard cache',
+      registers,
+    });
     this.cacheMisses = new client.Counter({ name: 'ingest_cache_misses_total', help: 'Messages whose device had to be loaded', registers });
-    this.queueDepth = new client.Gauge({ name: 'ingest_queue_depth', help: 'Unacknowledged messages per shard', labelNames: ['shard'] as const, registers });
-    this.cachedDevices = new client.Gauge({ name: 'ingest_cached_devices', help: 'Devices in each shard worker cache', labelNames: ['shard'] as const, registers });
+    this.queueDepth = new client.Gauge({
+      name: 'ingest_queue_depth',
+      help: 'Unacknowledged messages per shard',
+      labelNames: ['shard'] as const,
+      registers,
+    });
+    this.cachedDevices = new client.Gauge({
+      name: 'ingest_cached_devices',
+      help: 'Devices in each shard worker cache',
+      labelNames: ['shard'] as const,
+      registers,
+    });
   }
 
   apply(d: IngestMetricsDelta): void {

@@ -70,14 +70,15 @@ export const INGEST_CONFIG_KEYS = [
 export type IngestSettings = Pick<Config, (typeof INGEST_CONFIG_KEYS)[number]> & { databaseUrl: string };
 
 /** A shard worker's workerData (Piscina). */
-export type ShardWorkerSettings = Pick<IngestSettings, 'databaseUrl' | 'logLevel' | 'logFormat' | 'ingestBatchRows' | 'ingestBatchMs' | 'ingestCacheDevices'> & {
+export type ShardWorkerSettings = Pick<
+  IngestSettings,
+  'databaseUrl' | 'logLevel' | 'logFormat' | 'ingestBatchRows' | 'ingestBatchMs' | 'ingestCacheDevices'
+> & {
   /** The COPY turn shared by the shard workers (copy-turn.ts). */
   copyTurn: SharedArrayBuffer;
 };
 
-export type MainToRouter =
-  | { type: 'publish'; requestId: number; topics: string[]; payload: string }
-  | { type: 'stop'; timeoutMs: number };
+export type MainToRouter = { type: 'publish'; requestId: number; topics: string[]; payload: string } | { type: 'stop'; timeoutMs: number };
 
 export type RouterToMain =
   | { type: 'ready'; mqttPort: number | undefined; mode: string }

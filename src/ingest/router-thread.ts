@@ -50,7 +50,9 @@ const router = new IngestRouter(shards, {
   },
 });
 // The embedded broker's device lookups (the shard workers have their own connections).
-const registryPool = settings.mqttUrl ? undefined : new pg.Pool({ connectionString: settings.databaseUrl, max: 2, connectionTimeoutMillis: 5000 });
+const registryPool = settings.mqttUrl
+  ? undefined
+  : new pg.Pool({ connectionString: settings.databaseUrl, max: 2, connectionTimeoutMillis: 5000 });
 registryPool?.on('error', () => undefined);
 
 const channel = new BroadcastChannel(REGISTRY_CHANNEL);
@@ -115,7 +117,8 @@ async function stop(timeoutMs: number): Promise<void> {
     new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs))),
   ]);
   clearTimeout(timer);
-  if (!drained) log.warn('shutdown: some messages were not committed in time; the broker delivers them again', { pending: router.unacknowledged });
+  if (!drained)
+    log.warn('shutdown: some messages were not committed in time; the broker delivers them again', { pending: router.unacknowledged });
   router.stop();
   post({ type: 'metrics', delta: router.takeMetrics(), link: link?.state() });
   await link?.close().catch((err: Error) => log.warn('closing the broker link failed', { error: err.message }));

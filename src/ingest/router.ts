@@ -218,7 +218,11 @@ export class IngestRouter implements Inbox {
       },
       (err: Error) => {
         if (this.stopped) return;
-        this.opts.log.warn('a shard batch failed; sending it again', { shard: batch.shard, messages: batch.acks.length, error: err.message });
+        this.opts.log.warn('a shard batch failed; sending it again', {
+          shard: batch.shard,
+          messages: batch.acks.length,
+          error: err.message,
+        });
         setTimeout(() => this.submit(batch), RETRY_MS).unref();
       },
     );

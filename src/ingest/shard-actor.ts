@@ -130,7 +130,11 @@ export class ShardActor {
       // forever, never acknowledging it. Drop it alone (with any rows it had added).
       buf.lines.length = before;
       this.drop('unprocessable');
-      this.opts.log?.error('a message could not be processed; dropped', { tenant: model.tenant, device: model.id, error: (err as Error).message });
+      this.opts.log?.error('a message could not be processed; dropped', {
+        tenant: model.tenant,
+        device: model.id,
+        error: (err as Error).message,
+      });
       return;
     }
     if (outcome.dropped) {

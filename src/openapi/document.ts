@@ -91,7 +91,8 @@ function bodyRefs(node: unknown, found: BodyComponents): unknown {
 /** An example's query as sent. */
 function queryText(query: Example['query']): URLSearchParams {
   const q = new URLSearchParams();
-  for (const [name, value] of Object.entries(query ?? {})) for (const v of Array.isArray(value) ? value : [value]) q.append(name, String(v));
+  for (const [name, value] of Object.entries(query ?? {}))
+    for (const v of Array.isArray(value) ? value : [value]) q.append(name, String(v));
   return q;
 }
 
@@ -127,7 +128,8 @@ function responses(route: RouteDecl, examples: Example[]): Record<string, object
   const open = route.auth === false;
   const docs: Record<number, ResponseDoc> = { ...route.responses };
   // Every route may answer these; documented once here.
-  if (!open) docs[401] ??= { description: 'No token, or an invalid one (auth is checked before routing).', errors: ['noToken', 'invalidToken'] };
+  if (!open)
+    docs[401] ??= { description: 'No token, or an invalid one (auth is checked before routing).', errors: ['noToken', 'invalidToken'] };
   if (route.body) docs[413] ??= { description: 'The body is larger than MAX_BODY_BYTES.', errors: ['bodyTooLarge'] };
   docs[500] ??= { description: 'An unexpected failure (logged with its cause).', errors: ['internal'] };
   // Every authenticated route reads the database: while it is down or out of connections, 503;
@@ -136,7 +138,9 @@ function responses(route: RouteDecl, examples: Example[]): Record<string, object
   const given = docs[503];
   if (!given) {
     docs[503] = {
-      description: open ? 'The service is shutting down and the request was still running.' : 'The database is unavailable (down, restarting or out of connections), or the service is shutting down; retry later.',
+      description: open
+        ? 'The service is shutting down and the request was still running.'
+        : 'The database is unavailable (down, restarting or out of connections), or the service is shutting down; retry later.',
       errors: unavailable,
     };
   } else {
@@ -153,7 +157,10 @@ function responses(route: RouteDecl, examples: Example[]): Record<string, object
         media.examples = Object.fromEntries(ex.map((e) => [e.name, { summary: e.summary, value: e.response }]));
       }
     }
-    out[status] = { description: doc.description, ...(schemas.length > 0 ? { content: { [doc.contentType ?? 'application/json']: media } } : {}) };
+    out[status] = {
+      description: doc.description,
+      ...(schemas.length > 0 ? { content: { [doc.contentType ?? 'application/json']: media } } : {}),
+    };
   }
   return out;
 }
@@ -169,14 +176,22 @@ function requestOf(route: RouteDecl, e: Example): object {
   };
 }
 
-function operation(route: RouteDecl, limits: QueryLimits, bodies: BodyComponents, check: QueryCheck | undefined, urls: ServerUrls | undefined): object {
+function operation(
+  route: RouteDecl,
+  limits: QueryLimits,
+  bodies: BodyComponents,
+  check: QueryCheck | undefined,
+  urls: ServerUrls | undefined,
+): object {
   const open = route.auth === false;
   const examples = [...route.examples];
   if (!open) examples.push({ name: 'noToken', summary: 'Without a token', status: 401, response: errors.noToken().body });
   const listeners = route.listeners ?? ['public'];
   const withBody = examples.filter((e) => e.body !== undefined);
   return {
-    operationId: operationKey(route).replace(/[^A-Za-z0-9]+/g, '_').replace(/^_|_$/g, ''),
+    operationId: operationKey(route)
+      .replace(/[^A-Za-z0-9]+/g, '_')
+      .replace(/^_|_$/g, ''),
     summary: route.summary,
     ...(route.description ? { description: route.description } : {}),
     tags: [route.tag],
@@ -184,7 +199,13 @@ function operation(route: RouteDecl, limits: QueryLimits, bodies: BodyComponents
     ...(listeners.length === 1 && listeners[0] === 'public' ? {} : { servers: listeners.map((l) => server(l, urls)) }),
     'x-listeners': listeners,
     // Every example exchange: its name (which ties its parameters, body and answer), the status it answers with, its fixture, its request.
-    'x-examples': examples.map((e) => ({ name: e.name, summary: e.summary, status: e.status, ...(e.fixture ? { fixture: e.fixture } : {}), request: requestOf(route, e) })),
+    'x-examples': examples.map((e) => ({
+      name: e.name,
+      summary: e.summary,
+      status: e.status,
+      ...(e.fixture ? { fixture: e.fixture } : {}),
+      request: requestOf(route, e),
+    })),
     parameters: parameters(route, examples, limits, check),
     ...(route.body
       ? {
@@ -194,7 +215,9 @@ function operation(route: RouteDecl, limits: QueryLimits, bodies: BodyComponents
             content: {
               'application/json': {
                 schema: bodyRefs(route.body.schema, bodies),
-                ...(withBody.length > 0 ? { examples: Object.fromEntries(withBody.map((e) => [e.name, { summary: e.summary, value: e.body }])) } : {}),
+                ...(withBody.length > 0
+                  ? { examples: Object.fromEntries(withBody.map((e) => [e.name, { summary: e.summary, value: e.body }])) }
+                  : {}),
               },
             },
           },
@@ -208,7 +231,10 @@ function version(): string {
   return (JSON.parse(fs.readFileSync(path.join(projectRoot, 'package.json'), 'utf8')) as { version: string }).version;
 }
 
-type Operation = { parameters: Array<{ schema: object; examples?: Record<string, { value: unknown }> }>; requestBody?: { content: Record<string, { schema: object; examples?: Record<string, { value: unknown }> }> } };
+type Operation = {
+  parameters: Array<{ schema: object; examples?: Record<string, { value: unknown }> }>;
+  requestBody?: { content: Record<string, { schema: object; examples?: Record<string, { value: unknown }> }> };
+};
 
 /**
  * Drops the parameter and request body examples that do not fit their schema (the inputs of
@@ -220,7 +246,9 @@ function keepFittingExamples(paths: Record<string, Record<string, object>>, comp
   const rebase = (v: unknown): unknown => {
     if (Array.isArray(v)) return v.map(rebase);
     if (typeof v !== 'object' || v === null) return v;
-    return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, k === '$ref' && typeof x === 'string' && x.startsWith('#/') ? `doc${x}` : rebase(x)]));
+    return Object.fromEntries(
+      Object.entries(v).map(([k, x]) => [k, k === '$ref' && typeof x === 'string' && x.startsWith('#/') ? `doc${x}` : rebase(x)]),
+    );
   };
   const keep = (schema: object, examples: Record<string, { value: unknown }> | undefined) => {
     if (!examples) return;
@@ -309,7 +337,8 @@ export function buildOpenApi(routes: readonly RouteDecl[], limits: DocumentLimit
           type: 'http',
           scheme: 'bearer',
           bearerFormat: 'JWT',
-          description: 'A token from POST /auth (HS256, signed by the service; claims service, username, userid, profile, iat, exp, iss, jti).',
+          description:
+            'A token from POST /auth (HS256, signed by the service; claims service, username, userid, profile, iat, exp, iss, jti).',
         },
       },
       schemas,
@@ -318,4 +347,5 @@ export function buildOpenApi(routes: readonly RouteDecl[], limits: DocumentLimit
 }
 
 /** The document as committed (listeners by their settings): two-space JSON with a final newline. */
-export const openApiText = (routes: readonly RouteDecl[], limits: DocumentLimits, urls?: ServerUrls) => JSON.stringify(buildOpenApi(routes, limits, urls), null, 2) + '\n';
+export const openApiText = (routes: readonly RouteDecl[], limits: DocumentLimits, urls?: ServerUrls) =>
+  JSON.stringify(buildOpenApi(routes, limits, urls), null, 2) + '\n';

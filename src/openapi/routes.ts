@@ -22,8 +22,19 @@ export const openApiRoutes: RouteSpec<{ openApi: ServedOpenApi }>[] = [
       406: { description: 'The client accepts no `application/json` (`Accept`).', errors: ['notAcceptable'] },
     },
     examples: [
-      { name: 'document', summary: 'The document', status: 200, response: { openapi: '3.1.0', info: { title: 'device-registry', version: '0.1.0' }, paths: {} } },
-      { name: 'notJson', summary: 'A client that accepts HTML only', status: 406, headers: { accept: 'text/html' }, response: errors.notAcceptable('application/json').body },
+      {
+        name: 'document',
+        summary: 'The document',
+        status: 200,
+        response: { openapi: '3.1.0', info: { title: 'device-registry', version: '0.1.0' }, paths: {} },
+      },
+      {
+        name: 'notJson',
+        summary: 'A client that accepts HTML only',
+        status: 406,
+        headers: { accept: 'text/html' },
+        response: errors.notAcceptable('application/json').body,
+      },
     ],
     handler: (req, { openApi }) =>
       notAcceptable(req.accept, 'application/json') ?? {

@@ -27,7 +27,8 @@ export interface Reached {
 const HOST = /^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/;
 const WILDCARD = new Set(['0.0.0.0', '::', '[::]', '']);
 
-const hostPart = (authority: string) => (authority.startsWith('[') ? authority.slice(0, authority.indexOf(']') + 1) : authority.split(':')[0]!);
+const hostPart = (authority: string) =>
+  authority.startsWith('[') ? authority.slice(0, authority.indexOf(']') + 1) : authority.split(':')[0]!;
 const literal = (host: string) => (host.includes(':') && !host.startsWith('[') ? `[${host}]` : host);
 /** The first value of a comma-separated forwarded header. */
 const first = (value: string) => value.split(',')[0]!.trim();
@@ -67,7 +68,11 @@ export class ServedOpenApi {
     let text = this.texts.get(key);
     if (text === undefined) {
       // JSON.stringify: the URLs are JSON strings in the document.
-      text = this.template.split(JSON.stringify(MARK.public)).join(JSON.stringify(urls.public)).split(JSON.stringify(MARK.internal)).join(JSON.stringify(urls.internal));
+      text = this.template
+        .split(JSON.stringify(MARK.public))
+        .join(JSON.stringify(urls.public))
+        .split(JSON.stringify(MARK.internal))
+        .join(JSON.stringify(urls.internal));
       if (this.texts.size < CACHE_SIZE) this.texts.set(key, text);
     }
     return text;

@@ -20,14 +20,22 @@ function attribute(mode: 'template' | 'device', nested: boolean): object {
     id: { type: 'integer' },
     label: { type: 'string' },
     type: { type: 'string', description: 'Seen: `dynamic`, `static`, `actuator`, `meta`, `mqtt_meta`; other values are stored as given.' },
-    value_type: { type: 'string', description: 'Seen: `float`, `string`, `bool`, `integer`, `geopoint`, `psk`; other values are stored as given.' },
-    static_value: { type: 'string', description: 'When set. A `psk` key never shows here in public views; internal views show a generated key.' },
+    value_type: {
+      type: 'string',
+      description: 'Seen: `float`, `string`, `bool`, `integer`, `geopoint`, `psk`; other values are stored as given.',
+    },
+    static_value: {
+      type: 'string',
+      description: 'When set. A `psk` key never shows here in public views; internal views show a generated key.',
+    },
   };
-  if (mode === 'device') props.is_static_overridden = { type: 'boolean', description: 'With `static_value`: true when the device overrides it.' };
+  if (mode === 'device')
+    props.is_static_overridden = { type: 'boolean', description: 'With `static_value`: true when the device overrides it.' };
   if (!nested) props.template_id = { type: 'string' };
   props.created = ref('RegistryTime');
   props.updated = ref('RegistryTime');
-  if (!nested) props.metadata = { type: 'array', items: ref(mode === 'device' ? 'DeviceMetadata' : 'Metadata'), description: 'When non-empty.' };
+  if (!nested)
+    props.metadata = { type: 'array', items: ref(mode === 'device' ? 'DeviceMetadata' : 'Metadata'), description: 'When non-empty.' };
   const required = ['id', 'label', 'type', 'value_type', 'created', ...(nested ? [] : ['template_id'])];
   return { type: 'object', required, properties: props, additionalProperties: false };
 }
@@ -67,7 +75,12 @@ const device = (attr: string) => ({
   additionalProperties: false,
 });
 
-const object = (required: string[], properties: Record<string, unknown>) => ({ type: 'object', required, properties, additionalProperties: false });
+const object = (required: string[], properties: Record<string, unknown>) => ({
+  type: 'object',
+  required,
+  properties,
+  additionalProperties: false,
+});
 const ok = { const: 'ok' };
 
 /** Every response shape, by component name. */
@@ -89,8 +102,14 @@ export const responseSchemas = {
     next_page: { type: ['integer', 'null'] },
   }),
   Device: { ...device('DeviceAttribute'), description: 'A device. Public views never show a `psk` key.' },
-  InternalDevice: { ...device('DeviceAttribute'), description: 'A device as the internal endpoints show it: a generated key is its attribute\'s `static_value`.' },
-  KeyRecord: object(['attribute', 'psk'], { attribute: { type: 'string' }, psk: { type: 'string', pattern: '^[0-9a-f]+$', description: 'key_length random bytes as lowercase hex.' } }),
+  InternalDevice: {
+    ...device('DeviceAttribute'),
+    description: "A device as the internal endpoints show it: a generated key is its attribute's `static_value`.",
+  },
+  KeyRecord: object(['attribute', 'psk'], {
+    attribute: { type: 'string' },
+    psk: { type: 'string', pattern: '^[0-9a-f]+$', description: 'key_length random bytes as lowercase hex.' },
+  }),
   HistoryRecord: object(['device_id', 'ts', 'value', 'attr'], {
     device_id: { type: 'string' },
     ts: { type: 'string', pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$', examples: ['2026-05-01T12:00:00.000000Z'] },
@@ -110,11 +129,18 @@ export const responseSchemas = {
   Health: object(['status'], { status: { const: 'ok' } }),
   Readiness: object(['status', 'checks'], {
     status: { enum: ['ready', 'not ready'] },
-    reasons: { type: 'array', items: { type: 'string' }, description: 'When not ready: why, one line per failing check (and `shutting down` during a shutdown).' },
+    reasons: {
+      type: 'array',
+      items: { type: 'string' },
+      description: 'When not ready: why, one line per failing check (and `shutting down` during a shutdown).',
+    },
     checks: object(['database', 'migrations', 'broker', 'ingest'], {
       database: { type: 'string', description: '`ok`, or why the database did not answer within 2 s.' },
-      migrations: { type: 'string', description: "`ok` when every migration of this version is applied, else the missing ones." },
-      broker: { type: 'string', description: '`ok` while device messages can come in and configuration messages go out, else the connections down.' },
+      migrations: { type: 'string', description: '`ok` when every migration of this version is applied, else the missing ones.' },
+      broker: {
+        type: 'string',
+        description: '`ok` while device messages can come in and configuration messages go out, else the connections down.',
+      },
       ingest: { type: 'string', description: '`ok`, or `stalled` when messages wait and none was acknowledged for INGEST_STALL_SECONDS.' },
     }),
   }),
@@ -124,7 +150,10 @@ export const responseSchemas = {
     properties: { openapi: { type: 'string', pattern: '^3\\.1\\.' }, info: { type: 'object' }, paths: { type: 'object' } },
   },
   TemplateCreated: object(['result', 'template'], { result: ok, template: ref('Template') }),
-  TemplateList: object(['templates', 'pagination'], { templates: { type: 'array', items: ref('TemplateInAnyFormat') }, pagination: ref('Pagination') }),
+  TemplateList: object(['templates', 'pagination'], {
+    templates: { type: 'array', items: ref('TemplateInAnyFormat') },
+    pagination: ref('Pagination'),
+  }),
   TemplatesRemoved: object(['removed', 'result'], { removed: { type: 'array', items: ref('TemplateStringId') }, result: ok }),
   TemplateUpdated: object(['updated', 'result'], { updated: ref('TemplateStringId'), result: ok }),
   TemplateRemoved: object(['removed', 'result'], { removed: ref('TemplateStringId'), result: ok }),
@@ -141,13 +170,24 @@ export const responseSchemas = {
     ],
   },
   DeviceList: object(['devices', 'pagination'], { devices: { type: 'array', items: ref('Device') }, pagination: ref('Pagination') }),
-  InternalDeviceList: object(['devices', 'pagination'], { devices: { type: 'array', items: ref('InternalDevice') }, pagination: ref('Pagination') }),
+  InternalDeviceList: object(['devices', 'pagination'], {
+    devices: { type: 'array', items: ref('InternalDevice') },
+    pagination: ref('Pagination'),
+  }),
   DeviceIds: { type: 'array', items: { type: 'string' }, description: 'idsOnly: every matching device id.' },
-  DeviceUpdated: object(['message', 'device'], { message: { const: 'device updated' }, device: { allOf: [ref('Device'), { type: 'object', properties: { updated: { type: 'string' } }, required: ['updated'] }], description: 'The device, with `updated` (a PUT always sets it).' } }),
+  DeviceUpdated: object(['message', 'device'], {
+    message: { const: 'device updated' },
+    device: {
+      allOf: [ref('Device'), { type: 'object', properties: { updated: { type: 'string' } }, required: ['updated'] }],
+      description: 'The device, with `updated` (a PUT always sets it).',
+    },
+  }),
   DeviceRemoved: object(['removed_device', 'result'], { removed_device: ref('Device'), result: ok }),
   DevicesRemoved: object(['removed_devices', 'result'], { removed_devices: { type: 'array', items: ref('Device') }, result: ok }),
   KeyRecords: { type: 'array', items: ref('KeyRecord'), minItems: 1 },
-  ActuationSent: object([' status'], { ' status': { const: 'configuration sent to device', description: 'The key is written with a leading space, as in the reference.' } }),
+  ActuationSent: object([' status'], {
+    ' status': { const: 'configuration sent to device', description: 'The key is written with a leading space, as in the reference.' },
+  }),
   HistorySeries: { type: 'array', items: ref('HistoryRecord'), description: 'One `attr`: its records.' },
   HistoryByLabel: {
     type: 'object',

@@ -8,12 +8,30 @@ import { describe, expect, it } from 'vitest';
 import { readConfig } from '../../src/config.js';
 import { projectRoot } from '../../src/paths.js';
 import { tempDir } from '../helpers/service.js';
-import { composeCli, interpolate, interpolatedNames, parseEnvFile, readRepoFile, repoFile, yamlBlock, yamlList, yamlMapping } from './files.js';
+import {
+  composeCli,
+  interpolate,
+  interpolatedNames,
+  parseEnvFile,
+  readRepoFile,
+  repoFile,
+  yamlBlock,
+  yamlList,
+  yamlMapping,
+} from './files.js';
 
 const compose = readRepoFile('docker-compose.yml');
 const envExample = parseEnvFile(readRepoFile('.env.example'));
 
-const SECRETS = ['POSTGRES_PASSWORD', 'MQTT_SERVICE_PASSWORD', 'MQTT_ADMIN_PASSWORD', 'ADMIN_PASSWORD', 'PSK_ENCRYPTION_KEY', 'JWT_SECRET', 'GRAFANA_ADMIN_PASSWORD'];
+const SECRETS = [
+  'POSTGRES_PASSWORD',
+  'MQTT_SERVICE_PASSWORD',
+  'MQTT_ADMIN_PASSWORD',
+  'ADMIN_PASSWORD',
+  'PSK_ENCRYPTION_KEY',
+  'JWT_SECRET',
+  'GRAFANA_ADMIN_PASSWORD',
+];
 /** Values a user would put into .env. */
 const sampleSecrets: Record<string, string> = {
   POSTGRES_PASSWORD: 'a1'.repeat(12),

@@ -13,7 +13,10 @@ const secrets = [...new Set([...readRepoFile('docker-compose.yml').matchAll(/\$\
 
 /** Relative markdown link targets of a document in `dir`. */
 function links(text: string, dir: string): string[] {
-  return [...text.matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)].map((m) => m[1]!).filter((t) => !/^[a-z]+:/.test(t)).map((t) => path.join(dir, t));
+  return [...text.matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)]
+    .map((m) => m[1]!)
+    .filter((t) => !/^[a-z]+:/.test(t))
+    .map((t) => path.join(dir, t));
 }
 
 describe('README, Deployment', () => {
@@ -43,8 +46,19 @@ describe('docs/operations.md', () => {
   });
 
   it('covers sizing, backup and restore, key rotation and scale-out, saying what was measured', () => {
-    for (const heading of ['Sizing', 'Backup and restore', 'Key rotation', 'Scaling out']) expect(operations).toMatch(new RegExp(`^## \\d+\\. ${heading}`, 'm'));
-    for (const word of ['pg_dump', 'timescaledb_pre_restore()', 'timescaledb_post_restore()', 'JWT_SECRET', 'PSK_ENCRYPTION_KEY', 'EMQX', 'VerneMQ', 'NOTIFY', '$share']) {
+    for (const heading of ['Sizing', 'Backup and restore', 'Key rotation', 'Scaling out'])
+      expect(operations).toMatch(new RegExp(`^## \\d+\\. ${heading}`, 'm'));
+    for (const word of [
+      'pg_dump',
+      'timescaledb_pre_restore()',
+      'timescaledb_post_restore()',
+      'JWT_SECRET',
+      'PSK_ENCRYPTION_KEY',
+      'EMQX',
+      'VerneMQ',
+      'NOTIFY',
+      '$share',
+    ]) {
       expect(operations).toContain(word);
     }
     expect(operations).toMatch(/measured/i);
@@ -53,11 +67,29 @@ describe('docs/operations.md', () => {
 
   it('walks from `docker compose up` to the dashboard, and covers health, logs, metrics, alerts and rolling restarts', () => {
     const first = operations.slice(operations.indexOf('## 1. '), operations.indexOf('\n## 2. '));
-    for (const step of ['docker compose up -d', 'curl -s localhost:8000/health/ready', 'http://localhost:3000', '`GRAFANA_ADMIN_PASSWORD`', 'mosquitto_pub', '"Ingest rate"']) {
+    for (const step of [
+      'docker compose up -d',
+      'curl -s localhost:8000/health/ready',
+      'http://localhost:3000',
+      '`GRAFANA_ADMIN_PASSWORD`',
+      'mosquitto_pub',
+      '"Ingest rate"',
+    ]) {
       expect(first).toContain(step);
     }
-    for (const heading of ['Health, logs and metrics', 'Dashboard and alerts', 'Rolling restarts']) expect(operations).toMatch(new RegExp(`^## \\d+\\. ${heading}`, 'm'));
-    for (const word of ['/health/live', '/health/ready', 'X-Request-Id', 'LOG_FORMAT', 'REDACT_PATHS', 'SHUTDOWN_TIMEOUT_MS', 'IngestStalled', 'MemoryNearLimit']) expect(operations).toContain(word);
+    for (const heading of ['Health, logs and metrics', 'Dashboard and alerts', 'Rolling restarts'])
+      expect(operations).toMatch(new RegExp(`^## \\d+\\. ${heading}`, 'm'));
+    for (const word of [
+      '/health/live',
+      '/health/ready',
+      'X-Request-Id',
+      'LOG_FORMAT',
+      'REDACT_PATHS',
+      'SHUTDOWN_TIMEOUT_MS',
+      'IngestStalled',
+      'MemoryNearLimit',
+    ])
+      expect(operations).toContain(word);
   });
 
   it('explains every secret the compose file requires', () => {

@@ -35,10 +35,20 @@ const prometheus = parse(readRepoFile('deploy/prometheus/prometheus.yml')) as {
   rule_files: string[];
   scrape_configs: Array<{ job_name: string; metrics_path: string; static_configs: Array<{ targets: string[] }> }>;
 };
-const rules = (parse(readRepoFile('deploy/prometheus/alerts.yml')) as { groups: Array<{ name: string; rules: Rule[] }> }).groups.flatMap((g) => g.rules);
-const datasources = parse(readRepoFile('deploy/grafana/provisioning/datasources/prometheus.yml')) as { datasources: Array<{ uid: string; type: string; url: string }> };
-const providers = parse(readRepoFile('deploy/grafana/provisioning/dashboards/device-registry.yml')) as { providers: Array<{ options: { path: string } }> };
-const dashboard = JSON.parse(readRepoFile('deploy/grafana/dashboards/device-registry.json')) as { uid: string; title: string; panels: Panel[] };
+const rules = (parse(readRepoFile('deploy/prometheus/alerts.yml')) as { groups: Array<{ name: string; rules: Rule[] }> }).groups.flatMap(
+  (g) => g.rules,
+);
+const datasources = parse(readRepoFile('deploy/grafana/provisioning/datasources/prometheus.yml')) as {
+  datasources: Array<{ uid: string; type: string; url: string }>;
+};
+const providers = parse(readRepoFile('deploy/grafana/provisioning/dashboards/device-registry.yml')) as {
+  providers: Array<{ options: { path: string } }>;
+};
+const dashboard = JSON.parse(readRepoFile('deploy/grafana/dashboards/device-registry.json')) as {
+  uid: string;
+  title: string;
+  panels: Panel[];
+};
 const panels = dashboard.panels;
 const expressions = [...panels.flatMap((p) => p.targets.map((t) => t.expr)), ...rules.map((r) => r.expr)];
 
@@ -87,7 +97,12 @@ describe('the files and their wiring', () => {
   it('compose runs Prometheus with deploy/prometheus and Grafana with deploy/grafana on port 3000, admin password from .env', () => {
     expect(yamlList(yamlBlock(compose, ['services', 'prometheus', 'volumes']))).toContain('./deploy/prometheus:/etc/prometheus:ro');
     const grafanaVolumes = yamlList(yamlBlock(compose, ['services', 'grafana', 'volumes']));
-    expect(grafanaVolumes).toEqual(expect.arrayContaining(['./deploy/grafana/provisioning:/etc/grafana/provisioning:ro', './deploy/grafana/dashboards:/var/lib/grafana/dashboards:ro']));
+    expect(grafanaVolumes).toEqual(
+      expect.arrayContaining([
+        './deploy/grafana/provisioning:/etc/grafana/provisioning:ro',
+        './deploy/grafana/dashboards:/var/lib/grafana/dashboards:ro',
+      ]),
+    );
     expect(yamlList(yamlBlock(compose, ['services', 'grafana', 'ports']))).toEqual(['${GRAFANA_PUBLISH_PORT:-3000}:3000']);
     expect(compose).toMatch(/GF_SECURITY_ADMIN_PASSWORD: \$\{GRAFANA_ADMIN_PASSWORD:\?[^}]+\}/);
     // Prometheus only on loopback: it has no authentication.
@@ -104,7 +119,9 @@ describe('the files and their wiring', () => {
   });
 
   it('Grafana: the Prometheus data source of the compose stack, the dashboards folder mounted, every panel on that data source', () => {
-    expect(datasources.datasources).toEqual([expect.objectContaining({ uid: 'prometheus', type: 'prometheus', url: 'http://prometheus:9090' })]);
+    expect(datasources.datasources).toEqual([
+      expect.objectContaining({ uid: 'prometheus', type: 'prometheus', url: 'http://prometheus:9090' }),
+    ]);
     expect(providers.providers[0]!.options.path).toBe('/var/lib/grafana/dashboards');
     expect(compose).toContain(`GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH: /var/lib/grafana/dashboards/device-registry.json`);
     for (const p of panels) {
@@ -146,10 +163,16 @@ describe('the files and their wiring', () => {
 
   it('the rules alert on ingest stalled, drops rising, database down, event loop lagging, memory near its limit', () => {
     const names = rules.map((r) => r.alert);
-    expect(names).toEqual(expect.arrayContaining(['IngestStalled', 'IngestDropsRising', 'DatabaseDown', 'EventLoopLagging', 'MemoryNearLimit']));
+    expect(names).toEqual(
+      expect.arrayContaining(['IngestStalled', 'IngestDropsRising', 'DatabaseDown', 'EventLoopLagging', 'MemoryNearLimit']),
+    );
     const rule = (name: string) => rules.find((r) => r.alert === name)!;
-    expect(metricNames(rule('IngestStalled').expr)).toEqual(expect.arrayContaining(['ingest_queue_depth', 'ingest_messages_acknowledged_total']));
-    expect(metricNames(rule('IngestDropsRising').expr)).toEqual(expect.arrayContaining(['ingest_dropped_total', 'ingest_messages_received_total']));
+    expect(metricNames(rule('IngestStalled').expr)).toEqual(
+      expect.arrayContaining(['ingest_queue_depth', 'ingest_messages_acknowledged_total']),
+    );
+    expect(metricNames(rule('IngestDropsRising').expr)).toEqual(
+      expect.arrayContaining(['ingest_dropped_total', 'ingest_messages_received_total']),
+    );
     expect(rule('DatabaseDown').expr).toBe('health_check_up{check="database"} == 0');
     expect(metricNames(rule('EventLoopLagging').expr)).toEqual(['nodejs_eventloop_lag_p99_seconds']);
     expect(metricNames(rule('MemoryNearLimit').expr)).toEqual(['process_resident_memory_bytes', 'process_memory_limit_bytes']);
@@ -169,8 +192,15 @@ describe('the files and their wiring', () => {
   });
 
   it('reads metric names out of PromQL', () => {
-    expect(metricNames('histogram_quantile(0.99, sum by (le, route) (rate(http_request_duration_seconds_bucket{status=~"5.."}[$__rate_interval])))')).toEqual(['http_request_duration_seconds_bucket']);
-    expect(metricNames('sum(ingest_queue_depth) > 0 and sum(rate(ingest_messages_acknowledged_total[2m])) == 0')).toEqual(['ingest_queue_depth', 'ingest_messages_acknowledged_total']);
+    expect(
+      metricNames(
+        'histogram_quantile(0.99, sum by (le, route) (rate(http_request_duration_seconds_bucket{status=~"5.."}[$__rate_interval])))',
+      ),
+    ).toEqual(['http_request_duration_seconds_bucket']);
+    expect(metricNames('sum(ingest_queue_depth) > 0 and sum(rate(ingest_messages_acknowledged_total[2m])) == 0')).toEqual([
+      'ingest_queue_depth',
+      'ingest_messages_acknowledged_total',
+    ]);
     expect(metricNames('up{job="device-registry"} == 0')).toEqual(['up']);
   });
 });
@@ -184,7 +214,10 @@ describe('after a short ingest', () => {
     // The embedded broker: the devices' PUBACK waits for the commit, so ack latency is measured.
     svc = await startTestService({ MQTT_URL: undefined });
     const token = await tenantToken(svc.base, await login(svc.base), tenant);
-    const t = await http('POST', `${svc.base}/template`, { token, body: { label: 'meter', attrs: [{ label: 'power', type: 'dynamic', value_type: 'float' }] } });
+    const t = await http('POST', `${svc.base}/template`, {
+      token,
+      body: { label: 'meter', attrs: [{ label: 'power', type: 'dynamic', value_type: 'float' }] },
+    });
     const d = await http('POST', `${svc.base}/device?count=3`, { token, body: { label: 'meter', templates: [t.body.template.id] } });
     const ids = d.body.devices.map((x: { id: string }) => x.id) as string[];
     for (const id of ids) {
@@ -196,7 +229,9 @@ describe('after a short ingest', () => {
     // The router thread reports every 250 ms.
     scrape = await eventually(async () => {
       const text = (await http('GET', `${svc.base}/metrics`)).text;
-      return sample(text, 'ingest_publish_to_commit_seconds_count') >= 60 && sample(text, 'ingest_ack_latency_seconds_count') >= 60 ? text : undefined;
+      return sample(text, 'ingest_publish_to_commit_seconds_count') >= 60 && sample(text, 'ingest_ack_latency_seconds_count') >= 60
+        ? text
+        : undefined;
     }, 'the ingest figures');
   }, 60_000);
   afterAll(() => svc?.stop());
@@ -232,7 +267,8 @@ describe('after a short ingest', () => {
     for (const [name, type] of families(scrape)) {
       if (type === 'counter') expect(name, name).toMatch(/_total$/);
       else if (!PROM_CLIENT_TOTAL_GAUGES.includes(name)) expect(name, name).not.toMatch(/_total$/);
-      if (/duration|latency|lag|_time/.test(name) && type !== 'counter') expect(name, name).toMatch(/_seconds$|_time_seconds$|_version_info$/);
+      if (/duration|latency|lag|_time/.test(name) && type !== 'counter')
+        expect(name, name).toMatch(/_seconds$|_time_seconds$|_version_info$/);
       if (/memory|heap|size/.test(name) && !/cache|batch_rows/.test(name)) expect(name, name).toMatch(/_bytes$|_seconds$|_devices$/);
     }
   });

@@ -20,7 +20,11 @@ describe('configuration', () => {
     expect(sharedBuffersMb).toBeGreaterThanOrEqual(128);
     expect(sharedBuffersMb).toBeLessThanOrEqual(1024);
     expect(c.embeddedPgSettings).toMatchObject({ max_wal_size: '4GB', checkpoint_timeout: '15min' });
-    expect(readConfig({ EMBEDDED_PG_SETTINGS: ' shared_buffers=2GB  jit=off ' }).embeddedPgSettings).toMatchObject({ shared_buffers: '2GB', jit: 'off', max_wal_size: '4GB' });
+    expect(readConfig({ EMBEDDED_PG_SETTINGS: ' shared_buffers=2GB  jit=off ' }).embeddedPgSettings).toMatchObject({
+      shared_buffers: '2GB',
+      jit: 'off',
+      max_wal_size: '4GB',
+    });
     expect(Object.isFrozen(c)).toBe(true);
   });
 
@@ -46,7 +50,9 @@ describe('configuration', () => {
   });
 
   it('needs PSK_ENCRYPTION_KEY with DATABASE_URL', () => {
-    expect(() => readConfig({ DATABASE_URL: 'postgres://x@localhost/db' })).toThrow(/PSK_ENCRYPTION_KEY must be set when DATABASE_URL is set/);
+    expect(() => readConfig({ DATABASE_URL: 'postgres://x@localhost/db' })).toThrow(
+      /PSK_ENCRYPTION_KEY must be set when DATABASE_URL is set/,
+    );
     expect(readConfig({ DATABASE_URL: 'postgres://x@localhost/db', PSK_ENCRYPTION_KEY: KEY }).pskEncryptionKey?.length).toBe(32);
   });
 
@@ -60,7 +66,11 @@ describe('configuration', () => {
     expect(await svc.exited).toBe(2);
     const lines = svc.output.filter((l) => l.trim() !== '');
     expect(lines).toHaveLength(1);
-    expect(JSON.parse(lines[0]!)).toMatchObject({ level: 'error', msg: 'configuration error: PORT must be an integer between 0 and 65535, got "http"', variable: 'PORT' });
+    expect(JSON.parse(lines[0]!)).toMatchObject({
+      level: 'error',
+      msg: 'configuration error: PORT must be an integer between 0 and 65535, got "http"',
+      variable: 'PORT',
+    });
   });
 
   it('with LOG_FORMAT=pretty the same failure is one readable line, not JSON', async () => {

@@ -54,11 +54,20 @@ describe('over HTTP, on both listeners', () => {
   it('406 to a client that accepts no JSON; */* and no Accept are fine', async () => {
     for (const p of ['/health', '/health/live', '/health/ready']) {
       const refused = await http('GET', `${svc.base}${p}`, { headers: { accept: 'text/html' } });
-      expect([refused.status, refused.body]).toEqual([406, { message: 'This resource is only available as application/json', status: 406 }]);
+      expect([refused.status, refused.body]).toEqual([
+        406,
+        { message: 'This resource is only available as application/json', status: 406 },
+      ]);
       expect((await http('GET', `${svc.base}${p}`, { headers: { accept: 'text/html,*/*;q=0.8' } })).status).toBe(200);
     }
     expect((await http('GET', `${svc.base}/metrics`, { headers: { accept: 'application/json' } })).status).toBe(406);
-    expect((await http('GET', `${svc.base}/metrics`, { headers: { accept: 'application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1' } })).status).toBe(200);
+    expect(
+      (
+        await http('GET', `${svc.base}/metrics`, {
+          headers: { accept: 'application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1' },
+        })
+      ).status,
+    ).toBe(200);
   });
 
   it('the broker goes away: not ready, naming the broker link; live and /health stay 200; back when the broker is', async () => {
@@ -81,7 +90,11 @@ describe('over HTTP, on both listeners', () => {
     const server = net.createServer(again.handle);
     await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
     try {
-      await eventually(async () => (await http('GET', `${svc.base}/health/ready`)).status === 200, 'readiness once the broker is back', 30_000);
+      await eventually(
+        async () => (await http('GET', `${svc.base}/health/ready`)).status === 200,
+        'readiness once the broker is back',
+        30_000,
+      );
       expect((await http('GET', `${svc.base}/metrics`)).text).toMatch(/^broker_link_up 1$/m);
     } finally {
       await new Promise<void>((resolve) => again.close(() => server.close(() => resolve())));
@@ -133,7 +146,9 @@ describe('the readiness checks (real databases)', () => {
     // Waiting, but progress within the limit: fine.
     expect((await (await readiness(p, { ...ingestOk, pending: 120, progressAt: Date.now() - 5_000 })).check()).ready).toBe(true);
     // No router thread: the broker link is down.
-    expect((await (await readiness(p, { ...ingestOk, link: undefined })).check()).checks.broker).toBe('down: the ingest router is not running');
+    expect((await (await readiness(p, { ...ingestOk, link: undefined })).check()).checks.broker).toBe(
+      'down: the ingest router is not running',
+    );
     const draining = await readiness(p);
     draining.draining = true;
     expect(await draining.check()).toEqual({ ready: false, checks: ALL_OK, reasons: ['shutting down'] });

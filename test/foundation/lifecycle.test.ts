@@ -16,7 +16,9 @@ afterAll(() => {
 
 function postgresRunningFor(dir: string): boolean {
   try {
-    return execSync('ps -eo args', { encoding: 'utf8' }).split('\n').some((l) => l.includes('postgres') && l.includes(dir));
+    return execSync('ps -eo args', { encoding: 'utf8' })
+      .split('\n')
+      .some((l) => l.includes('postgres') && l.includes(dir));
   } catch {
     return false;
   }
@@ -36,7 +38,8 @@ async function start(env: Record<string, string>) {
   return { svc, base };
 }
 
-const logInStatus = async (base: string, username = 'admin', passwd = 'admin') => (await http('POST', `${base}/auth`, { body: { username, passwd } })).status;
+const logInStatus = async (base: string, username = 'admin', passwd = 'admin') =>
+  (await http('POST', `${base}/auth`, { body: { username, passwd } })).status;
 
 async function stopCleanly(svc: SpawnedService, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
   svc.child.kill(signal);
@@ -49,13 +52,21 @@ describe('zero-setup start', { timeout: 90_000 }, () => {
     const dataDir = await tempDir();
     const first = await start({ DATA_DIR: dataDir });
     expect(first.svc.output.some((l) => l.includes('initialising embedded PostgreSQL'))).toBe(true);
-    for (const msg of ['embedded PostgreSQL listening', 'embedded MQTT broker listening', 'public HTTP API listening', 'internal HTTP API listening']) {
+    for (const msg of [
+      'embedded PostgreSQL listening',
+      'embedded MQTT broker listening',
+      'public HTTP API listening',
+      'internal HTTP API listening',
+    ]) {
       expect(first.svc.output.filter((l) => l.includes(msg))).toHaveLength(1);
     }
     const auth = await http('POST', `${first.base}/auth`, { body: { username: 'admin', passwd: 'admin' } });
     expect(auth.status).toBe(200);
     // Create a user so the restart can show the data survived.
-    await http('POST', `${first.base}/auth/user`, { token: auth.body.jwt, body: { username: 'kept', passwd: 'pw', service: 't1', profile: 'user' } });
+    await http('POST', `${first.base}/auth/user`, {
+      token: auth.body.jwt,
+      body: { username: 'kept', passwd: 'pw', service: 't1', profile: 'user' },
+    });
 
     const t0 = Date.now();
     await stopCleanly(first.svc);
@@ -122,34 +133,46 @@ describe('zero-setup start', { timeout: 90_000 }, () => {
     await stopCleanly(first.svc);
   });
 
-  it.runIf(process.getuid?.() === 0)('as root with DATA_DIR inside a private directory (a checkout under /root): the cluster is kept where postgres can reach it, linked from DATA_DIR', async () => {
-    const parent = await tempDir();
-    await fs.chmod(parent, 0o700);
-    const dataDir = path.join(parent, 'data');
-    const first = await start({ DATA_DIR: dataDir });
-    const cluster = await fs.readlink(path.join(dataDir, 'pg'));
-    try {
-      expect(cluster).toMatch(/^\/var\/lib\/device-registry\/[0-9a-f]{16}\/pg$/);
-      const auth = await http('POST', `${first.base}/auth`, { body: { username: 'admin', passwd: 'admin' } });
-      expect(auth.status).toBe(200);
-      await http('POST', `${first.base}/auth/user`, { token: auth.body.jwt, body: { username: 'kept', passwd: 'pw', service: 't1', profile: 'user' } });
-      await stopCleanly(first.svc);
-      expect(postgresRunningFor(cluster)).toBe(false);
-      const second = await start({ DATA_DIR: dataDir });
-      expect(second.svc.output.some((l) => l.includes('initialising'))).toBe(false);
-      expect(await logInStatus(second.base, 'kept', 'pw')).toBe(200);
-      await stopCleanly(second.svc);
-    } finally {
-      await fs.rm(path.dirname(cluster), { recursive: true, force: true });
-    }
-  });
+  it.runIf(process.getuid?.() === 0)(
+    'as root with DATA_DIR inside a private directory (a checkout under /root): the cluster is kept where postgres can reach it, linked from DATA_DIR',
+    async () => {
+      const parent = await tempDir();
+      await fs.chmod(parent, 0o700);
+      const dataDir = path.join(parent, 'data');
+      const first = await start({ DATA_DIR: dataDir });
+      const cluster = await fs.readlink(path.join(dataDir, 'pg'));
+      try {
+        expect(cluster).toMatch(/^\/var\/lib\/device-registry\/[0-9a-f]{16}\/pg$/);
+        const auth = await http('POST', `${first.base}/auth`, { body: { username: 'admin', passwd: 'admin' } });
+        expect(auth.status).toBe(200);
+        await http('POST', `${first.base}/auth/user`, {
+          token: auth.body.jwt,
+          body: { username: 'kept', passwd: 'pw', service: 't1', profile: 'user' },
+        });
+        await stopCleanly(first.svc);
+        expect(postgresRunningFor(cluster)).toBe(false);
+        const second = await start({ DATA_DIR: dataDir });
+        expect(second.svc.output.some((l) => l.includes('initialising'))).toBe(false);
+        expect(await logInStatus(second.base, 'kept', 'pw')).toBe(200);
+        await stopCleanly(second.svc);
+      } finally {
+        await fs.rm(path.dirname(cluster), { recursive: true, force: true });
+      }
+    },
+  );
 
   it('a taken MQTT port stops the start with one line naming MQTT_PORT and MQTT_URL', async () => {
     const port = await freePort();
     const blocker = net.createServer();
     await new Promise<void>((r) => blocker.listen(port, '127.0.0.1', r));
     try {
-      const svc = spawnService({ DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_HOST: '127.0.0.1', MQTT_PORT: String(port) });
+      const svc = spawnService({
+        DATA_DIR: await tempDir(),
+        PORT: '0',
+        INTERNAL_PORT: '0',
+        MQTT_HOST: '127.0.0.1',
+        MQTT_PORT: String(port),
+      });
       started.push(svc);
       expect(await svc.exited).toBe(2);
       const last = startFailure(svc);
@@ -162,13 +185,20 @@ describe('zero-setup start', { timeout: 90_000 }, () => {
   it('a DATABASE_URL that cannot be used stops the start with one line naming it, without its password', async () => {
     const port = await freePort();
     const svc = spawnService({
-      DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', DATABASE_URL: `postgres://u:s3cret-pw@127.0.0.1:${port}/registry`,
-      PSK_ENCRYPTION_KEY: 'b'.repeat(64), ADMIN_PASSWORD: 'x',
+      DATA_DIR: await tempDir(),
+      PORT: '0',
+      INTERNAL_PORT: '0',
+      MQTT_PORT: '0',
+      DATABASE_URL: `postgres://u:s3cret-pw@127.0.0.1:${port}/registry`,
+      PSK_ENCRYPTION_KEY: 'b'.repeat(64),
+      ADMIN_PASSWORD: 'x',
     });
     started.push(svc);
     expect(await svc.exited).toBe(2);
     const lines = svc.output.filter((l) => l.trim());
-    expect(startFailure(svc)).toMatch(new RegExp(`^start failed: cannot use the database 127.0.0.1:${port}/registry \\(DATABASE_URL\\): connect ECONNREFUSED`));
+    expect(startFailure(svc)).toMatch(
+      new RegExp(`^start failed: cannot use the database 127.0.0.1:${port}/registry \\(DATABASE_URL\\): connect ECONNREFUSED`),
+    );
     expect(lines.join('\n')).not.toContain('s3cret-pw');
   });
 
@@ -194,7 +224,11 @@ describe('zero-setup start', { timeout: 90_000 }, () => {
   it('with DATABASE_URL and no users, a missing ADMIN_PASSWORD stops the start with a clear message', async () => {
     const { freshDatabase } = await import('../helpers/service.js');
     const svc = spawnService({
-      DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', DATABASE_URL: await freshDatabase(),
+      DATA_DIR: await tempDir(),
+      PORT: '0',
+      INTERNAL_PORT: '0',
+      MQTT_PORT: '0',
+      DATABASE_URL: await freshDatabase(),
       PSK_ENCRYPTION_KEY: 'b'.repeat(64),
     });
     started.push(svc);

@@ -36,7 +36,19 @@ describe('log redaction', () => {
   });
 
   it('the fields that name secrets today (passwords, tokens, keys, authorization) are among them', () => {
-    for (const field of ['password', 'passwd', 'secret', 'token', 'jwt', 'psk', 'key', 'authorization', 'jwtSecret', 'pskEncryptionKey', 'adminPassword']) {
+    for (const field of [
+      'password',
+      'passwd',
+      'secret',
+      'token',
+      'jwt',
+      'psk',
+      'key',
+      'authorization',
+      'jwtSecret',
+      'pskEncryptionKey',
+      'adminPassword',
+    ]) {
       expect(REDACT_PATHS).toContain(field);
       expect(REDACT_PATHS).toContain(`*.${field}`);
     }
@@ -45,7 +57,9 @@ describe('log redaction', () => {
 
   it('child loggers and the pretty format redact too', () => {
     const { log, lines } = capture('pretty');
-    log.child({ requestId: 'r1', token: 'child-token-value' }).warn('pretty', { password: 'pretty-password', nested: { psk: 'pretty-psk' } });
+    log
+      .child({ requestId: 'r1', token: 'child-token-value' })
+      .warn('pretty', { password: 'pretty-password', nested: { psk: 'pretty-psk' } });
     expect(lines).toHaveLength(1);
     for (const secret of ['child-token-value', 'pretty-password', 'pretty-psk']) expect(lines[0]).not.toContain(secret);
   });
@@ -56,7 +70,13 @@ describe('log lines', () => {
     const { log, lines } = capture();
     log.error('failed', { error: new Error('boom'), tenant: 't1' });
     const line = JSON.parse(lines[0]!);
-    expect(line).toMatchObject({ level: 'error', msg: 'failed', component: 'test', tenant: 't1', error: { type: 'Error', message: 'boom' } });
+    expect(line).toMatchObject({
+      level: 'error',
+      msg: 'failed',
+      component: 'test',
+      tenant: 't1',
+      error: { type: 'Error', message: 'boom' },
+    });
     expect(line.ts).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
     expect(line.error.stack).toContain('Error: boom');
   });
@@ -107,7 +127,9 @@ describe('request ids', () => {
     expect(await svc.exited).toBe(0);
     const lines = svc.output.map((l) => JSON.parse(l) as Record<string, unknown>);
     const byId = (id: string) => lines.filter((l) => l.requestId === id);
-    expect(byId('trace-42.a/b')).toEqual([expect.objectContaining({ level: 'debug', msg: 'request', method: 'GET', path: '/health', status: 200 })]);
+    expect(byId('trace-42.a/b')).toEqual([
+      expect.objectContaining({ level: 'debug', msg: 'request', method: 'GET', path: '/health', status: 200 }),
+    ]);
     expect(byId(madeId)).toEqual([expect.objectContaining({ msg: 'request', path: '/template', status: 401 })]);
     // Every request line carries an id.
     const requestLines = lines.filter((l) => l.msg === 'request');

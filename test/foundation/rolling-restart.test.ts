@@ -65,12 +65,21 @@ describe('rolling restart', () => {
     const first = await start(env);
     const token = await login(base);
     const tenant = `restart${crypto.randomBytes(3).toString('hex')}`;
-    const tenantUser = await http('POST', `${base}/auth/user`, { token, body: { username: tenant, passwd: 'pw', service: tenant, profile: 'user' } });
+    const tenantUser = await http('POST', `${base}/auth/user`, {
+      token,
+      body: { username: tenant, passwd: 'pw', service: tenant, profile: 'user' },
+    });
     expect(tenantUser.status, tenantUser.text).toBe(201);
     const userToken = await login(base, tenant, 'pw');
     const auth = { authorization: `Bearer ${userToken}` };
-    const template = await http('POST', `${base}/template`, { token: userToken, body: { label: 'meter', attrs: [{ label: 'seq', type: 'dynamic', value_type: 'integer' }] } });
-    const devices = await http('POST', `${base}/device?count=4`, { token: userToken, body: { label: 'meter', templates: [template.body.template.id] } });
+    const template = await http('POST', `${base}/template`, {
+      token: userToken,
+      body: { label: 'meter', attrs: [{ label: 'seq', type: 'dynamic', value_type: 'integer' }] },
+    });
+    const devices = await http('POST', `${base}/device?count=4`, {
+      token: userToken,
+      body: { label: 'meter', templates: [template.body.template.id] },
+    });
     const ids = devices.body.devices.map((d: { id: string }) => d.id) as string[];
 
     let running = true;
@@ -84,7 +93,13 @@ describe('rolling restart', () => {
         if (n % 2 === 0) await send(tally, `GET /device/${id}`, `${base}/device/${id}`, { headers: auth }, (s) => s === 200);
         else {
           const label = `made${n}_${i}`;
-          await send(tally, `POST /device ${label}`, `${base}/device`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ label, templates: [] }) }, (s) => s === 200);
+          await send(
+            tally,
+            `POST /device ${label}`,
+            `${base}/device`,
+            { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: JSON.stringify({ label, templates: [] }) },
+            (s) => s === 200,
+          );
           created++;
         }
       }
@@ -93,7 +108,9 @@ describe('rolling restart', () => {
     // MQTT: each device publishes QoS 1 messages numbered from 0; a number counts as sent once the broker acknowledged it.
     const sent = new Map<string, number[]>(ids.map((id) => [id, []]));
     const publishers = await Promise.all(
-      ids.map((id) => mqtt.connectAsync(env.MQTT_URL!, { protocolVersion: 4, clientId: `pub-${tenant}-${id}`, clean: true, reconnectPeriod: 200 })),
+      ids.map((id) =>
+        mqtt.connectAsync(env.MQTT_URL!, { protocolVersion: 4, clientId: `pub-${tenant}-${id}`, clean: true, reconnectPeriod: 200 }),
+      ),
     );
     const mqtt1 = async (id: string, client: mqtt.MqttClient) => {
       for (let seq = 0; running; seq++) {
@@ -132,12 +149,22 @@ describe('rolling restart', () => {
     try {
       const total = [...sent.values()].reduce((a, l) => a + l.length, 0);
       expect(total).toBeGreaterThan(40);
-      await eventually(async () => {
-        const { rows } = await db.query<{ n: number }>(`SELECT count(DISTINCT (device_id, value))::int AS n FROM history WHERE tenant = $1`, [tenant]);
-        return rows[0]!.n >= total || undefined;
-      }, 'every accepted message stored', 30_000);
+      await eventually(
+        async () => {
+          const { rows } = await db.query<{ n: number }>(
+            `SELECT count(DISTINCT (device_id, value))::int AS n FROM history WHERE tenant = $1`,
+            [tenant],
+          );
+          return rows[0]!.n >= total || undefined;
+        },
+        'every accepted message stored',
+        30_000,
+      );
       for (const [id, seqs] of sent) {
-        const { rows } = await db.query<{ value: string }>(`SELECT DISTINCT value FROM history WHERE tenant = $1 AND device_id = $2 AND attr = 'seq'`, [tenant, id]);
+        const { rows } = await db.query<{ value: string }>(
+          `SELECT DISTINCT value FROM history WHERE tenant = $1 AND device_id = $2 AND attr = 'seq'`,
+          [tenant, id],
+        );
         const stored = new Set(rows.map((r) => Number(r.value)));
         const lost = seqs.filter((s) => !stored.has(s));
         expect(lost, `device ${id}: messages lost`).toEqual([]);
@@ -153,6 +180,8 @@ describe('rolling restart', () => {
       const errorsLogged = svc.output.map((l) => JSON.parse(l) as { level: string; msg: string }).filter((l) => l.level === 'error');
       expect(errorsLogged).toEqual([]);
     }
-    console.log(`rolling restart: ${tally.ok} answered, ${tally.unavailable} × 503, ${tally.refused} refused connections retried; stop took ${stopMs} ms`);
+    console.log(
+      `rolling restart: ${tally.ok} answered, ${tally.unavailable} × 503, ${tally.refused} refused connections retried; stop took ${stopMs} ms`,
+    );
   }, 120_000);
 });

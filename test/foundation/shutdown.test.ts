@@ -44,7 +44,10 @@ async function devicesLabelled(databaseUrl: string, prefix: string): Promise<num
 }
 
 async function template(base: string, token: string): Promise<number> {
-  const res = await http('POST', `${base}/template`, { token, body: { label: 'shutdown', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }] } });
+  const res = await http('POST', `${base}/template`, {
+    token,
+    body: { label: 'shutdown', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }] },
+  });
   expect(res.status, res.text).toBe(200);
   return res.body.template.id as number;
 }
@@ -61,14 +64,20 @@ describe('SIGTERM', () => {
     let lockHeld = true;
     try {
       const conn = await RawConnection.open(port);
-      const answer = conn.request('POST', '/device?count=5', { headers: { authorization: `Bearer ${token}`, 'x-request-id': 'cut-off-1' }, body: { label: 'cut', templates: [templateId] } });
+      const answer = conn.request('POST', '/device?count=5', {
+        headers: { authorization: `Bearer ${token}`, 'x-request-id': 'cut-off-1' },
+        body: { label: 'cut', templates: [templateId] },
+      });
       // The creation now waits for the lock.
       await new Promise((r) => setTimeout(r, 300));
       const t0 = Date.now();
       svc.child.kill('SIGTERM');
       const res = await answer;
       const answeredAfter = Date.now() - t0;
-      expect([res.status, JSON.parse(res.body)]).toEqual([503, { message: 'The service is shutting down; send the request again', status: 503 }]);
+      expect([res.status, JSON.parse(res.body)]).toEqual([
+        503,
+        { message: 'The service is shutting down; send the request again', status: 503 },
+      ]);
       expect(res.headers['x-request-id']).toBe('cut-off-1');
       expect(res.headers.connection).toBe('close');
       // At the drain deadline: three quarters of the budget.
@@ -83,7 +92,12 @@ describe('SIGTERM', () => {
     }
     expect(await devicesLabelled(env.DATABASE_URL!, 'cut_')).toBe(0);
     const lines = svc.output.map((l) => JSON.parse(l) as Record<string, unknown>);
-    expect(lines.find((l) => l.msg === 'request cut off by shutdown: answered 503')).toMatchObject({ level: 'warn', requestId: 'cut-off-1', method: 'POST', path: '/device' });
+    expect(lines.find((l) => l.msg === 'request cut off by shutdown: answered 503')).toMatchObject({
+      level: 'warn',
+      requestId: 'cut-off-1',
+      method: 'POST',
+      path: '/device',
+    });
     expect(lines.filter((l) => l.level === 'error')).toEqual([]);
   }, 60_000);
 
@@ -104,7 +118,10 @@ describe('SIGTERM', () => {
     let lockHeld = true;
     try {
       // One request in flight keeps the drain going.
-      const inFlight = busy.request('POST', '/device?count=3', { headers: { authorization: `Bearer ${token}` }, body: { label: 'drained', templates: [templateId] } });
+      const inFlight = busy.request('POST', '/device?count=3', {
+        headers: { authorization: `Bearer ${token}` },
+        body: { label: 'drained', templates: [templateId] },
+      });
       await new Promise((r) => setTimeout(r, 200));
       svc.child.kill('SIGTERM');
       await svc.waitFor(/"msg":"shutting down"/, 5_000);

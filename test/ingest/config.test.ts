@@ -51,7 +51,9 @@ describe('an unreachable broker', () => {
     const port = await freePort();
     const svc = spawnService(await testEnv({ MQTT_URL: `mqtt://127.0.0.1:${port}`, LOG_LEVEL: 'error' }));
     expect(await svc.exited).toBe(2);
-    expect(startFailure(svc)).toMatch(new RegExp(`^start failed: ingest could not start: cannot reach the broker at 127.0.0.1:${port} \\(MQTT_URL\\)`));
+    expect(startFailure(svc)).toMatch(
+      new RegExp(`^start failed: ingest could not start: cannot reach the broker at 127.0.0.1:${port} \\(MQTT_URL\\)`),
+    );
   });
 
   it('MQTT_URL naming something that accepts TCP but never answers MQTT fails within seconds, saying so', async () => {

@@ -4,7 +4,16 @@ import { describe, expect, it } from 'vitest';
 import { emptyLatency } from '../../src/ingest/latency.js';
 
 describe('the router', () => {
-  const quiet = { debug() {}, info() {}, warn() {}, error() {}, child() { return quiet; }, level: 'silent' as const };
+  const quiet = {
+    debug() {},
+    info() {},
+    warn() {},
+    error() {},
+    child() {
+      return quiet;
+    },
+    level: 'silent' as const,
+  };
   const acker = () => {
     const acked: number[] = [];
     return { acked, handle: (t: number) => ({ ack: () => acked.push(t) }) };
@@ -16,7 +25,9 @@ describe('the router', () => {
     const runner = {
       shards: 2,
       run: (shard: number, task: { keys: string }) =>
-        new Promise<any>((resolve, reject) => calls.push({ shard, keys: task.keys.split('\0'), resolve: () => resolve(ShardActorMetrics()), reject })),
+        new Promise<any>((resolve, reject) =>
+          calls.push({ shard, keys: task.keys.split('\0'), resolve: () => resolve(ShardActorMetrics()), reject }),
+        ),
     };
     const router = new IngestRouter(runner as never, { maxMessageBytes: 100, maxPending: 1000, holdMs: 10, log: quiet, onPressure() {} });
     const a = acker();
@@ -41,7 +52,13 @@ describe('the router', () => {
     const pending: Array<() => void> = [];
     const runner = { shards: 1, run: () => new Promise<any>((resolve) => pending.push(() => resolve(ShardActorMetrics()))) };
     const pressure: boolean[] = [];
-    const router = new IngestRouter(runner as never, { maxMessageBytes: 100, maxPending: 4, holdMs: 10, log: quiet, onPressure: (p) => pressure.push(p) });
+    const router = new IngestRouter(runner as never, {
+      maxMessageBytes: 100,
+      maxPending: 4,
+      holdMs: 10,
+      log: quiet,
+      onPressure: (p) => pressure.push(p),
+    });
     const a = acker();
     for (let i = 0; i < 4; i++) router.accept('t', 'd', Buffer.from('{}'), a.handle(i));
     expect(pressure).toEqual([true]);
@@ -54,7 +71,18 @@ describe('the router', () => {
 });
 
 function ShardActorMetrics() {
-  return { messagesStored: 0, valuesReceived: 0, valuesStored: 0, dropped: {}, cacheHits: 0, cacheMisses: 0, batchRows: [], copySeconds: [], commitLatency: emptyLatency(), cachedDevices: 0 };
+  return {
+    messagesStored: 0,
+    valuesReceived: 0,
+    valuesStored: 0,
+    dropped: {},
+    cacheHits: 0,
+    cacheMisses: 0,
+    batchRows: [],
+    copySeconds: [],
+    commitLatency: emptyLatency(),
+    cachedDevices: 0,
+  };
 }
 
 async function eventuallyTrue(cond: () => boolean): Promise<void> {

@@ -9,13 +9,28 @@ import { ShardActor } from '../../src/ingest/shard-actor.js';
 
 describe('the shard actor', () => {
   it('drops a message whose processing throws (counted unprocessable) and commits the rest of the batch', async () => {
-    const row = (label: string): AttrRow => ({ template_id: 1, attr_id: 1, label, type: 'dynamic', value_type: 'float', static_value: null });
+    const row = (label: string): AttrRow => ({
+      template_id: 1,
+      attr_id: 1,
+      label,
+      type: 'dynamic',
+      value_type: 'float',
+      static_value: null,
+    });
     const good = buildDeviceModel('t', 'good', [row('a')]);
     const bad = buildDeviceModel('t', 'bad', [row('a')]);
     // No input is known to make rendering throw: stand in for one with a converter that does.
-    bad.stored.set('a', { ...bad.stored.get('a')!, convert: () => { throw new Error('unforeseen'); } });
+    bad.stored.set('a', {
+      ...bad.stored.get('a')!,
+      convert: () => {
+        throw new Error('unforeseen');
+      },
+    });
     const models: Record<string, DeviceModel> = { 't/good': good, 't/bad': bad };
-    const cache = new DeviceCache(async (devices) => new Map(devices.map(({ tenant, id }) => [`${tenant}/${id}`, models[`${tenant}/${id}`]!])), 10);
+    const cache = new DeviceCache(
+      async (devices) => new Map(devices.map(({ tenant, id }) => [`${tenant}/${id}`, models[`${tenant}/${id}`]!])),
+      10,
+    );
     const written: string[] = [];
     const writer = {
       write: async (lines: string[]) => {
@@ -37,7 +52,14 @@ describe('the shard actor', () => {
     expect(delta.dropped).toEqual({ unprocessable: 1 });
     expect(delta.messagesStored).toBe(2);
     expect(lines.map((l) => JSON.parse(l))).toEqual([
-      expect.objectContaining({ level: 'error', msg: 'a message could not be processed; dropped', component: 'ingest-shard', tenant: 't', device: 'bad', error: 'unforeseen' }),
+      expect.objectContaining({
+        level: 'error',
+        msg: 'a message could not be processed; dropped',
+        component: 'ingest-shard',
+        tenant: 't',
+        device: 'bad',
+        error: 'unforeseen',
+      }),
     ]);
   });
 });

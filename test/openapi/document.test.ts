@@ -15,7 +15,11 @@ import { operationsOf, schemaValidators, type Doc, type ServerDoc } from './help
 function withoutServers(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(withoutServers);
   if (typeof value !== 'object' || value === null) return value;
-  return Object.fromEntries(Object.entries(value).filter(([k]) => k !== 'servers').map(([k, v]) => [k, withoutServers(v)]));
+  return Object.fromEntries(
+    Object.entries(value)
+      .filter(([k]) => k !== 'servers')
+      .map(([k, v]) => [k, withoutServers(v)]),
+  );
 }
 
 /** Where the document places an operation: its own servers, else the document's. */
@@ -52,7 +56,13 @@ describe('GET /openapi.json', () => {
     const committed = JSON.parse(await fs.readFile(path.join(projectRoot, 'docs/openapi.json'), 'utf8')) as Doc;
     expect(withoutServers(doc), 'docs/openapi.json is stale: run `npm run openapi`').toEqual(withoutServers(committed));
     // The committed one names the listeners by their settings.
-    expect(committed.servers).toEqual([{ url: 'http://{host}:{port}', description: 'Public listener (HOST, PORT).', variables: { host: { default: 'localhost' }, port: { default: '8000' } } }]);
+    expect(committed.servers).toEqual([
+      {
+        url: 'http://{host}:{port}',
+        description: 'Public listener (HOST, PORT).',
+        variables: { host: { default: 'localhost' }, port: { default: '8000' } },
+      },
+    ]);
   });
 
   it('names the servers the client reached: the public listener, and the internal one for the internal operations', async () => {
@@ -69,7 +79,10 @@ describe('GET /openapi.json', () => {
   });
 
   it('behind a proxy: the Host and X-Forwarded-Proto the client used', async () => {
-    const viaProxy = JSON.parse((await http('GET', `${svc.base}/openapi.json`, { headers: { 'x-forwarded-host': 'api.example.test', 'x-forwarded-proto': 'https' } })).text) as Doc;
+    const viaProxy = JSON.parse(
+      (await http('GET', `${svc.base}/openapi.json`, { headers: { 'x-forwarded-host': 'api.example.test', 'x-forwarded-proto': 'https' } }))
+        .text,
+    ) as Doc;
     expect(viaProxy.servers.map((s) => s.url)).toEqual(['https://api.example.test']);
     // The internal listener is bound to 127.0.0.1 (INTERNAL_HOST), so it is named by that address.
     expect(viaProxy.paths['/internal/device']!.get!.servers!.map((s) => s.url)).toEqual([svc.internal]);
@@ -89,8 +102,17 @@ describe('GET /openapi.json', () => {
     const d = doc as unknown as { security: unknown; components: { securitySchemes: Record<string, unknown> } };
     expect(d.components.securitySchemes.bearerAuth).toMatchObject({ type: 'http', scheme: 'bearer', bearerFormat: 'JWT' });
     expect(d.security).toEqual([{ bearerAuth: [] }]);
-    const open = operationsOf(doc).filter((o) => o.op.security !== undefined).map((o) => `${o.method} ${o.path}`);
-    expect(open.sort()).toEqual(['GET /health', 'GET /health/live', 'GET /health/ready', 'GET /metrics', 'GET /openapi.json', 'POST /auth']);
+    const open = operationsOf(doc)
+      .filter((o) => o.op.security !== undefined)
+      .map((o) => `${o.method} ${o.path}`);
+    expect(open.sort()).toEqual([
+      'GET /health',
+      'GET /health/live',
+      'GET /health/ready',
+      'GET /metrics',
+      'GET /openapi.json',
+      'POST /auth',
+    ]);
   });
 });
 
@@ -141,12 +163,18 @@ describe('schemas and examples', () => {
     for (const { method, path: p, op } of operationsOf(doc)) {
       const statuses = op['x-examples'].map((e) => e.status);
       expect(statuses.length, `${method} ${p}`).toBeGreaterThan(0);
-      expect(statuses.some((s) => s < 300), `${method} ${p}: a success example`).toBe(true);
+      expect(
+        statuses.some((s) => s < 300),
+        `${method} ${p}: a success example`,
+      ).toBe(true);
       if (!op.security) expect(statuses, `${method} ${p}`).toContain(401);
       if (op.parameters.length > 0 || op.requestBody || !op.security) {
         // Operations that can fail on input show how (the public GETs cannot).
         if (!['DELETE /device'].includes(`${method} ${p}`)) {
-          expect(statuses.some((s) => s >= 400), `${method} ${p}: an error example`).toBe(true);
+          expect(
+            statuses.some((s) => s >= 400),
+            `${method} ${p}: an error example`,
+          ).toBe(true);
         }
       }
     }
@@ -173,7 +201,8 @@ describe('schemas and examples', () => {
       for (const ex of op['x-examples']) {
         for (const param of op.parameters) {
           const given = param.in === 'path' ? ex.request.params?.[param.name] : ex.request.query?.[param.name];
-          if (param.in === 'path' || (param.required && ex.status < 300)) expect(given, `${method} ${p} ${ex.name}: ${param.name}`).toBeDefined();
+          if (param.in === 'path' || (param.required && ex.status < 300))
+            expect(given, `${method} ${p} ${ex.name}: ${param.name}`).toBeDefined();
         }
       }
     }

@@ -53,7 +53,9 @@ export interface DocOperation {
 }
 
 export function operationsOf(doc: Doc): DocOperation[] {
-  return Object.entries(doc.paths).flatMap(([path, item]) => Object.entries(item).map(([method, op]) => ({ method: method.toUpperCase(), path, op })));
+  return Object.entries(doc.paths).flatMap(([path, item]) =>
+    Object.entries(item).map(([method, op]) => ({ method: method.toUpperCase(), path, op })),
+  );
 }
 
 /** Validators for schemas of the document; `#/components/...` references resolve into it. */
@@ -64,7 +66,12 @@ export function schemaValidators(doc: Doc): (schema: unknown) => ValidateFunctio
   const rebase = (v: unknown): unknown => {
     if (Array.isArray(v)) return v.map(rebase);
     if (typeof v !== 'object' || v === null) return v;
-    return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, k === '$ref' && typeof x === 'string' && x.startsWith('#/') ? `https://device-registry.local/openapi.json${x}` : rebase(x)]));
+    return Object.fromEntries(
+      Object.entries(v).map(([k, x]) => [
+        k,
+        k === '$ref' && typeof x === 'string' && x.startsWith('#/') ? `https://device-registry.local/openapi.json${x}` : rebase(x),
+      ]),
+    );
   };
   const cache = new Map<unknown, ValidateFunction>();
   return (schema) => {

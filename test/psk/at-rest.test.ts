@@ -5,7 +5,18 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { KeySealer } from '../../src/registry/psk/sealer.js';
-import { freshDatabase, http, login, loggedAddress, spawnService, startTestService, tempDir, type SpawnedService, type TestService, startFailure } from '../helpers/service.js';
+import {
+  freshDatabase,
+  http,
+  login,
+  loggedAddress,
+  spawnService,
+  startTestService,
+  tempDir,
+  type SpawnedService,
+  type TestService,
+  startFailure,
+} from '../helpers/service.js';
 import { attrOf, genPsk, keyedDevices } from './fixtures.js';
 
 const started: SpawnedService[] = [];
@@ -19,11 +30,18 @@ describe('keys at rest', () => {
   it('the table holds nonce || ciphertext || tag, never the key; it opens only with the configured key', async () => {
     svc = await startTestService();
     const token = await login(svc.base);
-    const { ids: [id] } = await keyedDevices(svc.base, token);
+    const {
+      ids: [id],
+    } = await keyedDevices(svc.base, token);
     const keys = (await genPsk(svc.base, token, id!, '?key_length=16')).body as Array<{ psk: string }>;
-    const { rows } = await svc.service.pool.query<{ sealed: Buffer; attr_id: string }>('SELECT sealed, attr_id FROM device_psks WHERE device_id = $1', [id]);
+    const { rows } = await svc.service.pool.query<{ sealed: Buffer; attr_id: string }>(
+      'SELECT sealed, attr_id FROM device_psks WHERE device_id = $1',
+      [id],
+    );
     expect(rows).toHaveLength(2);
-    const dump = (await svc.service.pool.query("SELECT string_agg(encode(sealed, 'hex') || encode(sealed, 'escape'), '') AS t FROM device_psks")).rows[0].t as string;
+    const dump = (
+      await svc.service.pool.query("SELECT string_agg(encode(sealed, 'hex') || encode(sealed, 'escape'), '') AS t FROM device_psks")
+    ).rows[0].t as string;
     for (const { psk } of keys) {
       expect(dump).not.toContain(psk);
       for (const r of rows) expect(r.sealed.includes(Buffer.from(psk, 'hex'))).toBe(false);
@@ -39,7 +57,14 @@ describe('keys at rest', () => {
   });
 
   it('with DATABASE_URL and no PSK_ENCRYPTION_KEY the start fails with a clear message', async () => {
-    const s = spawnService({ DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', DATABASE_URL: await freshDatabase(), ADMIN_PASSWORD: 'x' });
+    const s = spawnService({
+      DATA_DIR: await tempDir(),
+      PORT: '0',
+      INTERNAL_PORT: '0',
+      MQTT_PORT: '0',
+      DATABASE_URL: await freshDatabase(),
+      ADMIN_PASSWORD: 'x',
+    });
     started.push(s);
     expect(await s.exited).toBe(2);
     expect(startFailure(s)).toBe(
@@ -54,14 +79,20 @@ describe('keys at rest', () => {
       const s = spawnService(env);
       started.push(s);
       await s.waitFor(/"msg":"ready"/, 90_000);
-      return { s, base: loggedAddress(await s.waitFor(/public HTTP API listening/)), internal: loggedAddress(await s.waitFor(/internal HTTP API listening/)) };
+      return {
+        s,
+        base: loggedAddress(await s.waitFor(/public HTTP API listening/)),
+        internal: loggedAddress(await s.waitFor(/internal HTTP API listening/)),
+      };
     };
     const first = await start();
     const file = path.join(dataDir, 'psk-key');
     expect((await fs.readFile(file, 'utf8')).trim()).toMatch(/^[0-9a-f]{64}$/);
     expect((await fs.stat(file)).mode & 0o777).toBe(0o600);
     let token = await login(first.base);
-    const { ids: [id] } = await keyedDevices(first.base, token);
+    const {
+      ids: [id],
+    } = await keyedDevices(first.base, token);
     const psk = (await genPsk(first.base, token, id!, '?key_length=16&attrs=key')).body[0].psk;
     first.s.child.kill('SIGTERM');
     expect(await first.s.exited).toBe(0);

@@ -15,7 +15,8 @@ const attrFormat = {
   enum: ['both', 'single', 'split'],
   default: 'both',
   'x-lenient': true,
-  description: '`both`: attrs, data_attrs and config_attrs; `single`: attrs only; `split`: data_attrs and config_attrs only. Any other value means `both`.',
+  description:
+    '`both`: attrs, data_attrs and config_attrs; `single`: attrs only; `split`: data_attrs and config_attrs only. Any other value means `both`.',
 };
 
 /** Template bodies: each attribute is also checked on its own (`failed to parse attr`). */
@@ -24,7 +25,7 @@ const body: BodyDecl = {
   schema: { allOf: [templateBody, { type: 'object', properties: { attrs: { type: 'array', items: templateAttrBody } } }] },
   description:
     'The body (`failed to parse input`), then each attribute in order (`failed to parse attr`: `static` attributes other than `psk` need ' +
-    '`static_value`; labels are unique within the template and within an attribute\'s metadata).',
+    "`static_value`; labels are unique within the template and within an attribute's metadata).",
 };
 
 export const templateRoutes: RouteSpec<{ templates: TemplateService }>[] = [
@@ -39,8 +40,20 @@ export const templateRoutes: RouteSpec<{ templates: TemplateService }>[] = [
       400: { description: 'Invalid body.', errors: BODY_ERRORS },
     },
     examples: [
-      { name: 'created', summary: 'A thermometer model', body: thermometerBody, status: 200, response: { result: 'ok', template: templateBoth() } },
-      { name: 'noLabel', summary: 'label missing', body: { attrs: [] }, status: 400, response: err('validation', { label: ['Missing data for required field.'] }) },
+      {
+        name: 'created',
+        summary: 'A thermometer model',
+        body: thermometerBody,
+        status: 200,
+        response: { result: 'ok', template: templateBoth() },
+      },
+      {
+        name: 'noLabel',
+        summary: 'label missing',
+        body: { attrs: [] },
+        status: 400,
+        response: err('validation', { label: ['Missing data for required field.'] }),
+      },
       {
         name: 'staticWithoutValue',
         summary: 'A static attribute without static_value',
@@ -69,7 +82,13 @@ export const templateRoutes: RouteSpec<{ templates: TemplateService }>[] = [
       400: { description: 'Bad paging or filter parameters, checked in this order.', errors: LIST_ERRORS },
     },
     examples: [
-      { name: 'page', summary: 'The first page', query: { page_size: 20 }, status: 200, response: { templates: [templateBoth()], pagination: page1 } },
+      {
+        name: 'page',
+        summary: 'The first page',
+        query: { page_size: 20 },
+        status: 200,
+        response: { templates: [templateBoth()], pagination: page1 },
+      },
       {
         name: 'filtered',
         summary: 'Templates with serial SN-0, attrs only, by label',
@@ -78,8 +97,20 @@ export const templateRoutes: RouteSpec<{ templates: TemplateService }>[] = [
         response: { templates: [{ id: T, label: 'Thermometer', created: TIME, attrs: templateAttrs }], pagination: page1 },
       },
       { name: 'pageZero', summary: 'page_num 0', query: { page_num: 0 }, status: 400, response: err('pageNumTooSmall') },
-      { name: 'notIntegers', summary: 'page_size not an integer', query: { page_size: 'x' }, status: 400, response: err('pagingNotIntegers') },
-      { name: 'attrWithoutValue', summary: 'attr without =', query: { attr: ['serial'] }, status: 400, response: err('attrFilterWithoutValue', 'serial') },
+      {
+        name: 'notIntegers',
+        summary: 'page_size not an integer',
+        query: { page_size: 'x' },
+        status: 400,
+        response: err('pagingNotIntegers'),
+      },
+      {
+        name: 'attrWithoutValue',
+        summary: 'attr without =',
+        query: { attr: ['serial'] },
+        status: 400,
+        response: err('attrFilterWithoutValue', 'serial'),
+      },
     ],
     async handler(req, { templates }) {
       const page = pageOf(req.values);
@@ -101,7 +132,13 @@ export const templateRoutes: RouteSpec<{ templates: TemplateService }>[] = [
       404: { description: 'Devices use templates.', errors: ['templatesInUse'] },
     },
     examples: [
-      { name: 'removed', summary: 'No device uses them', fixture: 'no-devices', status: 200, response: { removed: [templateBoth(String(T))], result: 'ok' } },
+      {
+        name: 'removed',
+        summary: 'No device uses them',
+        fixture: 'no-devices',
+        status: 200,
+        response: { removed: [templateBoth(String(T))], result: 'ok' },
+      },
       { name: 'inUse', summary: 'Devices use them', status: 404, response: err('templatesInUse') },
     ],
     async handler(req, { templates }) {
@@ -161,8 +198,21 @@ export const templateRoutes: RouteSpec<{ templates: TemplateService }>[] = [
         status: 200,
         response: { updated: { ...templateBoth(String(T), 'Thermometer v2'), updated: TIME }, result: 'ok' },
       },
-      { name: 'invalid', summary: 'label missing', body: { attrs: [] }, status: 400, response: err('validation', { label: ['Missing data for required field.'] }) },
-      { name: 'unknown', summary: 'No such template', params: { id: 999999 }, body: thermometerBody, status: 404, response: err('noSuchTemplate', 999999) },
+      {
+        name: 'invalid',
+        summary: 'label missing',
+        body: { attrs: [] },
+        status: 400,
+        response: err('validation', { label: ['Missing data for required field.'] }),
+      },
+      {
+        name: 'unknown',
+        summary: 'No such template',
+        params: { id: 999999 },
+        body: thermometerBody,
+        status: 404,
+        response: err('noSuchTemplate', 999999),
+      },
     ],
     async handler(req, { templates }) {
       const t = await templates.update(req.tenant, req.params.id!, req.body);
