@@ -54,8 +54,9 @@ USER node
 # container so that other platform containers on the same network reach it; never publish it
 # on a public interface. 1883: only with the embedded broker (no MQTT_URL).
 EXPOSE 8000 8001 1883
-# No curl in the slim image: Node's fetch. /health answers 200 when the database answers.
+# No curl in the slim image: Node's fetch. /health/ready answers 200 when the database answers,
+# the migrations are applied, the broker link is up and ingest is not stalled.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
-  CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.PORT||8000)+'/health').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
+  CMD ["node", "-e", "fetch('http://127.0.0.1:'+(process.env.PORT||8000)+'/health/ready').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"]
 STOPSIGNAL SIGTERM
 CMD ["node", "dist/src/main.js"]

@@ -3,12 +3,14 @@
 // from these declarations (src/openapi/document.ts), by the service and by `npm run openapi`.
 import type pg from 'pg';
 import type { Tokens } from './auth/tokens.js';
+import type { Readiness } from './health.js';
 import { authRoutes } from './auth/routes.js';
 import { historyRoutes } from './history/routes.js';
 import { opsRoutes } from './http/ops-routes.js';
 import type { RouteSpec } from './http/types.js';
 import type { Metrics } from './metrics.js';
 import { openApiRoutes } from './openapi/routes.js';
+import type { ServedOpenApi } from './openapi/served.js';
 import { actuationRoutes } from './registry/actuation/routes.js';
 import type { ActuationService } from './registry/actuation/service.js';
 import { deviceRoutes, internalDeviceRoutes } from './registry/devices/routes.js';
@@ -21,6 +23,7 @@ import type { TemplateService } from './registry/templates/service.js';
 export interface ApiDeps {
   pool: pg.Pool;
   metrics: Metrics;
+  readiness: Readiness;
   tokens: Tokens;
   templates: TemplateService;
   devices: DeviceService;
@@ -28,7 +31,7 @@ export interface ApiDeps {
   actuation: ActuationService;
   historyMaxResults: number;
   /** The document GET /openapi.json answers, built from these routes at start. */
-  openApiText: string;
+  openApi: ServedOpenApi;
 }
 
 export const apiRoutes: readonly RouteSpec<ApiDeps>[] = [

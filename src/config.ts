@@ -2,8 +2,9 @@
 // A bad value stops the start with one line naming the variable and what it expects.
 import os from 'node:os';
 import path from 'node:path';
+import { defaultLogFormat, type LogFormat, type LogLevel } from './log.js';
 
-export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
+export type { LogFormat, LogLevel };
 
 export interface Config {
   /** Public HTTP API. */
@@ -39,6 +40,8 @@ export interface Config {
   /** MQTT 5 Receive Maximum of each subscriber connection: messages in flight before the broker waits for acks. */
   mqttReceiveMaximum: number;
   logLevel: LogLevel;
+  /** JSON lines, or readable colour lines (pino-pretty); default pretty on a terminal, else JSON. */
+  logFormat: LogFormat;
   /** HS256 token key; generated into `dataDir` when absent. */
   jwtSecret: Uint8Array | undefined;
   jwtIssuer: string;
@@ -69,6 +72,8 @@ export interface Config {
   ingestMaxPending: number;
   /** Largest lastN/firstN, and the cap of a history query without them. */
   historyMaxResults: number;
+  /** Messages waiting this long with none acknowledged make ingest "stalled" (GET /health/ready). */
+  ingestStallSeconds: number;
   /** How long an actuation waits for the broker to accept the message before answering 503. */
   actuationTimeoutMs: number;
   historyChunkInterval: string;
@@ -172,6 +177,15 @@ function secret(env: Env, name: string): Uint8Array | undefined {
 }
 
 const LOG_LEVELS: LogLevel[] = ['debug', 'info', 'warn', 'error', 'silent'];
+const LOG_FORMATS: LogFormat[] = ['json', 'pretty'];
+
+/** LOG_FORMAT, or the default for this stdout; also read alone when the rest of the configuration fails. */
+export function logFormatOf(env: Env = process.env): LogFormat {
+  const format = (value(env, 'LOG_FORMAT') ?? defaultLogFormat()).toLowerCase();
+  if (!LOG_FORMATS.includes(format as LogFormat))
+    throw new ConfigError('LOG_FORMAT', `must be one of ${LOG_FORMATS.join(', ')}, got "${format}"`);
+  return format as LogFormat;
+}
 
 export function readConfig(env: Env = process.env): Readonly<Config> {
   const logLevel = (value(env, 'LOG_LEVEL') ?? 'info').toLowerCase();
@@ -227,6 +241,7 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     mqttSessionLeaseSeconds: integer(env, 'MQTT_SESSION_LEASE_SECONDS', 15, 3, 3600),
     mqttReceiveMaximum: integer(env, 'MQTT_RECEIVE_MAXIMUM', 10000, 1, 65535),
     logLevel: logLevel as LogLevel,
+    logFormat: logFormatOf(env),
     jwtSecret: secret(env, 'JWT_SECRET'),
     jwtIssuer: value(env, 'JWT_ISSUER') ?? 'device-registry',
     tokenTtlSeconds: integer(env, 'TOKEN_TTL_SECONDS', 3600, 1, 365 * 24 * 3600),
@@ -245,6 +260,7 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     ingestCacheDevices: integer(env, 'INGEST_CACHE_DEVICES', 1_000_000, 1, 100_000_000),
     ingestMaxPending: integer(env, 'INGEST_MAX_PENDING', 200_000, 100, 100_000_000),
     historyMaxResults: integer(env, 'HISTORY_MAX_RESULTS', 10_000, 1, 10_000_000),
+    ingestStallSeconds: integer(env, 'INGEST_STALL_SECONDS', 30, 1, 86_400),
     actuationTimeoutMs: integer(env, 'ACTUATION_TIMEOUT_MS', 5000, 1, 600_000),
     historyChunkInterval: chunk,
     historyRetentionDays: optionalInteger(env, 'HISTORY_RETENTION_DAYS', 1, 100_000),

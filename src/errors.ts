@@ -89,8 +89,10 @@ export const errors = {
   // History
   badHistoryQuery: (message: string) => plain(400, message),
 
-  // Health
+  // Health and operations
   unhealthy: () => plain(503, 'Database unavailable'),
+  shuttingDown: () => plain(503, 'The service is shutting down; send the request again'),
+  notAcceptable: (mediaType: string) => plain(406, `This resource is only available as ${mediaType}`),
 } as const;
 
 /** The name of an error of the registry. */

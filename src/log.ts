@@ -1,9 +1,16 @@
-// Structured logs: one JSON line per event on stdout. Fields whose names look like secrets are
-// replaced before writing, so a careless call cannot leak a password, token or key.
-import type { LogLevel } from './config.js';
+// Logs with pino: one JSON line per event on stdout (`ts`, `level`, `msg`, then the fields), or,
+// on a terminal or with LOG_FORMAT=pretty, one readable colour line (pino-pretty). Secrets are
+// replaced by pino's redaction at the paths of REDACT_PATHS before a line is written, so a
+// careless call cannot leak a password, token or key. Writes are synchronous, so nothing is lost
+// when the process exits: the main thread's through process.stdout (synchronous on Linux for
+// files, terminals and pipes), a worker thread's straight to the file descriptor (its
+// process.stdout would be relayed through the main thread).
+import { isMainThread } from 'node:worker_threads';
+import pino from 'pino';
+import pretty from 'pino-pretty';
 
-const RANK: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 };
-const SECRET_FIELD = /pass|secret|token|jwt|psk|authorization|key$/i;
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
+export type LogFormat = 'json' | 'pretty';
 
 export type LogFields = Record<string, unknown>;
 
@@ -16,33 +23,103 @@ export interface Logger {
   readonly level: LogLevel;
 }
 
-function redact(fields: LogFields): LogFields {
-  const out: LogFields = {};
-  for (const [k, v] of Object.entries(fields)) {
-    if (SECRET_FIELD.test(k)) out[k] = '[redacted]';
-    else if (v instanceof Error) out[k] = { name: v.name, message: v.message, stack: v.stack };
-    else out[k] = v;
-  }
-  return out;
+/** Field names that hold secrets: redacted at the top level of a line and one level down. */
+const SECRET_FIELDS = [
+  'password',
+  'passwd',
+  'secret',
+  'token',
+  'jwt',
+  'psk',
+  'key',
+  'authorization',
+  'cookie',
+  'adminPassword',
+  'jwtSecret',
+  'pskEncryptionKey',
+  'databaseUrl',
+  'mqttUrl',
+];
+
+/** pino redact paths: each secret field, at the top level and inside any field; request headers. */
+export const REDACT_PATHS: readonly string[] = [
+  ...SECRET_FIELDS,
+  ...SECRET_FIELDS.map((f) => `*.${f}`),
+  'headers.authorization',
+  'headers.cookie',
+  'req.headers.authorization',
+  'req.headers.cookie',
+];
+export const REDACTED = '[redacted]';
+
+/** Errors as `{type, message, stack}` under `error` or `err`; other values as they are. */
+const serializeError = (value: unknown) => (value instanceof Error ? pino.stdSerializers.err(value) : value);
+
+export interface LoggerOptions {
+  format?: LogFormat;
+  /** File descriptor written to: 1 (stdout) by default. */
+  fd?: number;
+  /** Where lines go instead of `fd` (tests). */
+  write?: (line: string) => void;
 }
 
-export function createLogger(level: LogLevel, base: LogFields = {}, write: (line: string) => void = defaultWrite): Logger {
-  const threshold = RANK[level];
-  const emit = (lvl: Exclude<LogLevel, 'silent'>, msg: string, fields?: LogFields) => {
-    if (RANK[lvl] < threshold) return;
-    const line = { ts: new Date().toISOString(), level: lvl, msg, ...redact(base), ...(fields ? redact(fields) : {}) };
-    write(JSON.stringify(line) + '\n');
-  };
+function destination(format: LogFormat, opts: LoggerOptions): pino.DestinationStream {
+  const fd = opts.fd ?? 1;
+  const out = opts.write
+    ? { write: opts.write }
+    : isMainThread
+      ? fd === 2
+        ? process.stderr
+        : process.stdout
+      : pino.destination({ dest: fd, sync: true });
+  if (format === 'json') return out;
+  // pino-pretty's formatter, called in line: as synchronous as the JSON lines.
+  const prettify = pretty.prettyFactory({
+    colorize: !process.env.NO_COLOR,
+    singleLine: true,
+    translateTime: 'SYS:HH:MM:ss.l',
+    ignore: 'pid,hostname',
+  });
+  return { write: (line: string) => out.write(prettify(line)) };
+}
+
+function pinoOptions(level: LogLevel, format: LogFormat, base: LogFields): pino.LoggerOptions {
   return {
     level,
-    debug: (m, f) => emit('debug', m, f),
-    info: (m, f) => emit('info', m, f),
-    warn: (m, f) => emit('warn', m, f),
-    error: (m, f) => emit('error', m, f),
-    child: (fields) => createLogger(level, { ...base, ...fields }, write),
+    base,
+    redact: { paths: [...REDACT_PATHS], censor: REDACTED },
+    serializers: { error: serializeError, err: serializeError },
+    // JSON: the shape these lines have always had (`ts` ISO 8601, `level` by name), so that log
+    // pipelines reading them keep working. Pretty: pino's own, which pino-pretty reads.
+    ...(format === 'json'
+      ? { timestamp: () => `,"ts":"${new Date().toISOString()}"`, formatters: { level: (label: string) => ({ level: label }) } }
+      : {}),
   };
 }
 
-function defaultWrite(line: string): void {
-  process.stdout.write(line);
+function wrap(p: pino.Logger, level: LogLevel): Logger {
+  return {
+    level,
+    debug: (msg, fields) => (fields ? p.debug(fields, msg) : p.debug(msg)),
+    info: (msg, fields) => (fields ? p.info(fields, msg) : p.info(msg)),
+    warn: (msg, fields) => (fields ? p.warn(fields, msg) : p.warn(msg)),
+    error: (msg, fields) => (fields ? p.error(fields, msg) : p.error(msg)),
+    child: (fields) => wrap(p.child(fields), level),
+  };
+}
+
+export function createLogger(level: LogLevel, base: LogFields = {}, opts: LoggerOptions = {}): Logger {
+  const format = opts.format ?? 'json';
+  return wrap(pino(pinoOptions(level, format, base), destination(format, opts)), level);
+}
+
+/** The format when LOG_FORMAT does not say: pretty on a terminal, JSON otherwise. */
+export const defaultLogFormat = (): LogFormat => (process.stdout.isTTY ? 'pretty' : 'json');
+
+/**
+ * The one line of a start that failed (`start failed: ...`, `configuration error: ...`), on
+ * stderr in the log format, whatever LOG_LEVEL says: it is why the process exits.
+ */
+export function writeStartFailure(format: LogFormat, msg: string, fields: LogFields = {}): void {
+  createLogger('error', {}, { format, fd: 2 }).error(msg, fields);
 }

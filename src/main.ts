@@ -1,11 +1,16 @@
 // Entry point: `npm start`. Reads the configuration, starts the service, and shuts it down
-// gracefully on SIGINT/SIGTERM.
-import { ConfigError, readConfig, type Config } from './config.js';
-import { createLogger } from './log.js';
+// gracefully on SIGINT/SIGTERM, within SHUTDOWN_TIMEOUT_MS.
+import { ConfigError, logFormatOf, readConfig, type Config } from './config.js';
+import { createLogger, writeStartFailure, type LogFormat } from './log.js';
 import { startService, StartAborted, type Service } from './service.js';
 
-function fail(message: string): never {
-  process.stderr.write(message + '\n');
+/** How much longer than SHUTDOWN_TIMEOUT_MS the process may take before it is ended with code 1. */
+const HARD_STOP_GRACE_MS = 1000;
+
+/** The one line of a failed start (in the log format), and exit 2. */
+function fail(format: LogFormat, err: unknown): never {
+  if (err instanceof ConfigError) writeStartFailure(format, `configuration error: ${err.message}`, { variable: err.variable });
+  else writeStartFailure(format, `start failed: ${err instanceof Error ? err.message : String(err)}`);
   process.exit(2);
 }
 
@@ -13,9 +18,15 @@ let config: Config;
 try {
   config = readConfig();
 } catch (err) {
-  fail(err instanceof ConfigError ? `configuration error: ${err.message}` : String(err));
+  let format: LogFormat;
+  try {
+    format = logFormatOf();
+  } catch {
+    format = 'json';
+  }
+  fail(format, err);
 }
-const log = createLogger(config.logLevel, { service: 'device-registry' });
+const log = createLogger(config.logLevel, { service: 'device-registry' }, { format: config.logFormat });
 
 process.on('unhandledRejection', (reason) =>
   log.error('unhandled promise rejection', { error: reason instanceof Error ? reason : String(reason) }),
@@ -30,12 +41,12 @@ let stopping = false;
 const shutdown = (signal: string) => {
   if (stopping) return;
   stopping = true;
-  log.info('shutting down', { signal });
-  // Hard stop if something hangs: the whole shutdown stays within 10 s.
+  log.info('shutting down', { signal, timeoutMs: config.shutdownTimeoutMs });
+  // Hard stop if something hangs.
   setTimeout(() => {
     log.error('shutdown timed out; exiting');
     process.exit(1);
-  }, config.shutdownTimeoutMs + 1500).unref();
+  }, config.shutdownTimeoutMs + HARD_STOP_GRACE_MS).unref();
   const { service } = running;
   if (!service) {
     aborter.abort();
@@ -61,7 +72,6 @@ running.service = await startService(config, log, aborter.signal).catch((err: un
     log.info('stopped before ready');
     process.exit(0);
   }
-  if (err instanceof ConfigError) fail(`configuration error: ${err.message}`);
-  fail(`start failed: ${err instanceof Error ? err.message : String(err)}`);
+  fail(config.logFormat, err);
 });
 log.info('ready', { startupMs: Date.now() - started });

@@ -4,8 +4,9 @@ import type pg from 'pg';
 import type { Config } from './config.js';
 import type { Logger } from './log.js';
 import { startEmbeddedDatabase, type EmbeddedDatabase } from './db/embedded.js';
-import { createPool } from './db/pool.js';
-import { migrate } from './db/migrate.js';
+import { createPool, endPool } from './db/pool.js';
+import { loadMigrations, migrate } from './db/migrate.js';
+import { Readiness } from './health.js';
 import { ensureAdmin } from './auth/bootstrap.js';
 import { Tokens } from './auth/tokens.js';
 import { loadOrCreateKey, prepareDataDir } from './secrets.js';
@@ -22,7 +23,8 @@ import { TemplateService } from './registry/templates/service.js';
 import { DeviceService } from './registry/devices/service.js';
 import { KeySealer } from './registry/psk/sealer.js';
 import { PskService } from './registry/psk/service.js';
-import { openApiText } from './openapi/document.js';
+import { ServedOpenApi } from './openapi/served.js';
+import { shutdownClock, until, type ShutdownClock } from './shutdown.js';
 
 export interface Service {
   config: Config;
@@ -36,6 +38,11 @@ export interface Service {
   mqttPort: number | undefined;
   /** Every route served (src/api.ts), its handler bound to the services. */
   routes: Route[];
+  /**
+   * Within SHUTDOWN_TIMEOUT_MS: stops accepting requests and device messages, lets the requests
+   * in flight finish while ingest commits and acknowledges what it took, then ends the broker
+   * sessions and closes the database.
+   */
   stop(): Promise<void>;
 }
 
@@ -61,13 +68,14 @@ export class StartAborted extends Error {
  * as initdb, is let finish), and everything started so far is stopped before the rejection.
  */
 export async function startService(config: Config, log: Logger, abort?: AbortSignal): Promise<Service> {
-  const cleanup: Array<() => Promise<void>> = [];
+  // What started, to stop in reverse order; each step is given the shutdown's clock.
+  const cleanup: Array<(clock: ShutdownClock) => Promise<unknown>> = [];
   const checkpoint = () => {
     if (abort?.aborted) throw new StartAborted();
   };
-  const stopAll = async () => {
+  const stopAll = async (clock = shutdownClock(config.shutdownTimeoutMs)) => {
     for (const step of cleanup.reverse()) {
-      await step().catch((err: Error) => log.warn('shutdown step failed', { error: err.message }));
+      await step(clock).catch((err: Error) => log.warn('shutdown step failed', { error: err.message }));
     }
     cleanup.length = 0;
   };
@@ -87,7 +95,8 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     }
     const databaseUrl = config.databaseUrl ?? embeddedDb!.url;
     const pool = createPool(databaseUrl, config.pgPoolSize, log);
-    cleanup.push(() => pool.end());
+    // pool.end() waits for connections in use: a request cut off by the shutdown may hold one.
+    cleanup.push((clock) => until(endPool(pool), clock.deadline));
     if (config.databaseUrl) await checkDatabase(pool, config.databaseUrl);
     await migrate(pool, log, { history_chunk_interval: config.historyChunkInterval });
     checkpoint();
@@ -96,6 +105,7 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     const tokenKey = config.jwtSecret ?? (await loadOrCreateKey(config.dataDir, 'jwt-secret'));
     const tokens = new Tokens(tokenKey, config.jwtIssuer, config.tokenTtlSeconds);
     const metrics = createMetrics();
+    metrics.watchPool(pool, config.pgPoolSize);
     const events = new RegistryEvents(pool, databaseUrl, log);
     await events.start();
     cleanup.push(() => events.close());
@@ -112,7 +122,7 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     });
     cleanup.push(() => Promise.resolve(historyMaintenance.stop()));
     const ingest = await startIngest({ config, databaseUrl, metrics, log });
-    cleanup.push(() => ingest.stop());
+    cleanup.push((clock) => ingest.stop(clock.drainUntil));
     checkpoint();
 
     const cacheMaxAgeMs = config.registryCacheMaxAgeSeconds * 1000;
@@ -127,16 +137,25 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     });
     // The API description (built here) and the query checks (compiled by startHttp) use the
     // configured limits; both are made once, at start.
+    const readiness = new Readiness({
+      pool,
+      migrations: await loadMigrations(),
+      ingest: () => ingest.status(),
+      stallMs: config.ingestStallSeconds * 1000,
+      metrics,
+    });
+    const openApi = new ServedOpenApi(apiRoutes, config);
     const routes: Route[] = bindRoutes(apiRoutes, {
       pool,
       metrics,
+      readiness,
       tokens,
       templates,
       devices,
       psk,
       actuation: new ActuationService(pool, ingest),
       historyMaxResults: config.historyMaxResults,
-      openApiText: openApiText(apiRoutes, config),
+      openApi,
     });
     const http: HttpServer = await startHttp({
       publicHost: config.host,
@@ -150,7 +169,15 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       metrics,
       log,
     });
-    cleanup.push(() => http.close(Math.floor(config.shutdownTimeoutMs / 2)));
+    openApi.listening({
+      public: { host: config.host, port: http.publicPort },
+      internal: { host: config.internalHost, port: http.internalPort },
+    });
+    cleanup.push(async (clock) => {
+      const cutOff = await http.close(clock.drainUntil);
+      // A request answered 503 must change nothing afterwards: its transaction is rolled back now.
+      if (cutOff > 0) void endPool(pool, { abortInUse: true });
+    });
     checkpoint();
 
     return {
@@ -163,7 +190,13 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       internalPort: http.internalPort,
       mqttPort: ingest.mqttPort,
       routes,
-      stop: stopAll,
+      async stop() {
+        const clock = shutdownClock(config.shutdownTimeoutMs);
+        readiness.draining = true;
+        // The ingest flush starts now, beside the HTTP drain (its step below then waits for it).
+        void ingest.stop(clock.drainUntil);
+        await stopAll(clock);
+      },
     };
   } catch (err) {
     await stopAll();

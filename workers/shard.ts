@@ -16,7 +16,7 @@ import { ShardActor } from '../src/ingest/shard-actor.js';
 import type { ShardTask, ShardWorkerSettings, WorkerMetricsDelta } from '../src/ingest/protocol.js';
 
 const settings = workerData as ShardWorkerSettings;
-const log = createLogger(settings.logLevel, { component: 'ingest-shard' });
+const log = createLogger(settings.logLevel, { component: 'ingest-shard' }, { format: settings.logFormat });
 
 // Two connections: one for COPY, one for registry reads, so a lookup never waits behind a COPY.
 const pool = new pg.Pool({ connectionString: settings.databaseUrl, max: 2, idleTimeoutMillis: 60_000, connectionTimeoutMillis: 5000 });

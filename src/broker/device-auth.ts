@@ -40,6 +40,8 @@ function refused(returnCode: 3 | 4 | 5, message: string): AuthenticateError {
 export class DeviceAuthorisation {
   private readonly identity = new WeakMap<Client, DeviceRef>();
   private readonly sessions = new Map<string, Set<Client>>();
+  /** Shutdown: messages are no longer taken (see `hold`). */
+  private holding = false;
 
   constructor(
     private readonly directory: DeviceDirectory,
@@ -74,7 +76,7 @@ export class DeviceAuthorisation {
         done(null, true);
       },
       (err: Error) => {
-        this.log.warn('device lookup failed; connection refused', { error: err.message });
+        this.log.warn('device lookup failed; connection refused', { tenant: device.tenant, device: device.id, error: err.message });
         done(refused(3, 'server unavailable'), false);
       },
     );
@@ -97,8 +99,18 @@ export class DeviceAuthorisation {
     );
   }
 
+  /**
+   * Shutdown: from now on a message is neither handed over nor acknowledged. aedes reads nothing
+   * more from that connection, and when the broker closes the device sends the message again,
+   * to the next instance (QoS 1/2; a QoS 0 message is at most once by definition).
+   */
+  hold(): void {
+    this.holding = true;
+  }
+
   /** An authorised attrs message to the inbox: QoS 0 goes on at once, QoS 1/2 (the PUBACK) when ingest uses its ack handle. */
   private handOver(device: DeviceRef, packet: PublishPacket, done: PublishDone): void {
+    if (this.holding) return;
     const payload = typeof packet.payload === 'string' ? Buffer.from(packet.payload) : packet.payload;
     if (packet.qos === 0) {
       done(null);

@@ -8,7 +8,7 @@ import { ConfigError } from '../config.js';
 import type { Logger } from '../log.js';
 import { DeviceAuthorisation } from './device-auth.js';
 import { DeviceDirectory } from './device-directory.js';
-import { NO_ACK, type BrokerLink, type Inbox } from './link.js';
+import { NO_ACK, type BrokerLink, type Inbox, type LinkState } from './link.js';
 import type { RegistryEvent } from '../registry/events.js';
 
 const PACKET_OVERHEAD_BYTES = 128 * 1024;
@@ -96,6 +96,8 @@ export async function startEmbeddedBroker(opts: {
 
 /** The embedded broker with device authorisation, as a broker link. */
 export class EmbeddedLink implements BrokerLink {
+  private closed = false;
+
   private constructor(
     private readonly broker: EmbeddedBroker,
     private readonly auth: DeviceAuthorisation,
@@ -147,6 +149,7 @@ export class EmbeddedLink implements BrokerLink {
 
   stopAccepting(): void {
     this.broker.stopAccepting();
+    this.auth.hold();
   }
 
   publish(topics: string[], payload: string): Promise<void> {
@@ -163,7 +166,13 @@ export class EmbeddedLink implements BrokerLink {
     ).then(() => undefined);
   }
 
+  /** The embedded broker is part of this process: up while it runs. */
+  state(): LinkState {
+    return { up: !this.closed, connected: this.closed ? 0 : 1, connections: 1 };
+  }
+
   close(): Promise<void> {
+    this.closed = true;
     return this.broker.close();
   }
 }

@@ -22,7 +22,7 @@ import type { Logger } from '../log.js';
 import { ATTRS_FILTERS, parseDeviceTopic, type DeviceTopic } from '../topics.js';
 import { ProtocolRefused, SubscriberConnection, type MqttVersion } from './subscriber.js';
 import { BrokerUnavailable } from '../errors.js';
-import { type AckHandle, type BrokerLink, type Inbox } from './link.js';
+import { type AckHandle, type BrokerLink, type Inbox, type LinkState } from './link.js';
 import { endSession, SessionDrain } from './session-drain.js';
 import type { SessionLeases } from './session-leases.js';
 
@@ -257,6 +257,13 @@ export class ExternalLink implements BrokerLink {
           }),
       ),
     );
+  }
+
+  /** Up while the publisher and at least one subscriber connection are connected (the broker hands the shared subscription's messages to those). */
+  state(): LinkState {
+    const subscribers = this.subscribers.filter((c) => c.isConnected).length;
+    const publisher = this.publisher.connected ? 1 : 0;
+    return { up: subscribers > 0 && publisher === 1, connected: subscribers + publisher, connections: this.subscribers.length + 1 };
   }
 
   registryChanged(): void {

@@ -37,6 +37,15 @@ export interface Inbox {
   refuse(why: Unreadable, ack: AckHandle): void;
 }
 
+/** The link's own connections to the broker (for readiness and metrics). */
+export interface LinkState {
+  /** Device messages can come in and configuration messages go out. */
+  up: boolean;
+  /** Of the link's connections (external: the subscribers and the publisher; embedded: its listener), how many are connected. */
+  connected: number;
+  connections: number;
+}
+
 /** A running broker link, as the ingest router thread uses it. */
 export interface BrokerLink {
   /** The embedded broker's port; undefined for an external broker. */
@@ -51,7 +60,12 @@ export interface BrokerLink {
   registryChanged(event: RegistryEvent): void;
   /** Publishes QoS 1, not retained, to every topic; resolves once the broker accepted all. */
   publish(topics: string[], payload: string): Promise<void>;
-  /** Shutdown: no new device connections (embedded broker). */
+  state(): LinkState;
+  /**
+   * Shutdown: no new device connections, and no new messages taken from the connected ones
+   * (embedded broker: they stay unacknowledged and are sent again to the next instance; an
+   * external broker keeps them once the link is paused).
+   */
   stopAccepting(): void;
   /**
    * Shutdown, next: true if the link left the broker's share group to other instances and reads

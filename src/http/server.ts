@@ -3,7 +3,14 @@
 // handler returns): everything needed from `req` is read then, `onAborted` is set and the body
 // starts to be read. Then, in steps: the token (before routing, so unknown routes answer 401
 // too), the route (404, 405), the body as JSON, the query against the route's schema, the
-// handler; the answer is written corked, unless the client went away.
+// handler; the answer is written corked, unless the client went away. Every answer carries the
+// request's id (`X-Request-Id`, the client's when it sent a usable one), and so does every log
+// line about the request.
+//
+// Shutdown (`close`): the listeners stop accepting; requests in flight finish, and every answer
+// from then on closes its connection; at the drain deadline a request still running is answered
+// 503, and then every connection is closed, idle keep-alive ones included.
+import crypto from 'node:crypto';
 import uWS from 'uWebSockets.js';
 import type { Claims, Tokens } from '../auth/tokens.js';
 import { isDatabaseUnavailable } from '../db/pool.js';
@@ -30,10 +37,19 @@ const STATUS_TEXT: Record<number, string> = {
   404: '404 Not Found',
   405: '405 Method Not Allowed',
   409: '409 Conflict',
+  406: '406 Not Acceptable',
   413: '413 Payload Too Large',
   500: '500 Internal Server Error',
   503: '503 Service Unavailable',
 };
+/**
+ * Shutdown: connections are closed once no request has begun or ended for this long. A client
+ * that keeps a connection busy gets \`Connection: close\` on its next answer and leaves cleanly;
+ * closing a connection the moment its client sends on it is the race this makes rare.
+ */
+const QUIET_BEFORE_CLOSE_MS = 250;
+/** An X-Request-Id taken as it is: short, printable, no blanks (anything else gets an id of ours). */
+const USABLE_REQUEST_ID = /^[A-Za-z0-9._:/+=@-]{1,128}$/;
 const KNOWN_METHODS = new Set(['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'HEAD', 'OPTIONS']);
 const NO_VALUES: QueryValues = Object.freeze({});
 const NO_PARAMS: Record<string, string> = Object.freeze({});
@@ -55,8 +71,12 @@ export interface HttpOptions {
 export interface HttpServer {
   publicPort: number;
   internalPort: number;
-  /** Stops accepting connections, waits for requests in flight (up to `timeoutMs`). */
-  close(timeoutMs: number): Promise<void>;
+  /**
+   * Stops accepting connections and lets the requests in flight finish until `drainUntil`
+   * (epoch ms); those still running then are answered 503. Then every connection is closed.
+   * Resolves with the number of requests answered 503 so; called again, the same promise.
+   */
+  close(drainUntil: number): Promise<number>;
 }
 
 /** One listener's routes, and what every request on it needs. */
@@ -85,18 +105,36 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
   const pub = await listen(site('public'), opts.publicHost, opts.publicPort);
   const internal = await listen(site('internal'), opts.internalHost, opts.internalPort).catch((err) => {
     uWS.us_listen_socket_close(pub.socket);
+    pub.app.close();
     throw err;
   });
   opts.log.info('public HTTP API listening', { address: `http://${opts.publicHost}:${pub.port}` });
   opts.log.info('internal HTTP API listening', { address: `http://${opts.internalHost}:${internal.port}` });
+  let closing: Promise<number> | undefined;
+  const close = async (drainUntil: number) => {
+    uWS.us_listen_socket_close(pub.socket);
+    uWS.us_listen_socket_close(internal.socket);
+    inFlight.draining = true;
+    await inFlight.quiet(drainUntil, QUIET_BEFORE_CLOSE_MS);
+    const cutOff = inFlight.cutOff();
+    for (const ex of cutOff) {
+      ex.logger().warn('request cut off by shutdown: answered 503', {
+        method: ex.sentMethod,
+        path: ex.path,
+        ms: Math.round(performance.now() - ex.started),
+      });
+      const e = errors.shuttingDown();
+      send(ex, { status: e.httpStatus, body: e.body }, true);
+    }
+    // Idle keep-alive connections too: nothing is in flight on them now.
+    pub.app.close();
+    internal.app.close();
+    return cutOff.length;
+  };
   return {
     publicPort: pub.port,
     internalPort: internal.port,
-    close(timeoutMs) {
-      uWS.us_listen_socket_close(pub.socket);
-      uWS.us_listen_socket_close(internal.socket);
-      return inFlight.drained(timeoutMs);
-    },
+    close: (drainUntil) => (closing ??= close(drainUntil)),
   };
 }
 
@@ -106,8 +144,11 @@ function routerOf(routes: Route[], listener: Listener, checks: ReadonlyMap<strin
   return router;
 }
 
-function listen(site: Site, host: string, port: number): Promise<{ socket: uWS.us_listen_socket; port: number }> {
-  const app = uWS.App();
+/** uWS's App.close() (closes every socket of the app; exported at runtime, missing from its types). */
+type ClosableApp = uWS.TemplatedApp & { close(): void };
+
+function listen(site: Site, host: string, port: number): Promise<{ app: ClosableApp; socket: uWS.us_listen_socket; port: number }> {
+  const app = uWS.App() as ClosableApp;
   app.any('/*', (res, req) => serve(site, res, req));
   return new Promise((resolve, reject) => {
     // Exclusive: uWS otherwise binds with SO_REUSEPORT, and a second instance given the same
@@ -124,7 +165,7 @@ function listen(site: Site, host: string, port: number): Promise<{ socket: uWS.u
         reject(new Error(`cannot listen on ${host}:${port} (${names}); is the port taken?`));
         return;
       }
-      resolve({ socket, port: uWS.us_socket_local_port(socket) });
+      resolve({ app, socket, port: uWS.us_socket_local_port(socket as unknown as uWS.us_socket) });
     });
   });
 }
@@ -132,17 +173,15 @@ function listen(site: Site, host: string, port: number): Promise<{ socket: uWS.u
 /** The uWS handler: the exchange is built now, synchronously; the rest runs after. */
 function serve(site: Site, res: uWS.HttpResponse, req: uWS.HttpRequest): void {
   const ex = new Exchange(site, res, req);
-  site.inFlight.begin();
+  site.inFlight.begin(ex);
   // `answer` turns a handler's failure into a reply; what can still throw is writing that reply.
   answer(site, ex)
     .catch((err: unknown) =>
-      site.log.error('answering a request failed', {
-        method: ex.sentMethod,
-        path: ex.path,
-        error: err instanceof Error ? err : String(err),
-      }),
+      ex
+        .logger()
+        .error('answering a request failed', { method: ex.sentMethod, path: ex.path, error: err instanceof Error ? err : String(err) }),
     )
-    .finally(site.inFlight.end);
+    .finally(() => site.inFlight.end(ex));
 }
 
 /**
@@ -161,6 +200,13 @@ class Exchange implements Request {
   readonly queryString: string;
   readonly authorization: string;
   readonly contentType: string;
+  /** The client's X-Request-Id when usable, else one of ours; echoed in the answer, on every log line of the request. */
+  readonly requestId: string;
+  /** The Host the client reached (for the API description's servers). */
+  readonly host: string;
+  readonly forwardedProto: string;
+  readonly forwardedHost: string;
+  readonly accept: string;
   /** A HEAD request: the headers (and length) of the GET, without the body. */
   readonly head: boolean;
   readonly match: Match;
@@ -176,9 +222,12 @@ class Exchange implements Request {
   /** The client went away: nothing may be written. */
   aborted = false;
   answered = false;
+  /** The status written (a request cut off by shutdown was answered 503 before its handler ended). */
+  answeredStatus = 0;
+  private log: Logger | undefined;
 
   constructor(
-    site: Site,
+    private readonly site: Site,
     readonly res: uWS.HttpResponse,
     req: uWS.HttpRequest,
   ) {
@@ -188,6 +237,12 @@ class Exchange implements Request {
     this.queryString = req.getQuery() ?? '';
     this.authorization = req.getHeader('authorization');
     this.contentType = req.getHeader('content-type');
+    const given = req.getHeader('x-request-id');
+    this.requestId = USABLE_REQUEST_ID.test(given) ? given : crypto.randomUUID();
+    this.host = req.getHeader('host');
+    this.forwardedProto = req.getHeader('x-forwarded-proto');
+    this.forwardedHost = req.getHeader('x-forwarded-host');
+    this.accept = req.getHeader('accept');
     this.head = this.sentMethod === 'HEAD';
     this.method = (this.head ? 'GET' : this.sentMethod) as Method;
     res.onAborted(() => {
@@ -200,6 +255,11 @@ class Exchange implements Request {
     // `readJson` awaits it and answers the error.
     this.rawBody?.catch(() => undefined);
   }
+
+  /** The logger of this request: every line carries its id (made when first needed). */
+  logger(): Logger {
+    return (this.log ??= this.site.log.child({ requestId: this.requestId }));
+  }
 }
 
 /** Runs the steps, writes the answer (or the error's), counts it. */
@@ -208,15 +268,13 @@ async function answer(site: Site, ex: Exchange): Promise<void> {
   try {
     reply = await handle(site, ex);
   } catch (err) {
-    reply = errorReply(err, site.log, ex);
+    reply = errorReply(err, ex);
   }
-  const status = send(ex, reply);
-  site.metrics.observeHttp(
-    KNOWN_METHODS.has(ex.sentMethod) ? ex.sentMethod : 'OTHER',
-    metricRoute(ex.match),
-    status,
-    (performance.now() - ex.started) / 1000,
-  );
+  const status = send(ex, reply, site.inFlight.draining);
+  const seconds = (performance.now() - ex.started) / 1000;
+  site.metrics.observeHttp(KNOWN_METHODS.has(ex.sentMethod) ? ex.sentMethod : 'OTHER', metricRoute(ex.match), status, seconds);
+  if (site.log.level === 'debug')
+    ex.logger().debug('request', { method: ex.sentMethod, path: ex.path, status, ms: Math.round(seconds * 1000) });
 }
 
 async function handle(site: Site, ex: Exchange): Promise<Reply> {
@@ -270,20 +328,27 @@ function checkQuery(ex: Exchange, endpoint: Endpoint): void {
 const metricRoute = (match: Match) =>
   match.kind === 'route' ? match.endpoint.route.path : match.kind === 'method' ? '<method-not-allowed>' : '<unmatched>';
 
-/** Writes the reply unless the client is gone; returns the status for the metrics. */
-function send(ex: Exchange, reply: Reply): number {
-  if (ex.aborted || ex.answered) return reply.status;
+/**
+ * Writes the reply unless the client is gone or it was answered already (cut off by shutdown);
+ * returns the status for the metrics. `closing`: the connection closes after it (shutdown).
+ */
+function send(ex: Exchange, reply: Reply, closing = false): number {
+  if (ex.answered) return ex.answeredStatus;
+  if (ex.aborted) return reply.status;
   ex.answered = true;
+  ex.answeredStatus = reply.status;
   const { res } = ex;
   const payload = reply.raw ?? (reply.body === undefined ? undefined : JSON.stringify(reply.body));
   // A 413 is answered before the body was read: close the connection so the rest is not parsed as a request.
-  const close = reply.status === 413;
+  const close = closing || reply.status === 413;
   res.cork(() => {
     res.writeStatus(STATUS_TEXT[reply.status] ?? String(reply.status));
+    res.writeHeader('X-Request-Id', ex.requestId);
     if (reply.headers) for (const [k, v] of Object.entries(reply.headers)) res.writeHeader(k, v);
     if (payload === undefined) {
       // No arguments: an explicit `undefined` length is sent as Content-Length 2^63, which
       // breaks the client's keep-alive connection; with none, a 204 carries no length at all.
+      // (So a 204 does not close its connection during shutdown: it is closed once idle.)
       res.endWithoutBody();
     } else if (ex.head) {
       // HEAD: the length the GET would have, and no body (RFC 9110 §9.3.2).
@@ -297,42 +362,66 @@ function send(ex: Exchange, reply: Reply): number {
   return reply.status;
 }
 
-function errorReply(err: unknown, log: Logger, ex: Exchange): Reply {
+function errorReply(err: unknown, ex: Exchange): Reply {
   if (err instanceof ApiError) return { status: err.httpStatus, body: err.body, headers: err.headers };
+  // Answered already (cut off by shutdown): what became of it afterwards is no failure to report.
+  if (ex.answered) return { status: 503 };
   if (isDatabaseUnavailable(err)) {
     // Not a bug: the database is down, restarting or out of connections; the client may retry.
-    log.warn('request failed: database unavailable', { method: ex.sentMethod, path: ex.path, error: (err as Error).message });
+    ex.logger().warn('request failed: database unavailable', { method: ex.sentMethod, path: ex.path, error: (err as Error).message });
     const e = errors.unhealthy();
     return { status: e.httpStatus, body: e.body };
   }
-  log.error('request failed', { method: ex.sentMethod, path: ex.path, error: err instanceof Error ? err : String(err) });
+  ex.logger().error('request failed', { method: ex.sentMethod, path: ex.path, error: err instanceof Error ? err : String(err) });
   const e = errors.internal();
   return { status: e.httpStatus, body: e.body };
 }
 
-/** Requests in flight, so that `close` can wait for them. */
+/** Requests in flight, so that `close` can wait for them (and answer those left at its deadline). */
 class InFlight {
-  private count = 0;
+  private readonly running = new Set<Exchange>();
   private idle: (() => void) | undefined;
+  /** performance.now() of the last request that began or ended. */
+  private lastActivity = 0;
+  /** Shutdown began: every answer closes its connection. */
+  draining = false;
 
-  readonly begin = (): void => {
-    this.count++;
-  };
+  begin(ex: Exchange): void {
+    this.running.add(ex);
+    this.lastActivity = performance.now();
+  }
 
-  readonly end = (): void => {
-    this.count--;
-    if (this.count === 0 && this.idle) this.idle();
-  };
+  end(ex: Exchange): void {
+    this.running.delete(ex);
+    this.lastActivity = performance.now();
+    if (this.running.size === 0 && this.idle) this.idle();
+  }
 
-  /** Resolves when none is left, or after `timeoutMs`. */
-  drained(timeoutMs: number): Promise<void> {
-    if (this.count === 0) return Promise.resolve();
+  /** Resolves when none is left, or at `until` (epoch ms). */
+  drained(until: number): Promise<void> {
+    if (this.running.size === 0) return Promise.resolve();
     return new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, timeoutMs);
+      const timer = setTimeout(resolve, Math.max(0, until - Date.now()));
       this.idle = () => {
         clearTimeout(timer);
         resolve();
       };
     });
+  }
+
+  /** Resolves once nothing is running and nothing began or ended for `quietMs`, or at `until` (epoch ms). */
+  async quiet(until: number, quietMs: number): Promise<void> {
+    for (;;) {
+      await this.drained(until);
+      const left = until - Date.now();
+      const wait = this.lastActivity + quietMs - performance.now();
+      if (left <= 0 || (this.running.size === 0 && wait <= 0)) return;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(Math.max(wait, 1), left)));
+    }
+  }
+
+  /** The requests still running and not yet answered. */
+  cutOff(): Exchange[] {
+    return [...this.running].filter((ex) => !ex.answered && !ex.aborted);
   }
 }

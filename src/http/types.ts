@@ -5,6 +5,7 @@
 // declaration.
 import type { Claims } from '../auth/tokens.js';
 import type { ApiError, ErrorKey } from '../errors.js';
+import type { Logger } from '../log.js';
 import type { QueryLimits } from '../schemas/queries.js';
 import type { ResponseName } from '../schemas/responses.js';
 import type { QueryFailure, QuerySchema, QueryValues } from '../schemas/validator.js';
@@ -33,6 +34,15 @@ export interface Request {
   readonly claims: Claims | undefined;
   /** The caller's tenant (the token's `service` claim); '' on unauthenticated routes. */
   readonly tenant: string;
+  /** The request's id: the client's `X-Request-Id` when usable, else one of ours; echoed in the answer. */
+  readonly requestId: string;
+  /** `Host`, `X-Forwarded-Proto`, `X-Forwarded-Host` and `Accept` as sent ('' when absent). */
+  readonly host: string;
+  readonly forwardedProto: string;
+  readonly forwardedHost: string;
+  readonly accept: string;
+  /** A logger whose every line carries the request id. */
+  logger(): Logger;
 }
 
 export interface Reply {
@@ -84,6 +94,8 @@ export interface Example {
   /** Path parameters (default: the route's `exampleParams`). */
   params?: Record<string, string | number>;
   query?: Record<string, string | number | string[]>;
+  /** Request headers it sends (`Accept`, say). */
+  headers?: Record<string, string>;
   body?: unknown;
   status: number;
   /** The answer (none for 204). */

@@ -12,18 +12,38 @@ import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
 import { projectRoot } from '../paths.js';
 import { BrokerUnavailable } from '../errors.js';
+import type { LinkState } from '../broker/link.js';
+import { until } from '../shutdown.js';
 import { IngestMetrics } from './metrics.js';
 import { INGEST_CONFIG_KEYS, type IngestSettings, type MainToRouter, type RouterToMain } from './protocol.js';
 
+/** How long the router thread may take after its drain to end the broker sessions and stop its workers. */
+const CLOSE_MS = 1000;
+
 export const ROUTER_THREAD_FILE = path.join(projectRoot, 'dist/src/ingest/router-thread.js');
 
+/** What readiness needs to know of ingest (src/health.ts). */
+export interface IngestStatus {
+  /** The broker link's state as last reported; undefined while the router thread is not running. */
+  link: LinkState | undefined;
+  /** Messages taken and not yet acknowledged. */
+  pending: number;
+  /** Epoch ms: the last time a message was acknowledged, or nothing was pending. */
+  progressAt: number;
+}
+
 export interface Ingest {
+  status(): IngestStatus;
   /** The embedded broker's port; undefined with MQTT_URL. */
   readonly mqttPort: number | undefined;
   /** Publishes QoS 1, not retained, to every topic; rejects with BrokerUnavailable. */
   publish(topics: string[], payload: string): Promise<void>;
-  /** Flushes, commits, acknowledges, then closes the broker link and the workers. */
-  stop(): Promise<void>;
+  /**
+   * Stops taking messages, commits and acknowledges what was taken (until `drainUntil`, epoch
+   * ms; the rest stays with the broker or the devices, and is delivered again), then ends the
+   * broker sessions and the workers. Called again, the same promise.
+   */
+  stop(drainUntil: number): Promise<void>;
 }
 
 export function ingestSettings(config: Config, databaseUrl: string): IngestSettings {
@@ -55,6 +75,10 @@ class RouterThread implements Ingest {
   private stopping = false;
   private port: number | undefined;
   private onStopped: (() => void) | undefined;
+  private stopped: Promise<void> | undefined;
+  private link: LinkState | undefined;
+  private pending = 0;
+  private progressAt = Date.now();
   private readonly requests = new PublishRequests();
 
   constructor(
@@ -66,6 +90,10 @@ class RouterThread implements Ingest {
 
   get mqttPort(): number | undefined {
     return this.port;
+  }
+
+  status(): IngestStatus {
+    return { link: this.ready ? this.link : undefined, pending: this.pending, progressAt: this.progressAt };
   }
 
   /** Starts the thread; resolves once its broker link runs, rejects if it cannot start. */
@@ -88,19 +116,20 @@ class RouterThread implements Ingest {
     );
   }
 
-  async stop(): Promise<void> {
+  stop(drainUntil: number): Promise<void> {
+    return (this.stopped ??= this.stopThread(drainUntil));
+  }
+
+  private async stopThread(drainUntil: number): Promise<void> {
     this.stopping = true;
     const w = this.worker;
     if (!w) return;
-    const budget = Math.max(500, Math.floor(this.config.shutdownTimeoutMs / 2));
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, budget + 2000);
-      this.onStopped = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-      w.postMessage({ type: 'stop', timeoutMs: budget } satisfies MainToRouter);
+    // After the drain, the thread closes the broker link and its workers: a little more time.
+    const stopped = new Promise<void>((resolve) => {
+      this.onStopped = resolve;
+      w.postMessage({ type: 'stop', timeoutMs: Math.max(0, drainUntil - Date.now()) } satisfies MainToRouter);
     });
+    await until(stopped, drainUntil + CLOSE_MS);
     await w.terminate();
   }
 
@@ -118,6 +147,10 @@ class RouterThread implements Ingest {
         break;
       case 'metrics':
         this.metrics.apply(m.delta);
+        this.metrics.link(m.link);
+        this.link = m.link;
+        this.pending = m.delta.queueDepth.reduce((a, b) => a + b, 0);
+        if (m.delta.messagesAcknowledged > 0 || this.pending === 0) this.progressAt = Date.now();
         break;
       case 'published':
         this.requests.answer(m.requestId, m.error);
@@ -131,6 +164,8 @@ class RouterThread implements Ingest {
   /** The thread is gone: its publish requests fail; unless it never started or we are stopping, it starts again. */
   private onExit(code: number, launch: Launch): void {
     this.ready = false;
+    this.link = undefined;
+    this.metrics.link(undefined);
     this.requests.failAll('the ingest router stopped');
     if (!launch.started) {
       launch.reject(new Error(`the ingest router thread exited during start (code ${code})`));

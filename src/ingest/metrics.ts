@@ -1,12 +1,20 @@
 // Ingest metrics in the main thread's registry. The router thread and the shard workers have
-// their own memory, so they count locally and the router sends deltas every 250 ms.
+// their own memory, so they count locally and the router sends deltas every 250 ms, with the
+// state of the broker link.
 import client from 'prom-client';
-import type { Metrics } from '../metrics.js';
+import type { LinkState } from '../broker/link.js';
+import { CountedHistogram, type Metrics } from '../metrics.js';
 import { DROP_REASON_NAMES, dropReasonsHelp } from './drop-reasons.js';
+import { LATENCY_BUCKETS } from './latency.js';
 import type { IngestMetricsDelta } from './protocol.js';
 
 export class IngestMetrics {
   private readonly received: client.Counter;
+  private readonly acknowledged: client.Counter;
+  private readonly ackLatency: CountedHistogram;
+  private readonly commitLatency: CountedHistogram;
+  private readonly linkUp: client.Gauge;
+  private readonly linkConnections: client.Gauge<'state'>;
   private readonly messagesStored: client.Counter;
   private readonly valuesReceived: client.Counter;
   private readonly valuesStored: client.Counter;
@@ -25,6 +33,35 @@ export class IngestMetrics {
       help: 'Device messages received from the broker',
       registers,
     });
+    this.acknowledged = new client.Counter({
+      name: 'ingest_messages_acknowledged_total',
+      help: 'Device messages acknowledged to the broker (PUBACK for QoS 1): after their commit, or when dropped for good',
+      registers,
+    });
+    this.ackLatency = new CountedHistogram(
+      'ingest_ack_latency_seconds',
+      "From a message's arrival at the service to its acknowledgement (PUBACK for QoS 1), for messages acknowledged after their batch was processed",
+      LATENCY_BUCKETS,
+      metrics.registry,
+    );
+    this.commitLatency = new CountedHistogram(
+      'ingest_publish_to_commit_seconds',
+      "From a message's arrival at the service (the broker's PUBLISH) to the commit of its values to history",
+      LATENCY_BUCKETS,
+      metrics.registry,
+    );
+    this.linkUp = new client.Gauge({
+      name: 'broker_link_up',
+      help: '1 while device messages can come in and configuration messages go out over the broker link, else 0',
+      registers,
+    });
+    this.linkConnections = new client.Gauge({
+      name: 'broker_link_connections',
+      help: "The broker link's own connections (external broker: subscribers and publisher; embedded: its listener), by state (connected, configured)",
+      labelNames: ['state'] as const,
+      registers,
+    });
+    this.linkUp.set(0);
     this.messagesStored = new client.Counter({
       name: 'ingest_messages_stored_total',
       help: 'Device messages with at least one value committed to history',
@@ -77,6 +114,9 @@ export class IngestMetrics {
 
   apply(d: IngestMetricsDelta): void {
     if (d.messagesReceived) this.received.inc(d.messagesReceived);
+    if (d.messagesAcknowledged) this.acknowledged.inc(d.messagesAcknowledged);
+    this.ackLatency.add(d.ackLatency.counts, d.ackLatency.sum);
+    this.commitLatency.add(d.commitLatency.counts, d.commitLatency.sum);
     if (d.messagesStored) this.messagesStored.inc(d.messagesStored);
     if (d.valuesReceived) this.valuesReceived.inc(d.valuesReceived);
     if (d.valuesStored) this.valuesStored.inc(d.valuesStored);
@@ -87,5 +127,12 @@ export class IngestMetrics {
     if (d.cacheMisses) this.cacheMisses.inc(d.cacheMisses);
     d.queueDepth.forEach((n, shard) => this.queueDepth.labels(String(shard)).set(n));
     d.cachedDevicesByShard.forEach((n, shard) => this.cachedDevices.labels(String(shard)).set(n));
+  }
+
+  /** The link's state as last reported (none: the router thread is not running). */
+  link(state: LinkState | undefined): void {
+    this.linkUp.set(state?.up ? 1 : 0);
+    this.linkConnections.labels('connected').set(state?.connected ?? 0);
+    this.linkConnections.labels('configured').set(state?.connections ?? 0);
   }
 }

@@ -1,7 +1,9 @@
 // Shapes that cross thread boundaries: router -> shard worker tasks and their results, and the
 // messages between the main thread and the ingest router thread.
 import type { Config } from '../config.js';
+import type { LinkState } from '../broker/link.js';
 import type { DropReason } from './drop-reasons.js';
+import type { LatencyCounts } from './latency.js';
 
 /** A batch of messages for one shard, in arrival order. */
 export interface ShardTask {
@@ -24,6 +26,8 @@ export interface WorkerMetricsDelta {
   cacheMisses: number;
   batchRows: number[];
   copySeconds: number[];
+  /** From each stored message's arrival to the commit of its rows. */
+  commitLatency: LatencyCounts;
   /** Absolute: devices in this worker's cache. */
   cachedDevices: number;
 }
@@ -31,6 +35,10 @@ export interface WorkerMetricsDelta {
 /** Everything the router reports to the main thread's metrics registry. */
 export interface IngestMetricsDelta extends WorkerMetricsDelta {
   messagesReceived: number;
+  /** Messages whose ack handle was used (after the commit, or dropped for good). */
+  messagesAcknowledged: number;
+  /** From each message's arrival to its acknowledgement, for messages acknowledged after their batch. */
+  ackLatency: LatencyCounts;
   /** Absolute: unacknowledged messages per shard. */
   queueDepth: number[];
   /** Absolute: cached devices per shard worker. */
@@ -40,6 +48,7 @@ export interface IngestMetricsDelta extends WorkerMetricsDelta {
 /** The configuration the ingest router thread reads (no secrets: they stay in the main thread). */
 export const INGEST_CONFIG_KEYS = [
   'logLevel',
+  'logFormat',
   'mqttUrl',
   'mqttHost',
   'mqttPort',
@@ -69,7 +78,7 @@ export type IngestSettings = Pick<Config, (typeof INGEST_CONFIG_KEYS)[number]> &
 /** A shard worker's workerData (Piscina). */
 export type ShardWorkerSettings = Pick<
   IngestSettings,
-  'databaseUrl' | 'logLevel' | 'ingestBatchRows' | 'ingestBatchMs' | 'ingestCacheDevices' | 'registryCacheMaxAgeSeconds'
+  'databaseUrl' | 'logLevel' | 'logFormat' | 'ingestBatchRows' | 'ingestBatchMs' | 'ingestCacheDevices' | 'registryCacheMaxAgeSeconds'
 > & {
   /** The COPY turn shared by the shard workers (copy-turn.ts). */
   copyTurn: SharedArrayBuffer;
@@ -81,5 +90,5 @@ export type RouterToMain =
   | { type: 'ready'; mqttPort: number | undefined; mode: string }
   | { type: 'failed'; error: string; configVariable?: string }
   | { type: 'published'; requestId: number; error?: string }
-  | { type: 'metrics'; delta: IngestMetricsDelta }
+  | { type: 'metrics'; delta: IngestMetricsDelta; link: LinkState | undefined }
   | { type: 'stopped' };

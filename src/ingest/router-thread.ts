@@ -17,7 +17,7 @@ import { CopyTurn } from './copy-turn.js';
 import type { IngestSettings, MainToRouter, RouterToMain } from './protocol.js';
 
 const settings = workerData as IngestSettings;
-const log = createLogger(settings.logLevel, { component: 'ingest' });
+const log = createLogger(settings.logLevel, { component: 'ingest' }, { format: settings.logFormat });
 const port = parentPort!;
 const post = (m: RouterToMain) => port.postMessage(m);
 
@@ -26,6 +26,7 @@ const shards = new ShardPool(
   {
     databaseUrl: settings.databaseUrl,
     logLevel: settings.logLevel,
+    logFormat: settings.logFormat,
     ingestBatchRows: settings.ingestBatchRows,
     ingestBatchMs: settings.ingestBatchMs,
     ingestCacheDevices: settings.ingestCacheDevices,
@@ -59,7 +60,7 @@ const channel = new BroadcastChannel(REGISTRY_CHANNEL);
 channel.onmessage = (event) => link?.registryChanged((event as { data: RegistryEvent }).data);
 channel.unref();
 
-const metricsTimer = setInterval(() => post({ type: 'metrics', delta: router.takeMetrics() }), 250);
+const metricsTimer = setInterval(() => post({ type: 'metrics', delta: router.takeMetrics(), link: link?.state() }), 250);
 metricsTimer.unref();
 
 /** The broker link, with the router as its inbox: an external broker (MQTT_URL) or the embedded one. */
@@ -136,7 +137,7 @@ async function stop(timeoutMs: number): Promise<void> {
   if (!drained)
     log.warn('shutdown: some messages were not committed in time; the broker delivers them again', { pending: router.unacknowledged });
   router.stop();
-  post({ type: 'metrics', delta: router.takeMetrics() });
+  post({ type: 'metrics', delta: router.takeMetrics(), link: link?.state() });
   await link?.close().catch((err: Error) => log.warn('closing the broker link failed', { error: err.message }));
   await shards.close().catch(() => undefined);
   await brokerPool.end().catch(() => undefined);

@@ -12,6 +12,7 @@ import type { AckHandle, Inbox, Unreadable } from '../broker/link.js';
 import { deviceKey } from '../topics.js';
 import type { DropReason } from './drop-reasons.js';
 import type { IngestMetricsDelta, ShardTask, WorkerMetricsDelta } from './protocol.js';
+import { addLatency, emptyLatency, observeSince } from './latency.js';
 import { shardFor } from './shard.js';
 
 export interface ShardRunner {
@@ -103,6 +104,9 @@ export class IngestRouter implements Inbox {
   static emptyDelta(shards: number): IngestMetricsDelta {
     return {
       messagesReceived: 0,
+      messagesAcknowledged: 0,
+      ackLatency: emptyLatency(),
+      commitLatency: emptyLatency(),
       messagesStored: 0,
       valuesReceived: 0,
       valuesStored: 0,
@@ -178,6 +182,7 @@ export class IngestRouter implements Inbox {
   /** A message that will never be stored: counted by reason and acknowledged, so the broker does not send it again. */
   private drop(reason: DropReason, ack: AckHandle): void {
     this.delta.dropped[reason] = (this.delta.dropped[reason] ?? 0) + 1;
+    this.delta.messagesAcknowledged++;
     ack.ack();
   }
 
@@ -206,6 +211,9 @@ export class IngestRouter implements Inbox {
     this.runner.run(batch.shard, batch.task).then(
       (delta) => {
         for (const ack of batch.acks) ack.ack();
+        const now = Date.now();
+        for (const receivedUs of batch.task.received) observeSince(this.delta.ackLatency, receivedUs, now);
+        this.delta.messagesAcknowledged += batch.acks.length;
         this.settled(batch.shard, batch.acks.length, delta);
       },
       (err: Error) => {
@@ -232,6 +240,7 @@ export class IngestRouter implements Inbox {
     d.cacheMisses += w.cacheMisses;
     for (const r of w.batchRows) d.batchRows.push(r);
     for (const s of w.copySeconds) d.copySeconds.push(s);
+    addLatency(d.commitLatency, w.commitLatency);
     d.cachedDevicesByShard[shard] = w.cachedDevices;
     if (this.paused && this.totalUnacked <= this.opts.maxPending / 2) {
       this.paused = false;

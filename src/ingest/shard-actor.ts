@@ -18,6 +18,7 @@ import type { HistoryWriter } from './history-writer.js';
 import type { Logger } from '../log.js';
 import { microsToTextCached } from '../time.js';
 import type { ShardTask, WorkerMetricsDelta } from './protocol.js';
+import { emptyLatency, observeSince } from './latency.js';
 
 interface Deferred {
   resolve: () => void;
@@ -27,13 +28,15 @@ interface RowBuffer {
   lines: string[];
   /** The time (µs) of each message with rows in `lines` (the writer prepares their partitions). */
   times: number[];
+  /** The arrival time (µs) of each message with rows, for the commit latency. */
+  received: number[];
   messagesWithRows: number;
   firstAt: number;
   waiters: Deferred[];
 }
 
 function emptyBuffer(): RowBuffer {
-  return { lines: [], times: [], messagesWithRows: 0, firstAt: 0, waiters: [] };
+  return { lines: [], times: [], received: [], messagesWithRows: 0, firstAt: 0, waiters: [] };
 }
 
 export interface ShardActorOptions {
@@ -68,6 +71,7 @@ export class ShardActor {
       cacheMisses: 0,
       batchRows: [],
       copySeconds: [],
+      commitLatency: emptyLatency(),
       cachedDevices: 0,
     };
   }
@@ -145,7 +149,8 @@ export class ShardActor {
       buf.lines.length = before;
       this.drop('unprocessable');
       this.opts.log?.error('a message could not be processed; dropped', {
-        device: `${model.tenant}/${model.id}`,
+        tenant: model.tenant,
+        device: model.id,
         error: (err as Error).message,
       });
       return true;
@@ -165,6 +170,7 @@ export class ShardActor {
     if (buf.lines.length > before) {
       buf.messagesWithRows++;
       buf.times.push(outcome.us);
+      buf.received.push(receivedUs);
       if (buf.firstAt === 0) buf.firstAt = performance.now();
     }
     return true;
@@ -202,6 +208,8 @@ export class ShardActor {
         this.metrics.valuesStored += buf.lines.length - rejected;
         if (rejected) this.drop('db_rejected', rejected);
         this.metrics.messagesStored += buf.messagesWithRows;
+        const now = Date.now();
+        for (const receivedUs of buf.received) observeSince(this.metrics.commitLatency, receivedUs, now);
       }
     } finally {
       this.writing = false;

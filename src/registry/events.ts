@@ -117,7 +117,10 @@ export class RegistryEvents {
     return JSON.stringify({ origin: this.origin, event: { type: 'tenant.changed', tenant: event.tenant } } satisfies Envelope);
   }
 
-  /** Local listeners and this process's worker threads. */
+  /**
+   * Local listeners and this process's worker threads. After `close` (shutdown) the threads are
+   * gone: a change committed by a request finishing then is still answered, not failed.
+   */
   private deliver(event: RegistryEvent): void {
     for (const l of this.listeners) {
       try {

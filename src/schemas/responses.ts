@@ -127,6 +127,23 @@ export const responseSchemas = {
     created: ref('RegistryTime'),
   }),
   Health: object(['status'], { status: { const: 'ok' } }),
+  Readiness: object(['status', 'checks'], {
+    status: { enum: ['ready', 'not ready'] },
+    reasons: {
+      type: 'array',
+      items: { type: 'string' },
+      description: 'When not ready: why, one line per failing check (and `shutting down` during a shutdown).',
+    },
+    checks: object(['database', 'migrations', 'broker', 'ingest'], {
+      database: { type: 'string', description: '`ok`, or why the database did not answer within 2 s.' },
+      migrations: { type: 'string', description: '`ok` when every migration of this version is applied, else the missing ones.' },
+      broker: {
+        type: 'string',
+        description: '`ok` while device messages can come in and configuration messages go out, else the connections down.',
+      },
+      ingest: { type: 'string', description: '`ok`, or `stalled` when messages wait and none was acknowledged for INGEST_STALL_SECONDS.' },
+    }),
+  }),
   OpenApiDocument: {
     type: 'object',
     required: ['openapi', 'info', 'paths'],

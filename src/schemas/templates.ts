@@ -21,10 +21,14 @@ const attrFields = {
   static_value: staticValueSchema,
 };
 
-/** A `static` attribute needs `static_value`, except a `psk` one (its key is generated later). */
+/**
+ * A `static` attribute needs `static_value`, except a `psk` one (its key is generated later).
+ * (`properties` in `then` for ajv's strict mode; `unevaluatedProperties: true` says what JSON
+ * Schema means anyway, for linters that read a subschema with `properties` as closed.)
+ */
 const staticNeedsValue = {
   if: { required: ['type'], properties: { type: { const: 'static' }, value_type: { not: { const: 'psk' } } } },
-  then: { required: ['static_value'], properties: { static_value: true } },
+  then: { required: ['static_value'], properties: { static_value: true }, unevaluatedProperties: true },
 };
 
 /** A POST/PUT /template body; each attribute is checked on its own (`templateAttrBody`). */

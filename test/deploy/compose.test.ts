@@ -23,7 +23,15 @@ import {
 const compose = readRepoFile('docker-compose.yml');
 const envExample = parseEnvFile(readRepoFile('.env.example'));
 
-const SECRETS = ['POSTGRES_PASSWORD', 'MQTT_SERVICE_PASSWORD', 'MQTT_ADMIN_PASSWORD', 'ADMIN_PASSWORD', 'PSK_ENCRYPTION_KEY', 'JWT_SECRET'];
+const SECRETS = [
+  'POSTGRES_PASSWORD',
+  'MQTT_SERVICE_PASSWORD',
+  'MQTT_ADMIN_PASSWORD',
+  'ADMIN_PASSWORD',
+  'PSK_ENCRYPTION_KEY',
+  'JWT_SECRET',
+  'GRAFANA_ADMIN_PASSWORD',
+];
 /** Values a user would put into .env. */
 const sampleSecrets: Record<string, string> = {
   POSTGRES_PASSWORD: 'a1'.repeat(12),
@@ -32,6 +40,7 @@ const sampleSecrets: Record<string, string> = {
   ADMIN_PASSWORD: 'd4'.repeat(12),
   PSK_ENCRYPTION_KEY: 'e5'.repeat(32),
   JWT_SECRET: 'f6'.repeat(32),
+  GRAFANA_ADMIN_PASSWORD: '07'.repeat(12),
 };
 const serviceEnv = () => yamlMapping(yamlBlock(compose, ['services', 'device-registry', 'environment']));
 

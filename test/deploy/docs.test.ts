@@ -65,6 +65,33 @@ describe('docs/operations.md', () => {
     expect(operations).toMatch(/reasoning/i);
   });
 
+  it('walks from `docker compose up` to the dashboard, and covers health, logs, metrics, alerts and rolling restarts', () => {
+    const first = operations.slice(operations.indexOf('## 1. '), operations.indexOf('\n## 2. '));
+    for (const step of [
+      'docker compose up -d',
+      'curl -s localhost:8000/health/ready',
+      'http://localhost:3000',
+      '`GRAFANA_ADMIN_PASSWORD`',
+      'mosquitto_pub',
+      '"Ingest rate"',
+    ]) {
+      expect(first).toContain(step);
+    }
+    for (const heading of ['Health, logs and metrics', 'Dashboard and alerts', 'Rolling restarts'])
+      expect(operations).toMatch(new RegExp(`^## \\d+\\. ${heading}`, 'm'));
+    for (const word of [
+      '/health/live',
+      '/health/ready',
+      'X-Request-Id',
+      'LOG_FORMAT',
+      'REDACT_PATHS',
+      'SHUTDOWN_TIMEOUT_MS',
+      'IngestStalled',
+      'MemoryNearLimit',
+    ])
+      expect(operations).toContain(word);
+  });
+
   it('explains every secret the compose file requires', () => {
     for (const name of secrets) expect(operations).toContain(`\`${name}\``);
   });

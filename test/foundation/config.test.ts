@@ -1,8 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError, readConfig } from '../../src/config.js';
-import { tempDir, useSpawnedServices } from '../helpers/service.js';
-
-const spawned = useSpawnedServices();
+import { spawnService, startFailure, tempDir } from '../helpers/service.js';
 
 const KEY = 'a'.repeat(64);
 
@@ -63,10 +61,32 @@ describe('configuration', () => {
     expect(readConfig({ PSK_ENCRYPTION_KEY: b64 }).pskEncryptionKey).toEqual(Buffer.alloc(32, 7));
   });
 
-  it('a bad value stops the process with one line naming the variable', async () => {
-    const svc = spawned.spawn({ PORT: 'http', DATA_DIR: await tempDir() });
+  it('a bad value stops the process with one line naming the variable: a JSON log line by default', async () => {
+    const svc = spawnService({ PORT: 'http', DATA_DIR: await tempDir() });
     expect(await svc.exited).toBe(2);
     const lines = svc.output.filter((l) => l.trim() !== '');
-    expect(lines).toEqual(['configuration error: PORT must be an integer between 0 and 65535, got "http"']);
+    expect(lines).toHaveLength(1);
+    expect(JSON.parse(lines[0]!)).toMatchObject({
+      level: 'error',
+      msg: 'configuration error: PORT must be an integer between 0 and 65535, got "http"',
+      variable: 'PORT',
+    });
+  });
+
+  it('with LOG_FORMAT=pretty the same failure is one readable line, not JSON', async () => {
+    const svc = spawnService({ PORT: 'http', DATA_DIR: await tempDir(), LOG_FORMAT: 'pretty' });
+    expect(await svc.exited).toBe(2);
+    const lines = svc.output.filter((l) => l.trim() !== '');
+    expect(lines).toHaveLength(1);
+    // Colour codes aside: time, level, message.
+    const plain = lines[0]!.replace(/\x1b\[[0-9;]*m/g, '');
+    expect(plain).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] ERROR: configuration error: PORT must be an integer between 0 and 65535, got "http"/);
+    expect(() => JSON.parse(lines[0]!)).toThrow();
+  });
+
+  it('a bad LOG_FORMAT is a configuration error too (written as JSON)', async () => {
+    const svc = spawnService({ LOG_FORMAT: 'xml', DATA_DIR: await tempDir() });
+    expect(await svc.exited).toBe(2);
+    expect(startFailure(svc)).toBe('configuration error: LOG_FORMAT must be one of json, pretty, got "xml"');
   });
 });

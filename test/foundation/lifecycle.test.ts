@@ -8,7 +8,7 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { freePort } from '../../src/net.js';
 import type { TokenAnswer } from '../helpers/api.js';
-import { http, loggedAddress, type SpawnedService, tempDir, useSpawnedServices } from '../helpers/service.js';
+import { http, loggedAddress, type SpawnedService, startFailure, tempDir, useSpawnedServices } from '../helpers/service.js';
 
 const spawned = useSpawnedServices();
 
@@ -40,7 +40,8 @@ async function stopCleanly(svc: SpawnedService, signal: NodeJS.Signals = 'SIGTER
   expect(await svc.exited).toBe(0);
 }
 
-describe('zero-setup start', () => {
+// Each test starts one or two zero-setup instances (initdb each): slow on a busy machine.
+describe('zero-setup start', { timeout: 90_000 }, () => {
   it('starts with the embedded database and broker, restarts on the same data, and shuts down cleanly', async () => {
     const dataDir = await tempDir();
     const first = await start({ DATA_DIR: dataDir });
@@ -109,9 +110,7 @@ describe('zero-setup start', () => {
     const first = await start({ DATA_DIR: dataDir });
     const second = spawnOnFreePorts({ DATA_DIR: dataDir });
     expect(await second.exited).toBe(2);
-    expect(second.output.filter((l) => l.trim()).at(-1)).toMatch(
-      /^start failed: DATA_DIR .* is in use by another running instance \(pid \d+\)/,
-    );
+    expect(startFailure(second)).toMatch(/^start failed: DATA_DIR .* is in use by another running instance \(pid \d+\)/);
     expect((await http('GET', `${first.base}/health`)).status).toBe(200);
     expect(await logInStatus(first.base)).toBe(200);
     await stopCleanly(first.svc);
@@ -122,9 +121,7 @@ describe('zero-setup start', () => {
     const port = new URL(first.base).port;
     const second = spawnOnFreePorts({ PORT: port, DATA_DIR: await tempDir() });
     expect(await second.exited).toBe(2);
-    expect(second.output.filter((l) => l.trim()).at(-1)).toBe(
-      `start failed: cannot listen on 127.0.0.1:${port} (PORT/HOST); is the port taken?`,
-    );
+    expect(startFailure(second)).toBe(`start failed: cannot listen on 127.0.0.1:${port} (PORT/HOST); is the port taken?`);
     // All of the first instance's requests still reach it.
     for (let i = 0; i < 5; i++) expect((await http('GET', `${first.base}/health`)).status).toBe(200);
     await stopCleanly(first.svc);
@@ -171,7 +168,7 @@ describe('zero-setup start', () => {
         MQTT_PORT: String(port),
       });
       expect(await svc.exited).toBe(2);
-      const last = svc.output.filter((l) => l.trim()).at(-1)!;
+      const last = startFailure(svc);
       expect(last).toMatch(/^configuration error: MQTT_PORT \d+ is already in use .*MQTT_URL/);
     } finally {
       blocker.close();
@@ -191,7 +188,7 @@ describe('zero-setup start', () => {
     });
     expect(await svc.exited).toBe(2);
     const lines = svc.output.filter((l) => l.trim());
-    expect(lines.at(-1)).toMatch(
+    expect(startFailure(svc)).toMatch(
       new RegExp(`^start failed: cannot use the database 127.0.0.1:${port}/registry \\(DATABASE_URL\\): connect ECONNREFUSED`),
     );
     expect(lines.join('\n')).not.toContain('s3cret-pw');
@@ -202,9 +199,7 @@ describe('zero-setup start', () => {
     await fs.writeFile(file, 'x');
     const svc = spawned.spawn({ DATA_DIR: file, PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0' });
     expect(await svc.exited).toBe(2);
-    expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(
-      new RegExp(`^start failed: DATA_DIR ${file} cannot be used as a writable directory: EEXIST`),
-    );
+    expect(startFailure(svc)).toMatch(new RegExp(`^start failed: DATA_DIR ${file} cannot be used as a writable directory: EEXIST`));
   });
 
   it('a DATA_DIR that cannot be created stops the start with one line naming DATA_DIR (inside /proc, too)', async () => {
@@ -212,9 +207,7 @@ describe('zero-setup start', () => {
       if (dir.includes('a-file')) await fs.writeFile(path.dirname(dir), 'x');
       const svc = spawned.spawn({ DATA_DIR: dir, PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0' });
       expect(await svc.exited).toBe(2);
-      expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(
-        new RegExp(`^start failed: DATA_DIR ${dir} cannot be used as a writable directory: E`),
-      );
+      expect(startFailure(svc)).toMatch(new RegExp(`^start failed: DATA_DIR ${dir} cannot be used as a writable directory: E`));
     }
   });
 
@@ -229,6 +222,6 @@ describe('zero-setup start', () => {
       PSK_ENCRYPTION_KEY: 'b'.repeat(64),
     });
     expect(await svc.exited).toBe(2);
-    expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(/^configuration error: ADMIN_PASSWORD must be set when DATABASE_URL is set/);
+    expect(startFailure(svc)).toMatch(/^configuration error: ADMIN_PASSWORD must be set when DATABASE_URL is set/);
   });
 });

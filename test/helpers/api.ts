@@ -176,3 +176,10 @@ export interface DeviceBody {
   templates: Array<number | string>;
   attrs?: OverrideBody[];
 }
+
+/** GET /health/ready (src/health.ts): `ok` or what is wrong, per check; the reasons when not ready. */
+export interface ReadinessAnswer {
+  status: 'ready' | 'not ready';
+  checks: Record<'database' | 'migrations' | 'broker' | 'ingest', string>;
+  reasons?: string[];
+}

@@ -73,7 +73,7 @@ export interface TestService {
 export async function startTestService(overrides: Record<string, string | undefined> = {}): Promise<TestService> {
   const env = await testEnv(overrides);
   const config = readConfig(env);
-  const service = await startService(config, createLogger(config.logLevel, { test: true }));
+  const service = await startService(config, createLogger(config.logLevel, { test: true }, { format: config.logFormat }));
   return {
     service,
     env,
@@ -301,4 +301,20 @@ export async function terminate(svc: SpawnedService): Promise<{ code: number | n
   svc.child.kill('SIGTERM');
   const code = await svc.exited;
   return { code, ms: Date.now() - t0 };
+}
+
+/**
+ * The message of a failed start: the process's last output line, which must be one JSON log line
+ * (the default format off a terminal) at level error.
+ */
+export function startFailure(svc: SpawnedService): string {
+  const last = svc.output.filter((l) => l.trim()).at(-1) ?? '';
+  let line: { level?: unknown; msg?: unknown };
+  try {
+    line = JSON.parse(last) as typeof line;
+  } catch {
+    throw new Error(`the last line of a failed start is not a JSON log line: ${last}`);
+  }
+  if (line.level !== 'error' || typeof line.msg !== 'string') throw new Error(`not a start failure line: ${last}`);
+  return line.msg;
 }

@@ -3,7 +3,7 @@ import net from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, readConfig } from '../../src/config.js';
 import { freePort } from '../../src/net.js';
-import { spawnService, testEnv } from '../helpers/service.js';
+import { spawnService, testEnv, startFailure } from '../helpers/service.js';
 
 describe('messaging configuration', () => {
   it('has the documented defaults', () => {
@@ -55,7 +55,7 @@ describe('an unreachable broker', () => {
     const port = await freePort();
     const svc = spawnService(await testEnv({ MQTT_URL: `mqtt://127.0.0.1:${port}`, LOG_LEVEL: 'error' }));
     expect(await svc.exited).toBe(2);
-    expect(svc.output.filter((l) => l.trim()).at(-1)).toMatch(
+    expect(startFailure(svc)).toMatch(
       new RegExp(`^start failed: ingest could not start: cannot reach the broker at 127.0.0.1:${port} \\(MQTT_URL\\)`),
     );
   });
@@ -69,9 +69,7 @@ describe('an unreachable broker', () => {
       const svc = spawnService(await testEnv({ MQTT_URL: `mqtt://127.0.0.1:${port}`, LOG_LEVEL: 'error' }));
       expect(await svc.exited).toBe(2);
       expect(Date.now() - t0).toBeLessThan(40_000);
-      expect(svc.output.filter((l) => l.trim()).at(-1)).toBe(
-        `start failed: ingest could not start: no MQTT answer from 127.0.0.1:${port} within 10 s (MQTT_URL)`,
-      );
+      expect(startFailure(svc)).toBe(`start failed: ingest could not start: no MQTT answer from 127.0.0.1:${port} within 10 s (MQTT_URL)`);
     } finally {
       silent.close();
     }

@@ -2,6 +2,7 @@
 // (at once when dropped), sends a failed batch again, and pauses / resumes the broker link.
 import { describe, expect, it } from 'vitest';
 import type { WorkerMetricsDelta } from '../../src/ingest/protocol.js';
+import { emptyLatency } from '../../src/ingest/latency.js';
 
 describe('the router', () => {
   const quiet = {
@@ -80,6 +81,7 @@ function ShardActorMetrics(): WorkerMetricsDelta {
     cacheMisses: 0,
     batchRows: [],
     copySeconds: [],
+    commitLatency: emptyLatency(),
     cachedDevices: 0,
   };
 }

@@ -1,5 +1,7 @@
-// The shard actor: a message whose processing throws is dropped alone; the rest of its batch is committed.
+// The shard actor: a message whose processing throws is dropped alone (logged with its tenant and
+// device); the rest of its batch is committed.
 import { describe, expect, it } from 'vitest';
+import { createLogger } from '../../src/log.js';
 import { DeviceCache } from '../../src/ingest/device-cache.js';
 import { buildDeviceModel, type AttrRow, type DeviceModel } from '../../src/ingest/device-model.js';
 import type { HistoryWriter } from '../../src/ingest/history-writer.js';
@@ -37,7 +39,9 @@ describe('the shard actor', () => {
         return Promise.resolve({ seconds: 0, rejected: 0 });
       },
     };
-    const actor = new ShardActor(cache, writer as unknown as HistoryWriter, { batchRows: 100, batchMs: 1 });
+    const lines: string[] = [];
+    const log = createLogger('info', { component: 'ingest-shard' }, { write: (line) => lines.push(line) });
+    const actor = new ShardActor(cache, writer as unknown as HistoryWriter, { batchRows: 100, batchMs: 1, log });
     const payloads = ['{"a":1}', '{"a":2}', '{"a":3}'].map((p) => Buffer.from(p));
     const delta = await actor.handle({
       keys: ['t/good', 't/bad', 't/good'].join('\0'),
@@ -48,5 +52,15 @@ describe('the shard actor', () => {
     expect(written.map((l) => l.split('\t')[1] + '=' + l.trim().split('\t').at(-1))).toEqual(['good=1', 'good=3']);
     expect(delta.dropped).toEqual({ unprocessable: 1 });
     expect(delta.messagesStored).toBe(2);
+    expect(lines.map((l) => JSON.parse(l))).toEqual([
+      expect.objectContaining({
+        level: 'error',
+        msg: 'a message could not be processed; dropped',
+        component: 'ingest-shard',
+        tenant: 't',
+        device: 'bad',
+        error: 'unforeseen',
+      }),
+    ]);
   });
 });

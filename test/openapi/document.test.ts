@@ -1,6 +1,7 @@
 // The API description (issue 8): GET /openapi.json is a valid OpenAPI 3.1 document, equal to the
-// committed docs/openapi.json; every route the service serves is in it and every route in it is
-// served, on the listeners it says; its schemas compile (strict) and its examples fit them.
+// committed docs/openapi.json but for its servers, which are the addresses the client reached;
+// every route the service serves is in it and every route in it is served, at the server it
+// names; its schemas compile (strict) and its examples fit them.
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { Validator } from '@seriousme/openapi-schema-validator';
@@ -9,7 +10,21 @@ import { projectRoot } from '../../src/paths.js';
 import { operationKey } from '../../src/http/route.js';
 import type { ErrorBody } from '../helpers/api.js';
 import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
-import { operationsOf, schemaValidators, type Doc } from './helpers.js';
+import { operationsOf, schemaValidators, type Doc, type ServerDoc } from './helpers.js';
+
+/** The document without its `servers` (top level and per operation). */
+function withoutServers(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(withoutServers);
+  if (typeof value !== 'object' || value === null) return value;
+  return Object.fromEntries(
+    Object.entries(value)
+      .filter(([k]) => k !== 'servers')
+      .map(([k, v]) => [k, withoutServers(v)]),
+  );
+}
+
+/** Where the document places an operation: its own servers, else the document's. */
+const serversOf = (op: { servers?: ServerDoc[] }) => (op.servers ?? doc.servers).map((s) => s.url);
 
 let svc: TestService;
 let token: string;
@@ -38,9 +53,50 @@ describe('GET /openapi.json', () => {
     expect(validator.version).toBe('3.1');
   });
 
-  it('equals the committed docs/openapi.json (run `npm run openapi` after changing the API)', async () => {
-    const committed = await fs.readFile(path.join(projectRoot, 'docs/openapi.json'), 'utf8');
-    expect(served.text === committed, 'docs/openapi.json is stale: run `npm run openapi`').toBe(true);
+  it('equals the committed docs/openapi.json but for the servers (run `npm run openapi` after changing the API)', async () => {
+    const committed = JSON.parse(await fs.readFile(path.join(projectRoot, 'docs/openapi.json'), 'utf8')) as Doc;
+    expect(withoutServers(doc), 'docs/openapi.json is stale: run `npm run openapi`').toEqual(withoutServers(committed));
+    // The committed one names the listeners by their settings.
+    expect(committed.servers).toEqual([
+      {
+        url: 'http://{host}:{port}',
+        description: 'Public listener (HOST, PORT).',
+        variables: { host: { default: 'localhost' }, port: { default: '8000' } },
+      },
+    ]);
+  });
+
+  it('names the servers the client reached: the public listener, and the internal one for the internal operations', async () => {
+    expect(doc.servers.map((s) => s.url)).toEqual([svc.base]);
+    for (const { method, path: p, op } of operationsOf(doc)) {
+      const expected = op['x-listeners'].map((l) => (l === 'public' ? svc.base : svc.internal));
+      expect(serversOf(op), `${method} ${p}`).toEqual(expected);
+    }
+    expect(serversOf(doc.paths['/internal/device']!.get!)).toEqual([svc.internal]);
+    // Asked on the internal listener, the same addresses.
+    const fromInternal = JSON.parse((await http('GET', `${svc.internal}/openapi.json`)).text) as Doc;
+    expect(fromInternal.servers.map((s) => s.url)).toEqual([svc.base]);
+    expect(fromInternal.paths['/internal/device']!.get!.servers!.map((s) => s.url)).toEqual([svc.internal]);
+  });
+
+  it('behind a proxy: the Host and X-Forwarded-Proto the client used', async () => {
+    const viaProxy = JSON.parse(
+      (await http('GET', `${svc.base}/openapi.json`, { headers: { 'x-forwarded-host': 'api.example.test', 'x-forwarded-proto': 'https' } }))
+        .text,
+    ) as Doc;
+    expect(viaProxy.servers.map((s) => s.url)).toEqual(['https://api.example.test']);
+    // The internal listener is bound to 127.0.0.1 (INTERNAL_HOST), so it is named by that address.
+    expect(viaProxy.paths['/internal/device']!.get!.servers!.map((s) => s.url)).toEqual([svc.internal]);
+    // A Host header that is no host name is not used.
+    const odd = await http('GET', `${svc.base}/openapi.json`, { headers: { 'x-forwarded-host': 'evil"} ,{"x' } });
+    expect((JSON.parse(odd.text) as Doc).servers.map((s) => s.url)).toEqual([svc.base]);
+  });
+
+  it('answers 406 to a client that accepts no JSON', async () => {
+    const res = await http('GET', `${svc.base}/openapi.json`, { headers: { accept: 'text/html' } });
+    expect([res.status, res.body]).toEqual([406, { message: 'This resource is only available as application/json', status: 406 }]);
+    expect((await http('GET', `${svc.base}/openapi.json`, { headers: { accept: 'text/html, */*;q=0.1' } })).status).toBe(200);
+    expect((await http('GET', `${svc.base}/openapi.json`, { headers: { accept: 'application/*' } })).status).toBe(200);
   });
 
   it('declares the bearer JWT scheme, required everywhere except the public operations', () => {
@@ -50,7 +106,14 @@ describe('GET /openapi.json', () => {
     const open = operationsOf(doc)
       .filter((o) => o.op.security !== undefined)
       .map((o) => `${o.method} ${o.path}`);
-    expect(open.sort()).toEqual(['GET /health', 'GET /metrics', 'GET /openapi.json', 'POST /auth']);
+    expect(open.sort()).toEqual([
+      'GET /health',
+      'GET /health/live',
+      'GET /health/ready',
+      'GET /metrics',
+      'GET /openapi.json',
+      'POST /auth',
+    ]);
   });
 });
 
@@ -63,17 +126,17 @@ describe('routes', () => {
     expect(fromDoc).toEqual(fromService);
   });
 
-  it('over HTTP: each described operation answers on its listeners and is unknown on the other', async () => {
+  it('over HTTP: each described operation answers at the servers the document names, and is unknown at the others', async () => {
     // A tenant of its own: the probes may delete what they find.
     const probeToken = await tenantToken(svc.base, token, 'probe', 'admin');
-    const base = { public: svc.base, internal: svc.internal };
     for (const { method, path: p, op } of operationsOf(doc)) {
       const url = p.replace(/\{[^}]+\}/g, 'probe');
-      for (const listener of ['public', 'internal'] as const) {
-        const res = await http<Partial<ErrorBody> | undefined>(method, base[listener] + url, { token: probeToken });
+      const named = serversOf(op);
+      for (const server of [svc.base, svc.internal]) {
+        const res = await http<Partial<ErrorBody> | undefined>(method, server + url, { token: probeToken });
         const unknown = res.status === 404 && res.body?.message === 'Invalid endpoint requested';
-        const label = `${method} ${p} on ${listener}: ${res.status} ${res.text.slice(0, 100)}`;
-        if (op['x-listeners'].includes(listener)) {
+        const label = `${method} ${p} at ${server}: ${res.status} ${res.text.slice(0, 100)}`;
+        if (named.includes(server)) {
           expect(unknown || res.status === 405, label).toBe(false);
         } else {
           expect(unknown, label).toBe(true);
@@ -108,7 +171,7 @@ describe('schemas and examples', () => {
       if (!op.security) expect(statuses, `${method} ${p}`).toContain(401);
       if (op.parameters.length > 0 || op.requestBody || !op.security) {
         // Operations that can fail on input show how (the public GETs cannot).
-        if (!['GET /health', 'GET /metrics', 'GET /openapi.json', 'DELETE /device'].includes(`${method} ${p}`)) {
+        if (!['DELETE /device'].includes(`${method} ${p}`)) {
           expect(
             statuses.some((s) => s >= 400),
             `${method} ${p}: an error example`,
@@ -138,11 +201,35 @@ describe('schemas and examples', () => {
     for (const { method, path: p, op } of operationsOf(doc)) {
       for (const ex of op['x-examples']) {
         for (const param of op.parameters) {
-          const given = param.examples?.[ex.name];
+          const given = param.in === 'path' ? ex.request.params?.[param.name] : ex.request.query?.[param.name];
           if (param.in === 'path' || (param.required && ex.status < 300))
             expect(given, `${method} ${p} ${ex.name}: ${param.name}`).toBeDefined();
         }
       }
     }
+  });
+
+  it('the examples shown beside a parameter or a request body fit its schema (the inputs of refused requests are in x-examples only)', () => {
+    const compile = schemaValidators(doc);
+    let shown = 0;
+    let refusedInputs = 0;
+    for (const { method, path: p, op } of operationsOf(doc)) {
+      for (const param of op.parameters) {
+        for (const [name, ex] of Object.entries(param.examples ?? {})) {
+          shown++;
+          expect(compile(param.schema)(ex.value), `${method} ${p} ${param.name} ${name}`).toBe(true);
+        }
+      }
+      for (const media of Object.values(op.requestBody?.content ?? {})) {
+        for (const [name, ex] of Object.entries(media.examples ?? {})) {
+          shown++;
+          expect(compile(media.schema)(ex.value), `${method} ${p} body ${name}`).toBe(true);
+        }
+        refusedInputs += op['x-examples'].filter((e) => e.request.body !== undefined && media.examples?.[e.name] === undefined).length;
+      }
+    }
+    expect(shown).toBeGreaterThan(50);
+    // Refused bodies exist (a template without a label, say) and stay out of `examples`.
+    expect(refusedInputs).toBeGreaterThan(5);
   });
 });

@@ -2,10 +2,25 @@
 // validators for the schemas it documents (JSON Schema 2020-12, strict).
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 
+export interface ServerDoc {
+  url: string;
+  description?: string;
+  variables?: Record<string, { default: string }>;
+}
+
 export type Doc = {
+  servers: ServerDoc[];
   paths: Record<string, Record<string, OperationDoc>>;
   components: { schemas: Record<string, unknown> };
 };
+
+/** An example's request as sent. */
+export interface ExampleRequest {
+  params?: Record<string, string | number>;
+  query?: Record<string, string | number | string[]>;
+  headers?: Record<string, string>;
+  body?: unknown;
+}
 
 export interface ParameterDoc {
   name: string;
@@ -24,7 +39,8 @@ export interface OperationDoc {
   operationId: string;
   security?: unknown[];
   'x-listeners': Array<'public' | 'internal'>;
-  'x-examples': Array<{ name: string; summary: string; status: number; fixture?: string }>;
+  servers?: ServerDoc[];
+  'x-examples': Array<{ name: string; summary: string; status: number; fixture?: string; request: ExampleRequest }>;
   parameters: ParameterDoc[];
   requestBody?: { content: Record<string, MediaDoc> };
   responses: Record<string, { description: string; content?: Record<string, MediaDoc> }>;

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { KeySealer } from '../../src/registry/psk/sealer.js';
 import type { DeviceView } from '../helpers/api.js';
-import { freshDatabase, http, login, tempDir, useService, useSpawnedServices, zeroSetupEnv } from '../helpers/service.js';
+import { freshDatabase, http, login, startFailure, tempDir, useService, useSpawnedServices, zeroSetupEnv } from '../helpers/service.js';
 import { attrOf, genPsk, keyedDevices } from './fixtures.js';
 
 const svc = useService();
@@ -53,7 +53,7 @@ describe('keys at rest', () => {
       ADMIN_PASSWORD: 'x',
     });
     expect(await s.exited).toBe(2);
-    expect(s.output.filter((l) => l.trim()).at(-1)).toBe(
+    expect(startFailure(s)).toBe(
       'configuration error: PSK_ENCRYPTION_KEY must be set when DATABASE_URL is set (32 bytes, as 64 hex characters or base64)',
     );
   });

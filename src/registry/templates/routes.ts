@@ -22,7 +22,7 @@ const attrFormat = {
 /** Template bodies: each attribute is also checked on its own (`failed to parse attr`). */
 const body: BodyDecl = {
   read: 'json',
-  schema: { allOf: [templateBody, { properties: { attrs: { items: templateAttrBody } } }] },
+  schema: { allOf: [templateBody, { type: 'object', properties: { attrs: { type: 'array', items: templateAttrBody } } }] },
   description:
     'The body (`failed to parse input`), then each attribute in order (`failed to parse attr`: `static` attributes other than `psk` need ' +
     "`static_value`; labels are unique within the template and within an attribute's metadata).",

@@ -1,0 +1,139 @@
+// Logs (pino): secrets redacted at the configured paths, errors with their stack, the pretty
+// format on one line; and over HTTP, the request id: taken from X-Request-Id or made, echoed in
+// the answer, and on the request's log lines.
+import crypto from 'node:crypto';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createLogger, REDACT_PATHS, REDACTED, type LogFormat } from '../../src/log.js';
+import { http, loggedAddress, spawnService, testEnv, type SpawnedService } from '../helpers/service.js';
+
+function capture(format: LogFormat = 'json', level: 'debug' | 'info' = 'debug') {
+  const lines: string[] = [];
+  return { log: createLogger(level, { component: 'test' }, { format, write: (l) => lines.push(l) }), lines };
+}
+
+/** An object with `value` at a redact path (`*` stands for any field: `anything`). */
+function at(path: string, value: string): Record<string, unknown> {
+  const parts = path.split('.').map((p) => (p === '*' ? 'anything' : p));
+  const out: Record<string, unknown> = {};
+  let node = out;
+  for (const p of parts.slice(0, -1)) node = (node[p] = {}) as Record<string, unknown>;
+  node[parts.at(-1)!] = value;
+  return out;
+}
+
+describe('log redaction', () => {
+  it('every configured path is redacted, top-level and one level down, whatever else the line holds', () => {
+    expect(REDACT_PATHS.length).toBeGreaterThan(20);
+    for (const path of REDACT_PATHS) {
+      const { log, lines } = capture();
+      const secret = `s3cret-${crypto.randomBytes(8).toString('hex')}`;
+      log.info('with a secret', { ...at(path, secret), kept: 'visible' });
+      expect(lines).toHaveLength(1);
+      expect(lines[0], path).not.toContain(secret);
+      expect(lines[0], path).toContain(REDACTED);
+      expect(JSON.parse(lines[0]!).kept).toBe('visible');
+    }
+  });
+
+  it('the fields that name secrets today (passwords, tokens, keys, authorization) are among them', () => {
+    for (const field of [
+      'password',
+      'passwd',
+      'secret',
+      'token',
+      'jwt',
+      'psk',
+      'key',
+      'authorization',
+      'jwtSecret',
+      'pskEncryptionKey',
+      'adminPassword',
+    ]) {
+      expect(REDACT_PATHS).toContain(field);
+      expect(REDACT_PATHS).toContain(`*.${field}`);
+    }
+    expect(REDACT_PATHS).toContain('headers.authorization');
+  });
+
+  it('child loggers and the pretty format redact too', () => {
+    const { log, lines } = capture('pretty');
+    log
+      .child({ requestId: 'r1', token: 'child-token-value' })
+      .warn('pretty', { password: 'pretty-password', nested: { psk: 'pretty-psk' } });
+    expect(lines).toHaveLength(1);
+    for (const secret of ['child-token-value', 'pretty-password', 'pretty-psk']) expect(lines[0]).not.toContain(secret);
+  });
+});
+
+describe('log lines', () => {
+  it('JSON: ts (ISO 8601), level by name, msg, then the fields; errors with message and stack', () => {
+    const { log, lines } = capture();
+    log.error('failed', { error: new Error('boom'), tenant: 't1' });
+    const line = JSON.parse(lines[0]!);
+    expect(line).toMatchObject({
+      level: 'error',
+      msg: 'failed',
+      component: 'test',
+      tenant: 't1',
+      error: { type: 'Error', message: 'boom' },
+    });
+    expect(line.ts).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+    expect(line.error.stack).toContain('Error: boom');
+  });
+
+  it('pretty: one line per event, the time, the level, the message and the fields', () => {
+    const { log, lines } = capture('pretty');
+    log.info('hello there', { tenant: 't1', device: 'a1b2c3' });
+    expect(lines).toHaveLength(1);
+    const plain = lines[0]!.replace(/\x1b\[[0-9;]*m/g, '');
+    expect(plain.trimEnd().split('\n')).toHaveLength(1);
+    expect(plain).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: hello there/);
+    expect(plain).toContain('"a1b2c3"');
+  });
+
+  it('below the level nothing is written', () => {
+    const { log, lines } = capture('json', 'info');
+    log.debug('not written');
+    expect(lines).toEqual([]);
+  });
+});
+
+describe('request ids', () => {
+  const spawned: SpawnedService[] = [];
+  afterAll(() => {
+    for (const s of spawned) if (s.child.exitCode === null) s.child.kill('SIGKILL');
+  });
+
+  it('X-Request-Id is taken when usable, made otherwise, echoed in the answer and carried by the request log lines', async () => {
+    const svc = spawnService(await testEnv({ LOG_LEVEL: 'debug' }));
+    spawned.push(svc);
+    await svc.waitFor(/"msg":"ready"/, 60_000);
+    const base = loggedAddress(await svc.waitFor(/public HTTP API listening/));
+
+    const given = await http('GET', `${base}/health`, { headers: { 'x-request-id': 'trace-42.a/b' } });
+    expect(given.headers.get('x-request-id')).toBe('trace-42.a/b');
+    const made = await http('GET', `${base}/template`);
+    const madeId = made.headers.get('x-request-id')!;
+    expect(madeId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+    // Unusable (blank inside, or too long): replaced by one of ours.
+    for (const bad of ['two words', 'x'.repeat(129)]) {
+      const res = await http('GET', `${base}/health`, { headers: { 'x-request-id': bad } });
+      expect(res.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/);
+    }
+    const other = await http('GET', `${base}/health`);
+    expect(other.headers.get('x-request-id')).not.toBe(madeId);
+
+    svc.child.kill('SIGTERM');
+    expect(await svc.exited).toBe(0);
+    const lines = svc.output.map((l) => JSON.parse(l) as Record<string, unknown>);
+    const byId = (id: string) => lines.filter((l) => l.requestId === id);
+    expect(byId('trace-42.a/b')).toEqual([
+      expect.objectContaining({ level: 'debug', msg: 'request', method: 'GET', path: '/health', status: 200 }),
+    ]);
+    expect(byId(madeId)).toEqual([expect.objectContaining({ msg: 'request', path: '/template', status: 401 })]);
+    // Every request line carries an id.
+    const requestLines = lines.filter((l) => l.msg === 'request');
+    expect(requestLines.length).toBeGreaterThanOrEqual(5);
+    for (const l of requestLines) expect(typeof l.requestId).toBe('string');
+  }, 60_000);
+});

@@ -1,0 +1,156 @@
+// Graceful shutdown of the real process (SIGTERM), connection by connection: a request that
+// outlives the drain is answered 503 and changes nothing; idle keep-alive connections are ended;
+// a request on a kept-alive connection during the drain is answered and closes its connection.
+import pg from 'pg';
+import { afterAll, describe, expect, it } from 'vitest';
+import { http, login, loggedAddress, spawnService, testEnv, type SpawnedService } from '../helpers/service.js';
+import { RawConnection } from '../helpers/raw-http.js';
+import type { TemplateCreated } from '../helpers/api.js';
+
+const spawned: SpawnedService[] = [];
+afterAll(() => {
+  for (const s of spawned) if (s.child.exitCode === null && s.child.signalCode === null) s.child.kill('SIGKILL');
+});
+
+async function spawnReady(env: Record<string, string | undefined>) {
+  const svc = spawnService(env);
+  spawned.push(svc);
+  await svc.waitFor(/"msg":"ready"/, 60_000);
+  const base = loggedAddress(await svc.waitFor(/public HTTP API listening/));
+  return { svc, base, port: Number(new URL(base).port) };
+}
+
+/** A transaction of the test's own holding an exclusive lock on `devices`: device creations wait for it. */
+async function lockDevices(databaseUrl: string) {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  await client.query('BEGIN');
+  await client.query('LOCK TABLE devices IN ACCESS EXCLUSIVE MODE');
+  return {
+    release: async () => {
+      await client.query('ROLLBACK');
+      await client.end();
+    },
+  };
+}
+
+async function devicesLabelled(databaseUrl: string, prefix: string): Promise<number> {
+  const client = new pg.Client({ connectionString: databaseUrl });
+  await client.connect();
+  try {
+    return (await client.query<{ n: number }>(`SELECT count(*)::int AS n FROM devices WHERE label LIKE $1`, [`${prefix}%`])).rows[0]!.n;
+  } finally {
+    await client.end();
+  }
+}
+
+async function template(base: string, token: string): Promise<number> {
+  const res = await http<TemplateCreated>('POST', `${base}/template`, {
+    token,
+    body: { label: 'shutdown', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }] },
+  });
+  expect(res.status, res.text).toBe(200);
+  return res.body.template.id;
+}
+
+describe('SIGTERM', () => {
+  it('a request still running at the drain deadline is answered 503 (never 500), changes nothing, and the process exits 0 within SHUTDOWN_TIMEOUT_MS', async () => {
+    const timeoutMs = 3000;
+    const env = await testEnv({ LOG_LEVEL: 'info', SHUTDOWN_TIMEOUT_MS: String(timeoutMs) });
+    const { svc, base, port } = await spawnReady(env);
+    const token = await login(base);
+    const templateId = await template(base, token);
+
+    const lock = await lockDevices(env.DATABASE_URL!);
+    let lockHeld = true;
+    try {
+      const conn = await RawConnection.open(port);
+      const answer = conn.request('POST', '/device?count=5', {
+        headers: { authorization: `Bearer ${token}`, 'x-request-id': 'cut-off-1' },
+        body: { label: 'cut', templates: [templateId] },
+      });
+      // The creation now waits for the lock.
+      await new Promise((r) => setTimeout(r, 300));
+      const t0 = Date.now();
+      svc.child.kill('SIGTERM');
+      const res = await answer;
+      const answeredAfter = Date.now() - t0;
+      expect([res.status, JSON.parse(res.body)]).toEqual([
+        503,
+        { message: 'The service is shutting down; send the request again', status: 503 },
+      ]);
+      expect(res.headers['x-request-id']).toBe('cut-off-1');
+      expect(res.headers.connection).toBe('close');
+      // At the drain deadline: three quarters of the budget.
+      expect(answeredAfter).toBeGreaterThanOrEqual(timeoutMs * 0.75 - 100);
+      // The creation may go on now: its connection was closed with the 503, so it is rolled back.
+      await lock.release();
+      lockHeld = false;
+      expect(await svc.exited).toBe(0);
+      expect(Date.now() - t0).toBeLessThan(timeoutMs + 300);
+    } finally {
+      if (lockHeld) await lock.release();
+    }
+    expect(await devicesLabelled(env.DATABASE_URL!, 'cut_')).toBe(0);
+    const lines = svc.output.map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(lines.find((l) => l.msg === 'request cut off by shutdown: answered 503')).toMatchObject({
+      level: 'warn',
+      requestId: 'cut-off-1',
+      method: 'POST',
+      path: '/device',
+    });
+    expect(lines.filter((l) => l.level === 'error')).toEqual([]);
+  }, 60_000);
+
+  it('ends idle keep-alive connections once nothing is in flight; a request on a kept-alive connection during the drain is answered and closes it', async () => {
+    const env = await testEnv({ LOG_LEVEL: 'info' });
+    const { svc, base, port } = await spawnReady(env);
+    const token = await login(base);
+    const templateId = await template(base, token);
+
+    // Three kept-alive connections, each idle after one answer.
+    const [busy, reused, idle] = await Promise.all([RawConnection.open(port), RawConnection.open(port), RawConnection.open(port)]);
+    for (const c of [busy, reused, idle]) {
+      const r = await c.request('GET', '/health');
+      expect(r.status).toBe(200);
+      expect(r.headers.connection).toBeUndefined();
+    }
+    const lock = await lockDevices(env.DATABASE_URL!);
+    let lockHeld = true;
+    try {
+      // One request in flight keeps the drain going.
+      const inFlight = busy.request('POST', '/device?count=3', {
+        headers: { authorization: `Bearer ${token}` },
+        body: { label: 'drained', templates: [templateId] },
+      });
+      await new Promise((r) => setTimeout(r, 200));
+      svc.child.kill('SIGTERM');
+      await svc.waitFor(/"msg":"shutting down"/, 5_000);
+      await new Promise((r) => setTimeout(r, 100));
+
+      // New connections are refused...
+      await expect(RawConnection.open(port)).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+      // ...a kept-alive one is still served (not ready: shutting down), and closed after its answer.
+      const during = await reused.request('GET', '/health/ready', { headers: { 'x-request-id': 'during-drain' } });
+      expect([during.status, during.headers.connection, during.headers['x-request-id']]).toEqual([503, 'close', 'during-drain']);
+      // (The ingest flush runs meanwhile: its broker link may be gone already, a second reason.)
+      expect(JSON.parse(during.body)).toMatchObject({ status: 'not ready', reasons: expect.arrayContaining(['shutting down']) });
+      expect(JSON.parse(during.body).reasons[0]).toBe('shutting down');
+      await reused.closed;
+      // The idle one stays open while a request is in flight.
+      expect(idle.isClosed).toBe(false);
+
+      await lock.release();
+      lockHeld = false;
+      const done = await inFlight;
+      expect([done.status, done.headers.connection]).toEqual([200, 'close']);
+      expect(JSON.parse(done.body).devices).toHaveLength(3);
+      // Nothing in flight: the idle connection is ended by the service, and it exits.
+      await idle.closed;
+      expect(await svc.exited).toBe(0);
+    } finally {
+      if (lockHeld) await lock.release();
+    }
+    expect(await devicesLabelled(env.DATABASE_URL!, 'drained_')).toBe(3);
+  }, 60_000);
+});
