@@ -82,7 +82,8 @@ describe('layers (docs/architecture.md)', () => {
   it('no module imports from a higher layer', () => {
     const upward: string[] = [];
     for (const file of files) {
-      const from = layerOf(layers, file)!;
+      const from = layerOf(layers, file);
+      if (!from) continue; // reported by the test above
       for (const target of importsOf(file)) {
         const to = layerOf(layers, target);
         if (to && to.rank > from.rank) upward.push(`${file} (${from.name}) imports ${target} (${to.name})`);

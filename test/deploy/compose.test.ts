@@ -5,6 +5,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
 import { readConfig } from '../../src/config.js';
 import { projectRoot } from '../../src/paths.js';
 import { tempDir } from '../helpers/service.js';
@@ -133,8 +134,8 @@ describe('docker-compose.yml', () => {
     expect(mounted).toEqual(expect.arrayContaining(['entrypoint.sh', 'mosquitto.conf']));
     for (const file of mounted) await fs.access(repoFile('deploy/mosquitto', file));
     expect(broker.entrypoint).toContain('/mosquitto/config/entrypoint.sh');
-    // A YAML flow sequence of double-quoted strings is JSON.
-    const [kind, shell] = JSON.parse(yamlMapping(yamlBlock(compose, ['services', 'mosquitto', 'healthcheck'])).test!) as string[];
+    const parsed = parseYaml(compose) as { services: { mosquitto: { healthcheck: { test: string[] } } } };
+    const [kind, shell] = parsed.services.mosquitto.healthcheck.test;
     expect(kind).toBe('CMD-SHELL');
     expect(shell).toMatch(/^mosquitto_sub .*-u broker-admin /);
     // `$$` reaches the container as `$`: the password from its environment, the literal $SYS topic.
