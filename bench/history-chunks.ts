@@ -21,7 +21,7 @@
 import os from 'node:os';
 import pg from 'pg';
 import { seriesKey } from '../src/history/series.js';
-import { ATTRS, concurrent, cpuMeter, deviceId, isTimescale, log, openDatabase, seedDevices, seedValues, startService, tenant, type BenchService } from './lib/history-bench.js';
+import { ATTRS, concurrent, cpuMeter, deviceId, isTimescale, log, openDatabase, openRegionReady, prepareSchema, seedDevices, seedValues, startService, tenant, type BenchService } from './lib/history-bench.js';
 
 const DEVICES = Number(process.env.BENCH_DEVICES ?? 2000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -38,7 +38,7 @@ async function main(): Promise<void> {
   let svc: BenchService | undefined;
   const pool = new pg.Pool({ connectionString: db.url, max: 2 });
   try {
-    svc = await startService(db.url);
+    await prepareSchema(db.url, pool);
     const timescale = await isTimescale(pool);
     results.layout = timescale ? 'TimescaleDB hypertable' : 'plain PostgreSQL partitions';
     const now = Date.now();
@@ -46,6 +46,8 @@ async function main(): Promise<void> {
     await seedDevices(pool, DEVICES);
     await seedValues(pool, { devices: DEVICES, perSeries: 432, stepSeconds: 600, endMs: now });
     await pool.query('VACUUM ANALYZE history');
+    svc = await startService(db.url);
+    await openRegionReady(pool);
 
     const chunkCount = async () => Number((await pool.query(timescale ? `SELECT count(*) FROM show_chunks('history')` : 'SELECT count(*) FROM history_partitions')).rows[0].count);
     const addYear = async () => {

@@ -171,6 +171,29 @@ export async function seedValues(pool: pg.Pool, o: { devices: number; perSeries:
   }
 }
 
+/**
+ * The service's schema on a fresh database, ready for a bulk load: the service is started once
+ * (it migrates) and stopped, then history_reopen() (where the build has it) lets the values load
+ * without the per-row trigger; the next start writes the series' spans in one pass.
+ */
+export async function prepareSchema(url: string, pool: pg.Pool, env: Record<string, string> = {}): Promise<void> {
+  const svc = await startService(url, env);
+  await svc.stop();
+  const { rows } = await pool.query<{ has: boolean }>(`SELECT to_regproc('history_reopen') IS NOT NULL AS has`);
+  if (rows[0]!.has) await pool.query('SELECT history_reopen()');
+}
+
+/** Waits until the service has moved the open region (builds without one: at once), plus its 5 s horizon refresh. */
+export async function openRegionReady(pool: pg.Pool): Promise<number> {
+  const t0 = performance.now();
+  const has = (await pool.query<{ has: boolean }>(`SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_name = 'history_settings' AND column_name = 'closed_before') AS has`)).rows[0]!.has;
+  if (!has) return 0;
+  while (!(await pool.query<{ set: boolean }>(`SELECT closed_before > '-infinity' AS set FROM history_settings`)).rows[0]!.set) await sleep(500);
+  const seconds = (performance.now() - t0) / 1000;
+  await sleep(6000);
+  return Math.round(seconds);
+}
+
 /** Whether the database got the TimescaleDB layout. */
 export async function isTimescale(pool: pg.Pool): Promise<boolean> {
   return (await pool.query<{ timescale: boolean }>('SELECT timescale FROM history_settings')).rows[0]!.timescale;
@@ -228,11 +251,13 @@ function cpuMs(pid: number): number {
 /**
  * CPU spent by the service and by the database's server processes for this database between
  * `start()` and `stop()`: what a request costs, far less sensitive to a busy shared machine
- * than requests per second. The server processes are the backends connected to the database
- * (pg_stat_activity), read on this machine's /proc.
+ * than requests per second. The server processes are the client backends connected to the
+ * database (pg_stat_activity), read on this machine's /proc: the service's connections.
  */
 export async function cpuMeter(pool: pg.Pool, servicePid: number): Promise<{ stop(): Promise<{ serviceMs: number; databaseMs: number }> }> {
-  const backends = async () => (await pool.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database()')).rows.map((r) => r.pid);
+  // Client backends only (not autovacuum or TimescaleDB's jobs), and not this meter's own.
+  const backends = async () =>
+    (await pool.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()`)).rows.map((r) => r.pid);
   const before = new Map<number, number>((await backends()).map((pid) => [pid, cpuMs(pid)]));
   const service0 = cpuMs(servicePid);
   return {

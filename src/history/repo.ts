@@ -102,14 +102,11 @@ interface Span {
 const spanOf = (r: { first_us: number | null; last_us: number | null }): Span | undefined =>
   r.first_us === null || r.last_us === null ? undefined : { firstUs: r.first_us, lastUs: r.last_us };
 
-/** Start of the chunk holding `us` (chunks are aligned to the epoch on both layouts). */
-const chunkStart = (us: number, chunkUs: number) => Math.floor(us / chunkUs) * chunkUs;
-
 /**
  * Up to `need` rows of one series from before the horizon, in the query's order: windows
  * [lo, hi) inside the series' span and the query's range, each planned with its own chunks.
- * The first window is the chunk at the walk's start, then each is twice as wide, so a series
- * whose rows are far apart costs a few statements, never one per chunk.
+ * The first window is one chunk interval long (one or two chunks), then each is twice as
+ * wide, so a series whose rows are far apart costs a few statements, never one per chunk.
  */
 async function readClosed(
   pool: pg.Pool,
@@ -125,17 +122,14 @@ async function readClosed(
   let hi = Math.min(h.closedUs, span.lastUs + 1, q.toUs === undefined ? Infinity : q.toUs + 1);
   const desc = q.order === 'desc';
   const out: Row[] = [];
-  // The first window ends at the edge of the chunk the walk starts in; later ones double.
-  let width = 0;
+  let width = h.chunkUs;
   while (out.length < need && lo < hi) {
-    const [a, b] = desc
-      ? [Math.max(lo, width === 0 ? chunkStart(hi - 1, h.chunkUs) : hi - width), hi]
-      : [lo, Math.min(hi, width === 0 ? chunkStart(lo, h.chunkUs) + h.chunkUs : lo + width)];
-    width = width === 0 ? 2 * h.chunkUs : 2 * width;
+    const [a, b] = desc ? [Math.max(lo, hi - width), hi] : [lo, Math.min(hi, lo + width)];
+    width *= 2;
     const { rows } = await pool.query<Row>({
       text: `SELECT attr, ${historyTimeSql('ts')} AS ts, value, ${matchSql('$3')} AS mine FROM history
               WHERE series = $4::bigint${filterSql(mode, '$3')} AND ts >= $5::timestamptz AND ts < $6::timestamptz
-              ORDER BY ts ${desc ? 'DESC' : 'ASC'}
+              ORDER BY history.ts ${desc ? 'DESC' : 'ASC'}
               LIMIT $7`,
       values: [key.tenant, key.id, key.label, key.series, microsToText(a), microsToText(b), need - out.length],
     });
@@ -178,7 +172,7 @@ export async function readSeries(pool: pg.Pool, tenant: string, id: string, aske
     const { rows } = await pool.query<Row & { label: string; first_us: number | null; last_us: number | null }>({
       name: `history-many-${mode}-${q.order}-${b.key}-${open.key}`,
       text: `SELECT a.label, ${spanSql('sp')}, h.attr, ${historyTimeSql('h.ts')} AS ts, h.value, h.mine
-               FROM unnest($3::text[], $4::bigint[]) WITH ORDINALITY AS a(label, series, ord)
+               FROM history_labels($3::text[], $4::bigint[]) AS a(label, series, ord)
                LEFT JOIN history_series_span sp ON sp.series = a.series
                LEFT JOIN LATERAL (
                      SELECT attr, ts, value, ${matchSql('a.label')} AS mine FROM history
