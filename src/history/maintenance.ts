@@ -11,6 +11,7 @@
 // All of it goes through the SQL functions of sql/020_history.sql and sql/022_*.sql.
 import type pg from 'pg';
 import type { Logger } from '../log.js';
+import { forgetHorizon } from './horizon.js';
 import { checkChunkSizing } from './sizing.js';
 
 export interface HistoryMaintenance {
@@ -69,6 +70,7 @@ export async function startHistoryMaintenance(opts: {
     await pool.query('SELECT history_note_before($1::timestamptz)', [t]);
     const started = Date.now();
     const res = await pool.query<{ n: number }>('SELECT history_close_before($1::timestamptz) AS n', [t]);
+    forgetHorizon(pool); // this instance's reads use the new horizon at once (others within 5 s)
     log.info('history open region moved', { closedBefore: t.toISOString(), seriesSpans: res.rows[0]!.n, ms: Date.now() - started });
     return true;
   };

@@ -90,6 +90,20 @@ function openBound(h: Horizon): { sql: string; key: string } {
     : { sql: `'${microsToText(h.closedUs)}'::timestamptz`, key: String(h.closedUs) };
 }
 
+/**
+ * The open region's LIMIT, written into the statement: the request's limit rounded up to 1, 2,
+ * 3, 4, 6, 8, 12, 16, 24... (at most 1.5 times it; the extra rows are dropped here). With a
+ * parameter, the generic plan assumes a LIMIT of a tenth of the rows while each custom plan
+ * knows it, so PostgreSQL found the generic plan dearer and planned every request anew (seen
+ * with TimescaleDB: ~510 against ~190 µs of database CPU for a lastN); with a literal both agree
+ * and the plan is reused. The rounding keeps the number of prepared statements small.
+ */
+export function openLimit(limit: number): number {
+  let step = 1;
+  while (step * 2 < limit) step *= 2;
+  return limit <= step ? step : limit <= step * 1.5 ? step * 1.5 : step * 2;
+}
+
 /** SQL of a series' span bounds in µs (NULL: no rows before the horizon). */
 const spanSql = (alias: string) =>
   `(extract(epoch FROM ${alias}.first_ts) * 1000000)::int8 AS first_us, (extract(epoch FROM ${alias}.last_ts) * 1000000)::int8 AS last_us`;
@@ -154,9 +168,10 @@ async function completeSeries(
   key: { tenant: string; id: string; label: string; series: string },
   q: HistoryQuery,
   h: Horizon,
-  open: Row[],
+  fetched: Row[],
   span: Span | undefined,
 ): Promise<Row[]> {
+  const open = fetched.slice(0, q.limit); // the statement's LIMIT is openLimit(q.limit)
   if (q.order === 'desc') {
     if (open.length >= q.limit || !span) return open;
     return open.concat(await readClosed(pool, mode, key, q, h, span, q.limit - open.length));
@@ -174,10 +189,11 @@ export async function readSeries(pool: pg.Pool, tenant: string, id: string, aske
   const open = openBound(h);
   const dir = q.order === 'asc' ? 'ASC' : 'DESC';
   const b = bounds(q, 5);
+  const limit = openLimit(q.limit);
   const keys = labels.map((l) => seriesKey(tenant, id, l));
   return withoutCollisions(async (mode) => {
     const { rows } = await pool.query<Row & { label: string; first_us: number | null; last_us: number | null }>({
-      name: `history-many-${mode}-${q.order}-${b.key}-${open.key}`,
+      name: `history-many-${mode}-${q.order}-${b.key}-${limit}-${open.key}`,
       text: `SELECT a.label, ${spanSql('sp')}, h.attr, ${historyTimeSql('h.ts')} AS ts, h.value, h.mine
                FROM history_labels($3::text[], $4::bigint[]) AS a(label, series, ord)
                LEFT JOIN history_series_span sp ON sp.series = a.series
@@ -185,9 +201,9 @@ export async function readSeries(pool: pg.Pool, tenant: string, id: string, aske
                      SELECT attr, ts, value, ${matchSql('a.label')} AS mine FROM history
                       WHERE series = a.series${filterSql(mode, 'a.label')} AND ts >= ${open.sql}${b.sql}
                       ORDER BY ts ${dir}
-                      LIMIT $${5 + b.values.length}) h ON true
+                      LIMIT ${limit}) h ON true
               ORDER BY a.ord, h.ts ${dir}`,
-      values: [tenant, id, labels, keys, ...b.values, q.limit],
+      values: [tenant, id, labels, keys, ...b.values],
     });
     const out: Row[] = [];
     for (let i = 0, start = 0; i < labels.length; i++) {
@@ -215,11 +231,12 @@ export async function readOneSeriesOfDevice(pool: pg.Pool, tenant: string, id: s
   const open = openBound(h);
   const dir = q.order === 'asc' ? 'ASC' : 'DESC';
   const b = bounds(q, 5);
+  const limit = openLimit(q.limit);
   const key = { tenant, id, label, series: seriesKey(tenant, id, label) };
   let found = false;
   const rows = await withoutCollisions(async (mode) => {
     const res = await pool.query<Row & { found: boolean; has_attr: boolean; first_us: number | null; last_us: number | null }>({
-      name: `history-one-device-${mode}-${q.order}-${b.key}-${open.key}`,
+      name: `history-one-device-${mode}-${q.order}-${b.key}-${limit}-${open.key}`,
       text: `SELECT d.found, d.has_attr, ${spanSql('sp')}, h.attr, ${historyTimeSql('h.ts')} AS ts, h.value, h.mine
                FROM (SELECT EXISTS (SELECT 1 FROM devices WHERE tenant = $1 AND id = $2) AS found,
                             EXISTS (SELECT 1 FROM device_templates dt
@@ -231,9 +248,9 @@ export async function readOneSeriesOfDevice(pool: pg.Pool, tenant: string, id: s
                      SELECT attr, ts, value, ${matchSql('$3')} AS mine FROM history
                       WHERE series = $4::bigint${filterSql(mode, '$3')} AND ts >= ${open.sql}${b.sql}
                       ORDER BY ts ${dir}
-                      LIMIT $${5 + b.values.length}) h ON d.has_attr
+                      LIMIT ${limit}) h ON d.has_attr
               ORDER BY h.ts ${dir}`,
-      values: [key.tenant, key.id, key.label, key.series, ...b.values, q.limit],
+      values: [key.tenant, key.id, key.label, key.series, ...b.values],
     });
     const first = res.rows[0]!;
     found = first.found;

@@ -8,7 +8,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { forgetHorizon } from '../../src/history/horizon.js';
 import type { HistoryQuery } from '../../src/history/query.js';
-import { readOneSeriesOfDevice, readSeries } from '../../src/history/repo.js';
+import { openLimit, readOneSeriesOfDevice, readSeries } from '../../src/history/repo.js';
 import { createDevice, createTemplate, insertHistory } from '../helpers/registry-fixtures.js';
 import { timescaleLayout, timescaleOnly } from '../helpers/history-layout.js';
 import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
@@ -263,6 +263,31 @@ describe('each statement of a read plans only the chunks of its range (a year of
       expect(counts.reduce((a, b) => a + b, 0)).toBeLessThanOrEqual(5 + 12);
       expect(counts.length).toBeLessThanOrEqual(5);
     }
+  });
+
+  it('the open region\'s statements are planned once and reused (generic plans), whatever the limit asked', async () => {
+    const one = new pg.Pool({ connectionString: svc.env.DATABASE_URL, max: 1 });
+    try {
+      for (let i = 0; i < 20; i++) {
+        await readOneSeriesOfDevice(one, tenant, device, 'a', q({ limit: 9 + (i % 3) }));
+        await readSeries(one, tenant, device, ['a', 'b'], q({ limit: 10, single: false }));
+      }
+      const { rows } = await one.query(`SELECT name, generic_plans::int AS generic, custom_plans::int AS custom FROM pg_prepared_statements WHERE name LIKE 'history-%' AND name <> 'history-horizon'`);
+      expect(rows.length).toBeGreaterThanOrEqual(2);
+      // PostgreSQL plans the first five executions for their values, then keeps the generic plan if it is no dearer.
+      for (const r of rows) expect(r, r.name).toMatchObject({ generic: 15, custom: 5 });
+    } finally {
+      await one.end();
+    }
+  });
+
+  it('the open region\'s LIMIT: the limit rounded up to 1, 2, 3, 4, 6, 8, 12, 16..., never more than 1.5 times it', () => {
+    expect([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 100, 10_000].map(openLimit)).toEqual([1, 2, 3, 4, 6, 6, 8, 8, 12, 12, 12, 16, 128, 12_288]);
+    for (let n = 1; n < 5000; n++) {
+      expect(openLimit(n)).toBeGreaterThanOrEqual(n);
+      expect(openLimit(n)).toBeLessThanOrEqual(Math.max(2, 1.5 * n));
+    }
+    expect(new Set(Array.from({ length: 10_000 }, (_, i) => openLimit(i + 1))).size).toBeLessThanOrEqual(30);
   });
 
   it('date ranges: only the chunks of the range', async () => {
