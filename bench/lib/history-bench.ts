@@ -159,7 +159,7 @@ export async function seedValues(pool: pg.Pool, o: { devices: number; perSeries:
     await pool.query(
       `INSERT INTO history (tenant, device_id, attr, series, ts, value)
        SELECT $1, lpad(to_hex(d), 6, '0'), a, history_series($1, lpad(to_hex(d), 6, '0'), a),
-              $6::timestamptz - i * $5 * interval '1 second' - (d % 60) * interval '1 second', round((random() * 100)::numeric, 2)::text
+              $6::timestamptz - i * $5::float8 * interval '1 second' - (d % 60) * interval '1 second', round((random() * 100)::numeric, 2)::text
          FROM generate_series($2::int, $3::int) d, unnest($7::text[]) a, generate_series(0, $4 - 1) i`,
       [tenant, from, Math.min(from + slice, o.devices) - 1, o.perSeries, o.stepSeconds, end, ATTRS],
     );
