@@ -1,5 +1,6 @@
 // lastN at scale while ingest runs (issue 20): BENCH_ROWS (100 million) values of BENCH_DEVICES
-// (10,000) devices x 3 attributes spread over the last BENCH_DAYS (7) days in daily chunks,
+// (10,000) devices x 3 attributes spread over the last BENCH_DAYS (7) days in chunks of
+// BENCH_CHUNK_INTERVAL (1 day),
 // on either layout (BENCH_DATABASE_URL as in bench/history-chunks.ts; on TimescaleDB the chunks
 // older than two intervals are compressed, as the compression policy would have done), then:
 //   idle:    GET ...?lastN=10&attr=<a> of random devices, one client, BENCH_SECONDS (30);
@@ -28,6 +29,7 @@ const DAYS = Number(process.env.BENCH_DAYS ?? 7);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 30);
 const INGEST_RATE = Number(process.env.BENCH_INGEST_RATE ?? 0);
 const MQTT_URL = process.env.BENCH_MQTT_URL ?? 'mqtt://127.0.0.1:1883';
+const CHUNK_INTERVAL = process.env.BENCH_CHUNK_INTERVAL ?? '1 day';
 
 /** The load generator as its own process (IPC progress every 200 ms), as bench/ingest.ts runs it. */
 function generator(cfg: LoadConfig): { latest: () => LoadProgress | undefined; ready: Promise<void>; stop: () => Promise<void> } {
@@ -59,11 +61,11 @@ async function main(): Promise<void> {
   };
   let svc: BenchService | undefined;
   const pool = new pg.Pool({ connectionString: db.url, max: 2 });
-  const serviceEnv = { MQTT_URL, MQTT_CLIENT_ID: `bench-scale-${crypto.randomBytes(3).toString('hex')}`, MQTT_SESSION_EXPIRY_SECONDS: '60', HISTORY_CHUNK_INTERVAL: '1 day' };
+  const serviceEnv = { MQTT_URL, MQTT_CLIENT_ID: `bench-scale-${crypto.randomBytes(3).toString('hex')}`, MQTT_SESSION_EXPIRY_SECONDS: '60', HISTORY_CHUNK_INTERVAL: CHUNK_INTERVAL };
   try {
     await prepareSchema(db.url, pool, serviceEnv);
     const timescale = await isTimescale(pool);
-    results.layout = timescale ? 'TimescaleDB hypertable, chunks older than 2 days compressed' : 'plain PostgreSQL partitions';
+    results.layout = `${timescale ? 'TimescaleDB hypertable, chunks older than 2 intervals compressed' : 'plain PostgreSQL partitions'}, chunks of ${CHUNK_INTERVAL}`;
     const perSeries = Math.ceil(ROWS / (DEVICES * ATTRS.length));
     const stepSeconds = (DAYS * 86400) / perSeries;
     log(`writing ${(DEVICES * ATTRS.length * perSeries).toLocaleString('en')} values (${DEVICES} devices x ${ATTRS.length} x ${perSeries}, one every ${stepSeconds.toFixed(1)} s over ${DAYS} days)`);
@@ -74,8 +76,8 @@ async function main(): Promise<void> {
     log('VACUUM ANALYZE');
     await pool.query('VACUUM ANALYZE history');
     if (timescale) {
-      log('compressing the chunks older than two days');
-      await pool.query(`SELECT count(compress_chunk(c, if_not_compressed => true)) FROM show_chunks('history', older_than => now() - interval '2 days') c`);
+      log('compressing the chunks older than two intervals');
+      await pool.query(`SELECT count(compress_chunk(c, if_not_compressed => true)) FROM history_settings s, show_chunks('history', older_than => now() - 2 * s.chunk_interval) c`);
     }
     results.storedValues = Number((await pool.query('SELECT count(*) FROM history')).rows[0].count);
     results.chunks = (await pool.query(`SELECT to_char(range_start, 'MM-DD') AS day, pg_size_pretty(index_bytes) AS index FROM history_chunk_sizes() WHERE index_bytes > 16384 ORDER BY range_start`)).rows;

@@ -152,7 +152,11 @@ export async function seedDevices(pool: pg.Pool, devices: number): Promise<void>
  */
 export async function seedValues(pool: pg.Pool, o: { devices: number; perSeries: number; stepSeconds: number; endMs: number; slice?: number }): Promise<void> {
   const end = new Date(o.endMs).toISOString();
-  await pool.query(`SELECT history_ensure_partition(g) FROM generate_series($1::timestamptz - $2 * interval '1 second', $1::timestamptz, interval '1 hour') g`, [end, o.perSeries * o.stepSeconds]);
+  await pool.query(
+    `SELECT history_ensure_partition(g) FROM history_settings s,
+            LATERAL (SELECT generate_series($1::timestamptz - $2 * interval '1 second', $1::timestamptz, s.chunk_interval) UNION ALL SELECT $1::timestamptz) x(g)`,
+    [end, o.perSeries * o.stepSeconds],
+  );
   const slice = o.slice ?? 500;
   const t0 = performance.now();
   for (let from = 0; from < o.devices; from += slice) {
