@@ -82,7 +82,9 @@ export class RegistryEvents {
         this.log.error('registry event listener failed', { error: err as Error });
       }
     }
-    this.channel.postMessage(event);
+    // A request still finishing during shutdown publishes after close(): the workers that
+    // listened are gone, and the change is committed; it must not turn into a failed request.
+    if (!this.closed) this.channel.postMessage(event);
   }
 
   private async connectListener(): Promise<void> {
