@@ -30,7 +30,7 @@ export async function startHistoryMaintenance(opts: {
   const { pool, log } = opts;
   const { rows } = await pool.query<{ timescale: boolean; secs: number; same: boolean }>(
     `SELECT timescale, extract(epoch FROM chunk_interval)::float8 AS secs, history_set_chunk_interval($1::interval) AS same FROM history_settings`,
-  [opts.chunkInterval],
+    [opts.chunkInterval],
   );
   const settings = rows[0]!;
   if (!settings.same) {
