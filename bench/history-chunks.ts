@@ -21,7 +21,22 @@
 import os from 'node:os';
 import pg from 'pg';
 import { seriesKey } from '../src/history/series.js';
-import { ATTRS, concurrent, cpuMeter, deviceId, isTimescale, log, openDatabase, openRegionReady, prepareSchema, seedDevices, seedValues, startService, tenant, type BenchService } from './lib/history-bench.js';
+import {
+  ATTRS,
+  concurrent,
+  cpuMeter,
+  deviceId,
+  isTimescale,
+  log,
+  openDatabase,
+  openRegionReady,
+  prepareSchema,
+  seedDevices,
+  seedValues,
+  startService,
+  tenant,
+  type BenchService,
+} from './lib/history-bench.js';
 
 const DEVICES = Number(process.env.BENCH_DEVICES ?? 2000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -49,7 +64,11 @@ async function main(): Promise<void> {
     svc = await startService(db.url);
     await openRegionReady(pool);
 
-    const chunkCount = async () => Number((await pool.query(timescale ? `SELECT count(*) FROM show_chunks('history')` : 'SELECT count(*) FROM history_partitions')).rows[0].count);
+    const chunkCount = async () =>
+      Number(
+        (await pool.query(timescale ? `SELECT count(*) FROM show_chunks('history')` : 'SELECT count(*) FROM history_partitions')).rows[0]
+          .count,
+      );
     const addYear = async () => {
       await pool.query(`SELECT history_ensure_partition(now() - g * interval '1 day') FROM generate_series(4, 368) g`);
       await pool.query(
@@ -62,7 +81,9 @@ async function main(): Promise<void> {
       if (timescale) {
         await pool.query(`SELECT drop_chunks('history', older_than => now() - interval '4 days')`);
       } else {
-        const { rows } = await pool.query<{ name: string }>(`SELECT name FROM history_partitions WHERE range_end <= now() - interval '4 days'`);
+        const { rows } = await pool.query<{ name: string }>(
+          `SELECT name FROM history_partitions WHERE range_end <= now() - interval '4 days'`,
+        );
         for (const r of rows) {
           await pool.query(`DROP TABLE "${r.name}"`);
           await pool.query('DELETE FROM history_partitions WHERE name = $1', [r.name]);
@@ -88,8 +109,14 @@ async function main(): Promise<void> {
       const series = seriesKey(tenant, '0001a4', 'temperature');
       const out: Record<string, unknown> = {};
       const horizon = await pool.query(`SELECT closed_before FROM history_settings`).catch(() => undefined);
-      const statements: Array<[string, string]> = [['unbounded', `SELECT ts, value FROM history WHERE series = ${series} ORDER BY ts DESC LIMIT 10`]];
-      if (horizon) statements.push(['open region', `SELECT ts, value FROM history WHERE series = ${series} AND ts >= '${(horizon.rows[0].closed_before as Date).toISOString()}' ORDER BY ts DESC LIMIT 10`]);
+      const statements: Array<[string, string]> = [
+        ['unbounded', `SELECT ts, value FROM history WHERE series = ${series} ORDER BY ts DESC LIMIT 10`],
+      ];
+      if (horizon)
+        statements.push([
+          'open region',
+          `SELECT ts, value FROM history WHERE series = ${series} AND ts >= '${(horizon.rows[0].closed_before as Date).toISOString()}' ORDER BY ts DESC LIMIT 10`,
+        ]);
       for (const [name, sql] of statements) {
         await pool.query(`EXPLAIN ANALYZE ${sql}`); // catalog caches warm
         const plan = (await pool.query(`EXPLAIN (ANALYZE, FORMAT JSON) ${sql}`)).rows[0]['QUERY PLAN'][0];
@@ -112,12 +139,20 @@ async function main(): Promise<void> {
         const cpu = await meter.stop();
         if (r.failures > 0) throw new Error(`${phase} ${name}: ${r.failures} failed requests`);
         const requests = r.rps * SECONDS;
-        const perRequest = { serviceUs: Math.round((cpu.serviceMs * 1000) / requests), databaseUs: Math.round((cpu.databaseMs * 1000) / requests) };
+        const perRequest = {
+          serviceUs: Math.round((cpu.serviceMs * 1000) / requests),
+          databaseUs: Math.round((cpu.databaseMs * 1000) / requests),
+        };
         out[name] = { rps: r.rps, p50Ms: r.p50, p99Ms: r.p99, cpuUsPerRequest: perRequest };
-        log(`  ${name}: ${r.rps} req/s, p50 ${r.p50} ms, p99 ${r.p99} ms; CPU per request: service ${perRequest.serviceUs} µs, database ${perRequest.databaseUs} µs`);
+        log(
+          `  ${name}: ${r.rps} req/s, p50 ${r.p50} ms, p99 ${r.p99} ms; CPU per request: service ${perRequest.serviceUs} µs, database ${perRequest.databaseUs} µs`,
+        );
       }
       out.sqlOnly = await sqlOnly();
-      return out as Record<string, { rps: number; p50Ms: number; p99Ms: number; cpuUsPerRequest: { serviceUs: number; databaseUs: number } }> & { chunks: number };
+      return out as Record<
+        string,
+        { rps: number; p50Ms: number; p99Ms: number; cpuUsPerRequest: { serviceUs: number; databaseUs: number } }
+      > & { chunks: number };
     };
 
     const rounds: unknown[] = [];
@@ -126,9 +161,17 @@ async function main(): Promise<void> {
       const few = await measure(`round ${round}, few chunks`);
       await addYear();
       const year = await measure(`round ${round}, a year of daily chunks`);
-      const cpu = (x: { cpuUsPerRequest: { serviceUs: number; databaseUs: number } }) => x.cpuUsPerRequest.serviceUs + x.cpuUsPerRequest.databaseUs;
+      const cpu = (x: { cpuUsPerRequest: { serviceUs: number; databaseUs: number } }) =>
+        x.cpuUsPerRequest.serviceUs + x.cpuUsPerRequest.databaseUs;
       const ratios = Object.fromEntries(
-        kinds.map(([name]) => [name, { rps: +(year[name]!.rps / few[name]!.rps).toFixed(2), p99: +(year[name]!.p99Ms / few[name]!.p99Ms).toFixed(2), cpuPerRequest: +(cpu(year[name]!) / cpu(few[name]!)).toFixed(2) }]),
+        kinds.map(([name]) => [
+          name,
+          {
+            rps: +(year[name]!.rps / few[name]!.rps).toFixed(2),
+            p99: +(year[name]!.p99Ms / few[name]!.p99Ms).toFixed(2),
+            cpuPerRequest: +(cpu(year[name]!) / cpu(few[name]!)).toFixed(2),
+          },
+        ]),
       );
       log(`  round ${round}, year / few: ${JSON.stringify(ratios)}`);
       rounds.push({ few, year, yearOverFew: ratios });

@@ -21,7 +21,22 @@ import path from 'node:path';
 import pg from 'pg';
 import { projectRoot } from '../src/paths.js';
 import type { LoadConfig, LoadProgress } from './ingest-load.js';
-import { ATTRS, deviceId, isTimescale, log, openDatabase, openRegionReady, prepareSchema, seedDevices, seedValues, sequential, sleep, startService, tenant, type BenchService } from './lib/history-bench.js';
+import {
+  ATTRS,
+  deviceId,
+  isTimescale,
+  log,
+  openDatabase,
+  openRegionReady,
+  prepareSchema,
+  seedDevices,
+  seedValues,
+  sequential,
+  sleep,
+  startService,
+  tenant,
+  type BenchService,
+} from './lib/history-bench.js';
 
 const ROWS = Number(process.env.BENCH_ROWS ?? 100_000_000);
 const DEVICES = Number(process.env.BENCH_DEVICES ?? 10_000);
@@ -33,7 +48,9 @@ const CHUNK_INTERVAL = process.env.BENCH_CHUNK_INTERVAL ?? '1 day';
 
 /** The load generator as its own process (IPC progress every 200 ms), as bench/ingest.ts runs it. */
 function generator(cfg: LoadConfig): { latest: () => LoadProgress | undefined; ready: Promise<void>; stop: () => Promise<void> } {
-  const proc = fork(path.join(projectRoot, 'dist/bench/ingest-load.js'), [JSON.stringify(cfg)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const proc = fork(path.join(projectRoot, 'dist/bench/ingest-load.js'), [JSON.stringify(cfg)], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   let latest: LoadProgress | undefined;
   const ready = new Promise<void>((resolve, reject) => {
     proc.on('message', (m: { type: string }) => {
@@ -61,47 +78,77 @@ async function main(): Promise<void> {
   };
   let svc: BenchService | undefined;
   const pool = new pg.Pool({ connectionString: db.url, max: 2 });
-  const serviceEnv = { MQTT_URL, MQTT_CLIENT_ID: `bench-scale-${crypto.randomBytes(3).toString('hex')}`, MQTT_SESSION_EXPIRY_SECONDS: '60', HISTORY_CHUNK_INTERVAL: CHUNK_INTERVAL };
+  const serviceEnv = {
+    MQTT_URL,
+    MQTT_CLIENT_ID: `bench-scale-${crypto.randomBytes(3).toString('hex')}`,
+    MQTT_SESSION_EXPIRY_SECONDS: '60',
+    HISTORY_CHUNK_INTERVAL: CHUNK_INTERVAL,
+  };
   try {
     await prepareSchema(db.url, pool, serviceEnv);
     const timescale = await isTimescale(pool);
     results.layout = `${timescale ? 'TimescaleDB hypertable, chunks older than 2 intervals compressed' : 'plain PostgreSQL partitions'}, chunks of ${CHUNK_INTERVAL}`;
     const perSeries = Math.ceil(ROWS / (DEVICES * ATTRS.length));
     const stepSeconds = (DAYS * 86400) / perSeries;
-    log(`writing ${(DEVICES * ATTRS.length * perSeries).toLocaleString('en')} values (${DEVICES} devices x ${ATTRS.length} x ${perSeries}, one every ${stepSeconds.toFixed(1)} s over ${DAYS} days)`);
+    log(
+      `writing ${(DEVICES * ATTRS.length * perSeries).toLocaleString('en')} values (${DEVICES} devices x ${ATTRS.length} x ${perSeries}, one every ${stepSeconds.toFixed(1)} s over ${DAYS} days)`,
+    );
     await seedDevices(pool, DEVICES);
     const t0 = performance.now();
-    await seedValues(pool, { devices: DEVICES, perSeries, stepSeconds, endMs: Date.now(), slice: Math.max(1, Math.floor(2_000_000 / (ATTRS.length * perSeries))) });
+    await seedValues(pool, {
+      devices: DEVICES,
+      perSeries,
+      stepSeconds,
+      endMs: Date.now(),
+      slice: Math.max(1, Math.floor(2_000_000 / (ATTRS.length * perSeries))),
+    });
     results.loadSeconds = Math.round((performance.now() - t0) / 1000);
     log('VACUUM ANALYZE');
     await pool.query('VACUUM ANALYZE history');
     if (timescale) {
       log('compressing the chunks older than two intervals');
-      await pool.query(`SELECT count(compress_chunk(c, if_not_compressed => true)) FROM history_settings s, show_chunks('history', older_than => now() - 2 * s.chunk_interval) c`);
+      await pool.query(
+        `SELECT count(compress_chunk(c, if_not_compressed => true)) FROM history_settings s, show_chunks('history', older_than => now() - 2 * s.chunk_interval) c`,
+      );
     }
     results.storedValues = Number((await pool.query('SELECT count(*) FROM history')).rows[0].count);
-    results.chunks = (await pool.query(`SELECT to_char(range_start, 'MM-DD') AS day, pg_size_pretty(index_bytes) AS index FROM history_chunk_sizes() WHERE index_bytes > 16384 ORDER BY range_start`)).rows;
+    results.chunks = (
+      await pool.query(
+        `SELECT to_char(range_start, 'MM-DD') AS day, pg_size_pretty(index_bytes) AS index FROM history_chunk_sizes() WHERE index_bytes > 16384 ORDER BY range_start`,
+      )
+    ).rows;
     results.sharedBuffers = (await pool.query(`SELECT current_setting('shared_buffers') AS s`)).rows[0].s;
 
     svc = await startService(db.url, serviceEnv);
     log('waiting for the service to write the spans (first pass)');
     results.spansSeconds = await openRegionReady(pool);
 
-    const lastN = () => `/history/device/${deviceId(Math.floor(Math.random() * DEVICES))}/history?lastN=10&attr=${ATTRS[Math.floor(Math.random() * ATTRS.length)]}`;
+    const lastN = () =>
+      `/history/device/${deviceId(Math.floor(Math.random() * DEVICES))}/history?lastN=10&attr=${ATTRS[Math.floor(Math.random() * ATTRS.length)]}`;
     await sequential(svc, lastN, 5); // warm-up
     log(`lastN=10, idle, ${SECONDS} s`);
     results.idle = await sequential(svc, lastN, SECONDS);
     log(`  ${JSON.stringify(results.idle)}`);
 
     if (INGEST_RATE > 0) {
-      const gen = generator({ url: MQTT_URL, tenant, devices: { from: 0, count: DEVICES }, devicesPerConnection: 1, rate: INGEST_RATE, window: 4, connectConcurrency: 200 });
+      const gen = generator({
+        url: MQTT_URL,
+        tenant,
+        devices: { from: 0, count: DEVICES },
+        devicesPerConnection: 1,
+        rate: INGEST_RATE,
+        window: 4,
+        connectConcurrency: 200,
+      });
       await gen.ready;
       log(`ingest at ${INGEST_RATE} msg/s: settling 10 s`);
       await sleep(10_000);
       // Rows inserted into history's chunks, from the statistics (a count would scan the current chunk).
       const inserted = async () => {
         await sleep(1100); // statistics reach the shared counters within a second
-        const { rows } = await pool.query(`SELECT coalesce(sum(n_tup_ins), 0)::int8::text AS n FROM pg_stat_user_tables s JOIN pg_inherits i ON i.inhrelid = s.relid WHERE i.inhparent = 'history'::regclass`);
+        const { rows } = await pool.query(
+          `SELECT coalesce(sum(n_tup_ins), 0)::int8::text AS n FROM pg_stat_user_tables s JOIN pg_inherits i ON i.inhrelid = s.relid WHERE i.inhparent = 'history'::regclass`,
+        );
         return Number(rows[0].n);
       };
       const rows0 = await inserted();
@@ -113,9 +160,18 @@ async function main(): Promise<void> {
       const secs = (performance.now() - t2) / 1000;
       const acked = Math.round(((gen.latest()?.acked ?? 0) - acked0) / secs);
       await gen.stop();
-      results.duringIngest = { ...during, offeredMsgPerSecond: INGEST_RATE, ackedMsgPerSecond: acked, storedValuesPerSecond: Math.round((rows1 - rows0) / secs) };
+      results.duringIngest = {
+        ...during,
+        offeredMsgPerSecond: INGEST_RATE,
+        ackedMsgPerSecond: acked,
+        storedValuesPerSecond: Math.round((rows1 - rows0) / secs),
+      };
       log(`  ${JSON.stringify(results.duringIngest)}`);
-      results.currentChunkIndex = (await pool.query(`SELECT pg_size_pretty(index_bytes) AS s FROM history_chunk_sizes() WHERE now() >= range_start AND now() < range_end`)).rows[0]?.s;
+      results.currentChunkIndex = (
+        await pool.query(
+          `SELECT pg_size_pretty(index_bytes) AS s FROM history_chunk_sizes() WHERE now() >= range_start AND now() < range_end`,
+        )
+      ).rows[0]?.s;
     }
   } finally {
     await pool.end();

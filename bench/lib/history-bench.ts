@@ -45,7 +45,9 @@ export async function openDatabase(): Promise<BenchDatabase> {
     const db = await startEmbeddedDatabase({ dataDir: dir, port: undefined, settings, log: createLogger('warn') });
     return {
       url: db.url,
-      server: `embedded PostgreSQL (${Object.entries(settings).map(([k, v]) => `${k}=${v}`).join(' ')})`,
+      server: `embedded PostgreSQL (${Object.entries(settings)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(' ')})`,
       async stop() {
         await db.stop();
         fs.rmSync(dir, { recursive: true, force: true });
@@ -58,7 +60,11 @@ export async function openDatabase(): Promise<BenchDatabase> {
   await client.query(`CREATE DATABASE "${name}"`);
   const url = new URL(admin);
   url.pathname = '/' + name;
-  const server = (await client.query<{ v: string }>(`SELECT version() || coalesce(', timescaledb ' || (SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'), '') || ', shared_buffers ' || current_setting('shared_buffers') AS v`)).rows[0]!.v;
+  const server = (
+    await client.query<{ v: string }>(
+      `SELECT version() || coalesce(', timescaledb ' || (SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'), '') || ', shared_buffers ' || current_setting('shared_buffers') AS v`,
+    )
+  ).rows[0]!.v;
   return {
     url: url.toString(),
     server: `${admin.replace(/\/\/[^@]*@/, '//')}: ${server}`,
@@ -116,7 +122,15 @@ export async function startService(databaseUrl: string, env: Record<string, stri
     proc.once('exit', (code) => reject(new Error(`service exited with ${code}`)));
   });
   const auth = async (username: string, passwd: string) =>
-    ((await (await fetch(`${base}/auth`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username, passwd }) })).json()) as { jwt: string }).jwt;
+    (
+      (await (
+        await fetch(`${base}/auth`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ username, passwd }),
+        })
+      ).json()) as { jwt: string }
+    ).jwt;
   // 409 when the user exists (a service started again on the same database): fine.
   await fetch(`${base}/auth/user`, {
     method: 'POST',
@@ -140,9 +154,20 @@ export async function startService(databaseUrl: string, env: Record<string, stri
 /** A template with ATTRS and `devices` devices 000000.. of the bench tenant. */
 export async function seedDevices(pool: pg.Pool, devices: number): Promise<void> {
   const { rows } = await pool.query<{ id: string }>("INSERT INTO templates (tenant, label) VALUES ($1, 'bench') RETURNING id", [tenant]);
-  for (const a of ATTRS) await pool.query("INSERT INTO template_attrs (tenant, template_id, label, type, value_type) VALUES ($1, $2, $3, 'dynamic', 'float')", [tenant, rows[0]!.id, a]);
-  await pool.query(`INSERT INTO devices (tenant, id, label) SELECT $1, lpad(to_hex(d), 6, '0'), 'dev' FROM generate_series(0, $2 - 1) d`, [tenant, devices]);
-  await pool.query(`INSERT INTO device_templates (tenant, device_id, template_id) SELECT $1, lpad(to_hex(d), 6, '0'), $3 FROM generate_series(0, $2 - 1) d`, [tenant, devices, rows[0]!.id]);
+  for (const a of ATTRS)
+    await pool.query("INSERT INTO template_attrs (tenant, template_id, label, type, value_type) VALUES ($1, $2, $3, 'dynamic', 'float')", [
+      tenant,
+      rows[0]!.id,
+      a,
+    ]);
+  await pool.query(`INSERT INTO devices (tenant, id, label) SELECT $1, lpad(to_hex(d), 6, '0'), 'dev' FROM generate_series(0, $2 - 1) d`, [
+    tenant,
+    devices,
+  ]);
+  await pool.query(
+    `INSERT INTO device_templates (tenant, device_id, template_id) SELECT $1, lpad(to_hex(d), 6, '0'), $3 FROM generate_series(0, $2 - 1) d`,
+    [tenant, devices, rows[0]!.id],
+  );
 }
 
 /**
@@ -150,7 +175,10 @@ export async function seedDevices(pool: pg.Pool, devices: number): Promise<void>
  * written set-based, `slice` devices per statement (one transaction each). Plain PostgreSQL
  * gets the partitions first (history_ensure_partition); TimescaleDB makes its chunks.
  */
-export async function seedValues(pool: pg.Pool, o: { devices: number; perSeries: number; stepSeconds: number; endMs: number; slice?: number }): Promise<void> {
+export async function seedValues(
+  pool: pg.Pool,
+  o: { devices: number; perSeries: number; stepSeconds: number; endMs: number; slice?: number },
+): Promise<void> {
   const end = new Date(o.endMs).toISOString();
   await pool.query(
     `SELECT history_ensure_partition(g) FROM history_settings s,
@@ -170,7 +198,9 @@ export async function seedValues(pool: pg.Pool, o: { devices: number; perSeries:
     const done = Math.min(from + slice, o.devices);
     if (done % (slice * 10) === 0 || done === o.devices) {
       const secs = (performance.now() - t0) / 1000;
-      log(`  ${(done * ATTRS.length * o.perSeries).toLocaleString('en')} values written (${Math.round((done * ATTRS.length * o.perSeries) / secs).toLocaleString('en')}/s)`);
+      log(
+        `  ${(done * ATTRS.length * o.perSeries).toLocaleString('en')} values written (${Math.round((done * ATTRS.length * o.perSeries) / secs).toLocaleString('en')}/s)`,
+      );
     }
   }
 }
@@ -190,9 +220,14 @@ export async function prepareSchema(url: string, pool: pg.Pool, env: Record<stri
 /** Waits until the service has moved the open region (builds without one: at once), plus its 5 s horizon refresh. */
 export async function openRegionReady(pool: pg.Pool): Promise<number> {
   const t0 = performance.now();
-  const has = (await pool.query<{ has: boolean }>(`SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_name = 'history_settings' AND column_name = 'closed_before') AS has`)).rows[0]!.has;
+  const has = (
+    await pool.query<{ has: boolean }>(
+      `SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_name = 'history_settings' AND column_name = 'closed_before') AS has`,
+    )
+  ).rows[0]!.has;
   if (!has) return 0;
-  while (!(await pool.query<{ set: boolean }>(`SELECT closed_before > '-infinity' AS set FROM history_settings`)).rows[0]!.set) await sleep(500);
+  while (!(await pool.query<{ set: boolean }>(`SELECT closed_before > '-infinity' AS set FROM history_settings`)).rows[0]!.set)
+    await sleep(500);
   const seconds = (performance.now() - t0) / 1000;
   await sleep(6000);
   return Math.round(seconds);
@@ -261,7 +296,11 @@ function cpuMs(pid: number): number {
 export async function cpuMeter(pool: pg.Pool, servicePid: number): Promise<{ stop(): Promise<{ serviceMs: number; databaseMs: number }> }> {
   // Client backends only (not autovacuum or TimescaleDB's jobs), and not this meter's own.
   const backends = async () =>
-    (await pool.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()`)).rows.map((r) => r.pid);
+    (
+      await pool.query<{ pid: number }>(
+        `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()`,
+      )
+    ).rows.map((r) => r.pid);
   const before = new Map<number, number>((await backends()).map((pid) => [pid, cpuMs(pid)]));
   const service0 = cpuMs(servicePid);
   return {

@@ -34,10 +34,13 @@ export async function startHistoryMaintenance(opts: {
   );
   const settings = rows[0]!;
   if (!settings.same) {
-    log.warn('HISTORY_CHUNK_INTERVAL differs from the interval the history partitions were laid out with; the partitions keep their interval', {
-      configured: opts.chunkInterval,
-      inUseSeconds: settings.secs,
-    });
+    log.warn(
+      'HISTORY_CHUNK_INTERVAL differs from the interval the history partitions were laid out with; the partitions keep their interval',
+      {
+        configured: opts.chunkInterval,
+        inUseSeconds: settings.secs,
+      },
+    );
   }
   const retention = opts.retentionDays ?? null;
   let stopped = false;
@@ -46,12 +49,15 @@ export async function startHistoryMaintenance(opts: {
     const advice = await checkChunkSizing(pool);
     if (!advice) return;
     const mb = (bytes: number) => Math.round(bytes / 1048576);
-    log.warn("HISTORY_CHUNK_INTERVAL makes the current chunk's index larger than shared_buffers: ingest and recent reads slow down once it is; shorten the interval or raise shared_buffers", {
-      chunkInterval: opts.chunkInterval,
-      predictedIndexMB: mb(advice.predictedBytes),
-      sharedBuffersMB: mb(advice.sharedBuffersBytes),
-      suggestedInterval: advice.suggested ?? 'none fits: raise shared_buffers',
-    });
+    log.warn(
+      "HISTORY_CHUNK_INTERVAL makes the current chunk's index larger than shared_buffers: ingest and recent reads slow down once it is; shorten the interval or raise shared_buffers",
+      {
+        chunkInterval: opts.chunkInterval,
+        predictedIndexMB: mb(advice.predictedBytes),
+        sharedBuffersMB: mb(advice.sharedBuffersBytes),
+        suggestedInterval: advice.suggested ?? 'none fits: raise shared_buffers',
+      },
+    );
   };
 
   /**
@@ -77,9 +83,7 @@ export async function startHistoryMaintenance(opts: {
 
   /** Partitions ahead (plain) and retention: waited for at start. */
   const housekeep = async () => {
-    await pool.query(
-      `SELECT history_ensure_partition(now() + s.chunk_interval * g) FROM history_settings s, generate_series(-1, 2) AS g`,
-    );
+    await pool.query(`SELECT history_ensure_partition(now() + s.chunk_interval * g) FROM history_settings s, generate_series(-1, 2) AS g`);
     if (!settings.timescale) {
       const res = await pool.query<{ dropped: number }>('SELECT history_apply_retention($1::int) AS dropped', [retention]);
       const dropped = res.rows[0]?.dropped ?? 0;

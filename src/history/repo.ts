@@ -211,7 +211,8 @@ export async function readSeries(pool: pg.Pool, tenant: string, id: string, aske
       while (end < rows.length && rows[end]!.label === labels[i]) end++;
       const mine = rows.slice(start, end).filter((r) => r.attr !== null);
       const key = { tenant, id, label: labels[i]!, series: keys[i]! };
-      for (const r of await completeSeries(pool, mode, key, q, h, mine, spanOf(rows[start]!))) out.push({ attr: labels[i]!, ts: r.ts, value: r.value, mine: r.mine });
+      for (const r of await completeSeries(pool, mode, key, q, h, mine, spanOf(rows[start]!)))
+        out.push({ attr: labels[i]!, ts: r.ts, value: r.value, mine: r.mine });
       start = end;
     }
     return out;
@@ -224,7 +225,13 @@ export async function readSeries(pool: pg.Pool, tenant: string, id: string, aske
  * more) reads nothing, whatever rows it left. (`OFFSET 0` keeps the checks in their subquery:
  * flattened, each use of `has_attr` would run the EXISTS again.)
  */
-export async function readOneSeriesOfDevice(pool: pg.Pool, tenant: string, id: string, label: string, q: HistoryQuery): Promise<HistoryRow[] | undefined> {
+export async function readOneSeriesOfDevice(
+  pool: pg.Pool,
+  tenant: string,
+  id: string,
+  label: string,
+  q: HistoryQuery,
+): Promise<HistoryRow[] | undefined> {
   if (hasNul(label)) return (await deviceAttributeLabels(pool, tenant, id)) ? [] : undefined;
   if (hasNul(id)) return undefined;
   const h = await horizonOf(pool);

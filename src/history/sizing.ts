@@ -43,8 +43,16 @@ const INTERVALS: Array<[string, number]> = [
  * The advice for chunks of `intervalSeconds` from the measured chunks, or undefined when no
  * chunk has been written yet or the prediction fits in shared_buffers.
  */
-export function adviseChunkInterval(opts: { chunks: ChunkMeasure[]; nowUs: number; intervalSeconds: number; sharedBuffersBytes: number }): SizingAdvice | undefined {
-  const complete = opts.chunks.filter((c) => c.endUs <= opts.nowUs && c.endUs > c.startUs).sort((a, b) => b.endUs - a.endUs).slice(0, 3);
+export function adviseChunkInterval(opts: {
+  chunks: ChunkMeasure[];
+  nowUs: number;
+  intervalSeconds: number;
+  sharedBuffersBytes: number;
+}): SizingAdvice | undefined {
+  const complete = opts.chunks
+    .filter((c) => c.endUs <= opts.nowUs && c.endUs > c.startUs)
+    .sort((a, b) => b.endUs - a.endUs)
+    .slice(0, 3);
   // An index's empty pages (meta and root) say nothing about the rate.
   const written = (c: ChunkMeasure) => Math.max(0, c.indexBytes - 16384);
   const bytesPerSecond = Math.max(0, ...complete.map((c) => written(c) / ((c.endUs - c.startUs) / 1e6)));

@@ -73,7 +73,16 @@ describe('token validation (JWT_SECRET set: tokens forged with the service key)'
   /** Every claim of the contract (service, username, userid, profile, iat, exp, iss, jti), valid for 10 minutes. */
   const fullClaims = () => {
     const now = Math.floor(Date.now() / 1000);
-    return { service: 'admin', username: 'admin', userid: claims.userid, profile: 'admin', iat: now, exp: now + 600, iss: issuer, jti: crypto.randomUUID() };
+    return {
+      service: 'admin',
+      username: 'admin',
+      userid: claims.userid,
+      profile: 'admin',
+      iat: now,
+      exp: now + 600,
+      iss: issuer,
+      jti: crypto.randomUUID(),
+    };
   };
   const sign = (payload: Record<string, unknown>, signingKey: Uint8Array = key, alg = 'HS256') =>
     new SignJWT(payload).setProtectedHeader({ alg, typ: 'JWT' }).sign(signingKey);
@@ -112,7 +121,10 @@ describe('token validation (JWT_SECRET set: tokens forged with the service key)'
   const cases: Array<[string, () => Promise<string>]> = [
     ['signed with the service key but another `iss`', () => sign({ ...fullClaims(), iss: 'someone-else' })],
     ['signed with the service key but no `iss`', () => sign(without('iss'))],
-    ['`exp` in the past', () => sign({ ...fullClaims(), iat: Math.floor(Date.now() / 1000) - 120, exp: Math.floor(Date.now() / 1000) - 60 })],
+    [
+      '`exp` in the past',
+      () => sign({ ...fullClaims(), iat: Math.floor(Date.now() / 1000) - 120, exp: Math.floor(Date.now() / 1000) - 60 }),
+    ],
     ['no `exp` (a token that never expires)', () => sign(without('exp'))],
     ['no `service` (no tenant)', () => sign(without('service'))],
     ['an empty `service`', () => sign({ ...fullClaims(), service: '' })],
@@ -129,7 +141,10 @@ describe('token validation (JWT_SECRET set: tokens forged with the service key)'
         return `${Buffer.from(JSON.stringify({ alg: 'none', typ: 'JWT' })).toString('base64url')}.${payload}.${signature}`;
       },
     ],
-    ['HS256 signed with another key', () => sign(fullClaims(), new TextEncoder().encode(`another-${crypto.randomBytes(16).toString('hex')}`))],
+    [
+      'HS256 signed with another key',
+      () => sign(fullClaims(), new TextEncoder().encode(`another-${crypto.randomBytes(16).toString('hex')}`)),
+    ],
     [
       'a valid token with its payload changed (tenant swapped, signature kept)',
       async () => {
@@ -172,38 +187,64 @@ describe('logs never contain secrets', () => {
     const rejectedPassword = secret('rejected-pw');
     const jwtSecret = secret('jwt-secret');
     const pskEncryptionKey = crypto.randomBytes(32).toString('hex');
-    const env = await zeroSetupEnv({ LOG_LEVEL: 'debug', ADMIN_PASSWORD: adminPassword, JWT_SECRET: jwtSecret, PSK_ENCRYPTION_KEY: pskEncryptionKey });
+    const env = await zeroSetupEnv({
+      LOG_LEVEL: 'debug',
+      ADMIN_PASSWORD: adminPassword,
+      JWT_SECRET: jwtSecret,
+      PSK_ENCRYPTION_KEY: pskEncryptionKey,
+    });
     const { svc, base, internal } = await spawnReady(env, 90_000);
 
     const adminToken = await login(base, 'admin', adminPassword);
-    const created = await http('POST', `${base}/auth/user`, { token: adminToken, body: { username: 'robust-user', passwd: userPassword, service: 'robust', profile: 'user' } });
+    const created = await http('POST', `${base}/auth/user`, {
+      token: adminToken,
+      body: { username: 'robust-user', passwd: userPassword, service: 'robust', profile: 'user' },
+    });
     expect(created.status, created.text).toBe(201);
     const userToken = await login(base, 'robust-user', userPassword);
     // Failing requests that carry secrets.
     expect((await http('POST', `${base}/auth`, { body: { username: 'admin', passwd: wrongPassword } })).status).toBe(403);
     expect((await http('POST', `${base}/auth`, { body: { username: 'nobody', passwd: unknownUserPassword } })).status).toBe(401);
-    const invalidBody = await http('POST', `${base}/auth/user`, { token: adminToken, body: { username: 'x y', passwd: rejectedPassword, service: 'robust', profile: 'user' } });
+    const invalidBody = await http('POST', `${base}/auth/user`, {
+      token: adminToken,
+      body: { username: 'x y', passwd: rejectedPassword, service: 'robust', profile: 'user' },
+    });
     expect(invalidBody.status).toBe(400);
     const tampered = `${userToken.slice(0, -4)}${userToken.endsWith('AAAA') ? 'BBBB' : 'AAAA'}`;
     const foreign = await new SignJWT({ service: 'robust', username: 'robust-user', userid: 2, profile: 'user' })
-      .setProtectedHeader({ alg: 'HS256' }).setIssuer('device-registry').setIssuedAt().setExpirationTime('1h').setJti(crypto.randomUUID())
+      .setProtectedHeader({ alg: 'HS256' })
+      .setIssuer('device-registry')
+      .setIssuedAt()
+      .setExpirationTime('1h')
+      .setJti(crypto.randomUUID())
       .sign(new TextEncoder().encode(secret('foreign-key')));
     for (const bad of [tampered, foreign]) expect((await http('GET', `${base}/template`, { token: bad })).status).toBe(401);
 
     // The user's token for several requests, among them the generation and copy of pre-shared keys.
     const template = await http('POST', `${base}/template`, {
       token: userToken,
-      body: { label: 'keyed', attrs: [{ label: 'key', type: 'static', value_type: 'psk' }, { label: 'temperature', type: 'dynamic', value_type: 'float' }] },
+      body: {
+        label: 'keyed',
+        attrs: [
+          { label: 'key', type: 'static', value_type: 'psk' },
+          { label: 'temperature', type: 'dynamic', value_type: 'float' },
+        ],
+      },
     });
     expect(template.status, template.text).toBe(200);
-    const devices = await http('POST', `${base}/device?count=2`, { token: userToken, body: { label: 'keyed', templates: [template.body.template.id] } });
+    const devices = await http('POST', `${base}/device?count=2`, {
+      token: userToken,
+      body: { label: 'keyed', templates: [template.body.template.id] },
+    });
     expect(devices.status, devices.text).toBe(200);
     const [first, second] = devices.body.devices.map((d: { id: string }) => d.id) as [string, string];
     const generated = await http('POST', `${base}/device/gen_psk/${first}?key_length=16`, { token: userToken });
     expect(generated.status, generated.text).toBe(200);
     const psk = generated.body[0].psk as string;
     expect(psk).toMatch(/^[0-9a-f]{32}$/);
-    const copied = await http('PUT', `${base}/device/${second}/attrs/key/psk?from_dev_id=${first}&from_attr_label=key`, { token: userToken });
+    const copied = await http('PUT', `${base}/device/${second}/attrs/key/psk?from_dev_id=${first}&from_attr_label=key`, {
+      token: userToken,
+    });
     expect(copied.status, copied.text).toBe(204);
     const internalView = await http('GET', `${internal}/internal/device/${second}`, { token: userToken });
     expect(internalView.status, internalView.text).toBe(200);
@@ -315,7 +356,10 @@ describe('shutdown with requests in flight', () => {
     const env = await testEnv({ LOG_LEVEL: 'info' });
     const { svc, base } = await spawnReady(env);
     const token = await login(base);
-    const template = await http('POST', `${base}/template`, { token, body: { label: 'batch', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }] } });
+    const template = await http('POST', `${base}/template`, {
+      token,
+      body: { label: 'batch', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }] },
+    });
     expect(template.status, template.text).toBe(200);
     const count = 10_000;
     const batch = (label: string) => {
@@ -368,7 +412,9 @@ describe('shutdown with requests in flight', () => {
     const client = new pg.Client({ connectionString: env.DATABASE_URL });
     await client.connect();
     try {
-      const { rows } = await client.query<{ label: string; n: number }>(`SELECT split_part(label, '_', 1) AS label, count(*)::int AS n FROM devices GROUP BY 1`);
+      const { rows } = await client.query<{ label: string; n: number }>(
+        `SELECT split_part(label, '_', 1) AS label, count(*)::int AS n FROM devices GROUP BY 1`,
+      );
       expect(Object.fromEntries(rows.map((r) => [r.label, r.n]))).toEqual(expected);
     } finally {
       await client.end();
@@ -419,7 +465,16 @@ describe('log format', () => {
     expect(code).toBe(0);
     const entries = parseLogLines(svc.output);
     const msgs = entries.map((e) => e.msg);
-    for (const msg of ['initialising embedded PostgreSQL', 'embedded PostgreSQL listening', 'embedded MQTT broker listening', 'public HTTP API listening', 'internal HTTP API listening', 'ready', 'shutting down', 'stopped']) {
+    for (const msg of [
+      'initialising embedded PostgreSQL',
+      'embedded PostgreSQL listening',
+      'embedded MQTT broker listening',
+      'public HTTP API listening',
+      'internal HTTP API listening',
+      'ready',
+      'shutting down',
+      'stopped',
+    ]) {
       expect(msgs).toContain(msg);
     }
     // The default level is info: no debug lines.
@@ -448,14 +503,24 @@ describe('log format', () => {
     expect(first.svc.output.some((l) => l.includes('"level":"info"'))).toBe(true);
 
     const port = await freePort();
-    const second = spawnService({ ...env, LOG_LEVEL: 'warn', HISTORY_CHUNK_INTERVAL: timescale ? '366 days' : '2 days', PORT: String(port) });
+    const second = spawnService({
+      ...env,
+      LOG_LEVEL: 'warn',
+      HISTORY_CHUNK_INTERVAL: timescale ? '366 days' : '2 days',
+      PORT: String(port),
+    });
     spawned.push(second);
-    await second.waitFor(timescale ? /HISTORY_CHUNK_INTERVAL makes the current chunk's index larger than shared_buffers/ : /HISTORY_CHUNK_INTERVAL differs/);
+    await second.waitFor(
+      timescale ? /HISTORY_CHUNK_INTERVAL makes the current chunk's index larger than shared_buffers/ : /HISTORY_CHUNK_INTERVAL differs/,
+    );
     // At warn the service does not say it is ready: it is once it answers.
     const base = `http://127.0.0.1:${port}`;
     const deadline = Date.now() + 30_000;
     for (;;) {
-      const up = await http('GET', `${base}/health`).then((r) => r.status === 200, () => false);
+      const up = await http('GET', `${base}/health`).then(
+        (r) => r.status === 200,
+        () => false,
+      );
       if (up) break;
       if (Date.now() > deadline) throw new Error(`not answering at ${base}:\n${second.output.join('\n')}`);
       await new Promise((r) => setTimeout(r, 100));

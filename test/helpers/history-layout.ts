@@ -27,6 +27,9 @@ export function timescaleLayout(): Promise<boolean> {
 
 /** The title suffix of a TimescaleDB-only block, and a line in the output when it does not run. */
 export function timescaleOnly(file: string, has: boolean): string {
-  if (!has) process.stdout.write(`[${file}] TimescaleDB-only checks NOT RUN: this PostgreSQL has no TimescaleDB preloaded (run the suite with TEST_DATABASE_URL pointing at one; docs/operations.md)\n`);
+  if (!has)
+    process.stdout.write(
+      `[${file}] TimescaleDB-only checks NOT RUN: this PostgreSQL has no TimescaleDB preloaded (run the suite with TEST_DATABASE_URL pointing at one; docs/operations.md)\n`,
+    );
   return has ? '(TimescaleDB)' : '(TimescaleDB only: NOT RUN, this PostgreSQL has no TimescaleDB)';
 }

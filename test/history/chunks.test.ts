@@ -51,7 +51,12 @@ describe('every query answers the same wherever its rows are', () => {
     svc = await startTestService({ HISTORY_MAX_RESULTS: '500' });
     token = await tenantToken(svc.base, await login(svc.base), tenant);
     const pool = svc.service.pool;
-    const t = await createTemplate(pool, tenant, 'sensor', LABELS.map((label) => ({ label, type: 'dynamic', value_type: 'float' })));
+    const t = await createTemplate(
+      pool,
+      tenant,
+      'sensor',
+      LABELS.map((label) => ({ label, type: 'dynamic', value_type: 'float' })),
+    );
     device = await createDevice(pool, tenant, [t]);
     other = await createDevice(pool, tenant, [t]);
     const rows: Array<{ tenant: string; device: string; attr: string; ts: string; value: string }> = [];
@@ -62,7 +67,8 @@ describe('every query answers the same wherever its rows are', () => {
       rows.push({ tenant, device: other, attr: 'a', ts: at(ms + HOUR), value: String(-n) });
     }
     // b: silent for 20 days: every 3 hours from 30 to 20 days ago.
-    for (let ms = now - 30 * DAY; ms <= now - 20 * DAY; ms += 3 * HOUR) rows.push({ tenant, device, attr: 'b', ts: at(ms, 7), value: String(n++) });
+    for (let ms = now - 30 * DAY; ms <= now - 20 * DAY; ms += 3 * HOUR)
+      rows.push({ tenant, device, attr: 'b', ts: at(ms, 7), value: String(n++) });
     // c: nothing. d: sparse, far apart (many empty chunks between its rows).
     for (const ago of [200, 120, 45, 3]) rows.push({ tenant, device, attr: 'd', ts: at(now - ago * DAY), value: `${n++}.5` });
     await insertHistory(pool, rows);
@@ -92,7 +98,16 @@ describe('every query answers the same wherever its rows are', () => {
       { to: at(now - 22 * DAY) },
       { from: at(now - 26 * HOUR), to: at(now - 20 * HOUR) },
     ];
-    const counts: Array<{ op?: 'lastN' | 'firstN'; n?: number }> = [{}, { op: 'lastN', n: 1 }, { op: 'lastN', n: 7 }, { op: 'lastN', n: 60 }, { op: 'firstN', n: 1 }, { op: 'firstN', n: 7 }, { op: 'firstN', n: 60 }, { op: 'lastN', n: 400 }];
+    const counts: Array<{ op?: 'lastN' | 'firstN'; n?: number }> = [
+      {},
+      { op: 'lastN', n: 1 },
+      { op: 'lastN', n: 7 },
+      { op: 'lastN', n: 60 },
+      { op: 'firstN', n: 1 },
+      { op: 'firstN', n: 7 },
+      { op: 'firstN', n: 60 },
+      { op: 'lastN', n: 400 },
+    ];
     let checked = 0;
     for (const r of ranges) {
       for (const c of counts) {
@@ -144,19 +159,27 @@ describe('every query answers the same wherever its rows are', () => {
     await checkAll();
   });
 
-  it.skipIf(!TIMESCALE)(`with every chunk compressed, and a row written into a compressed chunk afterwards ${timescaleOnly('chunks.test.ts', TIMESCALE)}`, async () => {
-    const pool = svc.service.pool;
-    const { rows } = await pool.query(`SELECT count(compress_chunk(c, if_not_compressed => true))::int AS n FROM show_chunks('history') c`);
-    expect(rows[0].n).toBeGreaterThan(10);
-    const compressed = await pool.query(`SELECT count(*)::int AS n FROM timescaledb_information.chunks WHERE hypertable_name = 'history' AND NOT is_compressed`);
-    expect(compressed.rows[0].n).toBe(0);
-    await checkAll();
-    await insertHistory(pool, [
-      { tenant, device, attr: 'b', ts: at(now - 26 * DAY), value: '2001' },
-      { tenant, device, attr: 'a', ts: at(now - 150 * DAY), value: '2002' },
-    ]);
-    await checkAll();
-  }, 120_000);
+  it.skipIf(!TIMESCALE)(
+    `with every chunk compressed, and a row written into a compressed chunk afterwards ${timescaleOnly('chunks.test.ts', TIMESCALE)}`,
+    async () => {
+      const pool = svc.service.pool;
+      const { rows } = await pool.query(
+        `SELECT count(compress_chunk(c, if_not_compressed => true))::int AS n FROM show_chunks('history') c`,
+      );
+      expect(rows[0].n).toBeGreaterThan(10);
+      const compressed = await pool.query(
+        `SELECT count(*)::int AS n FROM timescaledb_information.chunks WHERE hypertable_name = 'history' AND NOT is_compressed`,
+      );
+      expect(compressed.rows[0].n).toBe(0);
+      await checkAll();
+      await insertHistory(pool, [
+        { tenant, device, attr: 'b', ts: at(now - 26 * DAY), value: '2001' },
+        { tenant, device, attr: 'a', ts: at(now - 150 * DAY), value: '2002' },
+      ]);
+      await checkAll();
+    },
+    120_000,
+  );
 });
 
 describe('each statement of a read plans only the chunks of its range (a year of daily chunks)', () => {
@@ -234,7 +257,17 @@ describe('each statement of a read plans only the chunks of its range (a year of
     return counts;
   }
 
-  const q = (over: Partial<HistoryQuery>): HistoryQuery => ({ attrs: undefined, single: true, order: 'desc', limit: 10, from: undefined, to: undefined, fromUs: undefined, toUs: undefined, ...over });
+  const q = (over: Partial<HistoryQuery>): HistoryQuery => ({
+    attrs: undefined,
+    single: true,
+    order: 'desc',
+    limit: 10,
+    from: undefined,
+    to: undefined,
+    fromUs: undefined,
+    toUs: undefined,
+    ...over,
+  });
   const range = (fromMs: number, toMs: number) => ({ from: at(fromMs), to: at(toMs), fromUs: fromMs * 1000, toUs: toMs * 1000 });
 
   it('the table has a year of chunks', async () => {
@@ -265,14 +298,16 @@ describe('each statement of a read plans only the chunks of its range (a year of
     }
   });
 
-  it('the open region\'s statements are planned once and reused (generic plans), whatever the limit asked', async () => {
+  it("the open region's statements are planned once and reused (generic plans), whatever the limit asked", async () => {
     const one = new pg.Pool({ connectionString: svc.env.DATABASE_URL, max: 1 });
     try {
       for (let i = 0; i < 20; i++) {
         await readOneSeriesOfDevice(one, tenant, device, 'a', q({ limit: 9 + (i % 3) }));
         await readSeries(one, tenant, device, ['a', 'b'], q({ limit: 10, single: false }));
       }
-      const { rows } = await one.query(`SELECT name, generic_plans::int AS generic, custom_plans::int AS custom FROM pg_prepared_statements WHERE name LIKE 'history-%' AND name <> 'history-horizon'`);
+      const { rows } = await one.query(
+        `SELECT name, generic_plans::int AS generic, custom_plans::int AS custom FROM pg_prepared_statements WHERE name LIKE 'history-%' AND name <> 'history-horizon'`,
+      );
       expect(rows.length).toBeGreaterThanOrEqual(2);
       // PostgreSQL plans the first five executions for their values, then keeps the generic plan if it is no dearer.
       for (const r of rows) expect(r, r.name).toMatchObject({ generic: 15, custom: 5 });
@@ -281,8 +316,10 @@ describe('each statement of a read plans only the chunks of its range (a year of
     }
   });
 
-  it('the open region\'s LIMIT: the limit rounded up to 1, 2, 3, 4, 6, 8, 12, 16..., never more than 1.5 times it', () => {
-    expect([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 100, 10_000].map(openLimit)).toEqual([1, 2, 3, 4, 6, 6, 8, 8, 12, 12, 12, 16, 128, 12_288]);
+  it("the open region's LIMIT: the limit rounded up to 1, 2, 3, 4, 6, 8, 12, 16..., never more than 1.5 times it", () => {
+    expect([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 100, 10_000].map(openLimit)).toEqual([
+      1, 2, 3, 4, 6, 6, 8, 8, 12, 12, 12, 16, 128, 12_288,
+    ]);
     for (let n = 1; n < 5000; n++) {
       expect(openLimit(n)).toBeGreaterThanOrEqual(n);
       expect(openLimit(n)).toBeLessThanOrEqual(Math.max(2, 1.5 * n));
@@ -291,10 +328,14 @@ describe('each statement of a read plans only the chunks of its range (a year of
   });
 
   it('date ranges: only the chunks of the range', async () => {
-    const counts = await plannedChunks((pool) => readOneSeriesOfDevice(pool, tenant, device, 'b', q({ limit: 1000, ...range(now - 195 * DAY, now - 193 * DAY) })));
+    const counts = await plannedChunks((pool) =>
+      readOneSeriesOfDevice(pool, tenant, device, 'b', q({ limit: 1000, ...range(now - 195 * DAY, now - 193 * DAY) })),
+    );
     // The open chunks' statement (pruned at execution) and windows inside the 2-3 days of the range.
     expect(counts.slice(1).reduce((a, b) => a + b, 0)).toBeLessThanOrEqual(4);
-    const several = await plannedChunks((pool) => readSeries(pool, tenant, device, ['a', 'b'], q({ limit: 1000, single: false, ...range(now - 2 * DAY, now) })));
+    const several = await plannedChunks((pool) =>
+      readSeries(pool, tenant, device, ['a', 'b'], q({ limit: 1000, single: false, ...range(now - 2 * DAY, now) })),
+    );
     for (const n of several) expect(n).toBeLessThanOrEqual(5);
   });
 });

@@ -46,7 +46,9 @@ async function chunks(s: TestService): Promise<Array<{ name: string; range_start
 
 /** TimescaleDB: the policy jobs of the history table by kind, with their configuration. */
 async function policies(s: TestService): Promise<Record<string, { id: number; config: Record<string, string> }>> {
-  const { rows } = await s.service.pool.query(`SELECT job_id, proc_name, config FROM timescaledb_information.jobs WHERE hypertable_name = 'history'`);
+  const { rows } = await s.service.pool.query(
+    `SELECT job_id, proc_name, config FROM timescaledb_information.jobs WHERE hypertable_name = 'history'`,
+  );
   return Object.fromEntries(rows.map((r) => [r.proc_name, { id: r.job_id, config: r.config }]));
 }
 
@@ -55,18 +57,25 @@ const layout = TIMESCALE ? 'TimescaleDB: a hypertable' : 'plain PostgreSQL: a pa
 describe(`the table (${layout})`, () => {
   it('is laid out by HISTORY_CHUNK_INTERVAL: plain, with the previous, current and next two partitions ready; TimescaleDB, chunks of that interval', async () => {
     const s = await start({ HISTORY_CHUNK_INTERVAL: '1 hour' });
-    const settings = (await s.service.pool.query('SELECT timescale, extract(epoch FROM chunk_interval) AS secs FROM history_settings')).rows[0];
+    const settings = (await s.service.pool.query('SELECT timescale, extract(epoch FROM chunk_interval) AS secs FROM history_settings'))
+      .rows[0];
     expect(settings.timescale).toBe(TIMESCALE);
     expect(Number(settings.secs)).toBe(3600);
     const kind = (await s.service.pool.query("SELECT relkind FROM pg_class WHERE relname = 'history'")).rows[0].relkind;
     if (TIMESCALE) {
       expect(kind).toBe('r');
-      const dim = (await s.service.pool.query(`SELECT column_name, extract(epoch FROM time_interval) AS secs FROM timescaledb_information.dimensions WHERE hypertable_name = 'history'`)).rows;
+      const dim = (
+        await s.service.pool.query(
+          `SELECT column_name, extract(epoch FROM time_interval) AS secs FROM timescaledb_information.dimensions WHERE hypertable_name = 'history'`,
+        )
+      ).rows;
       expect(dim).toEqual([{ column_name: 'ts', secs: '3600.000000' }]);
       // TimescaleDB creates a chunk when a row needs it, aligned like the plain partitions.
       await insertHistory(s.service.pool, [{ tenant: 'lay', device: 'd', attr: 'v', ts: '2024-03-05T10:20:00Z', value: '1' }]);
       const made = await chunks(s);
-      expect(made.map((c) => [c.range_start.toISOString(), c.range_end.toISOString()])).toEqual([['2024-03-05T10:00:00.000Z', '2024-03-05T11:00:00.000Z']]);
+      expect(made.map((c) => [c.range_start.toISOString(), c.range_end.toISOString()])).toEqual([
+        ['2024-03-05T10:00:00.000Z', '2024-03-05T11:00:00.000Z'],
+      ]);
       return;
     }
     expect(kind).toBe('p');
@@ -95,25 +104,31 @@ describe(`the table (${layout})`, () => {
     }
   });
 
-  it(TIMESCALE ? 'a changed HISTORY_CHUNK_INTERVAL applies to chunks created from then on' : 'a changed HISTORY_CHUNK_INTERVAL keeps the layout the partitions were created with', async () => {
-    const db = await freshDatabase();
-    const first = await start({ DATABASE_URL: db, HISTORY_CHUNK_INTERVAL: '1 day' });
-    await insertHistory(first.service.pool, [{ tenant: 'chg', device: 'd', attr: 'v', ts: '2024-03-05T10:20:00Z', value: '1' }]);
-    await first.stop();
-    const second = await start({ DATABASE_URL: db, HISTORY_CHUNK_INTERVAL: '6 hours' });
-    const secs = (await second.service.pool.query('SELECT extract(epoch FROM chunk_interval) AS secs FROM history_settings')).rows[0].secs;
-    if (!TIMESCALE) {
-      expect(Number(secs)).toBe(86400);
-      return;
-    }
-    expect(Number(secs)).toBe(21600);
-    await insertHistory(second.service.pool, [{ tenant: 'chg', device: 'd', attr: 'v', ts: '2024-04-05T10:20:00Z', value: '2' }]);
-    const ranges = (await chunks(second)).map((c) => [c.range_start.toISOString(), c.range_end.toISOString()]);
-    expect(ranges).toEqual([
-      ['2024-03-05T00:00:00.000Z', '2024-03-06T00:00:00.000Z'],
-      ['2024-04-05T06:00:00.000Z', '2024-04-05T12:00:00.000Z'],
-    ]);
-  });
+  it(
+    TIMESCALE
+      ? 'a changed HISTORY_CHUNK_INTERVAL applies to chunks created from then on'
+      : 'a changed HISTORY_CHUNK_INTERVAL keeps the layout the partitions were created with',
+    async () => {
+      const db = await freshDatabase();
+      const first = await start({ DATABASE_URL: db, HISTORY_CHUNK_INTERVAL: '1 day' });
+      await insertHistory(first.service.pool, [{ tenant: 'chg', device: 'd', attr: 'v', ts: '2024-03-05T10:20:00Z', value: '1' }]);
+      await first.stop();
+      const second = await start({ DATABASE_URL: db, HISTORY_CHUNK_INTERVAL: '6 hours' });
+      const secs = (await second.service.pool.query('SELECT extract(epoch FROM chunk_interval) AS secs FROM history_settings')).rows[0]
+        .secs;
+      if (!TIMESCALE) {
+        expect(Number(secs)).toBe(86400);
+        return;
+      }
+      expect(Number(secs)).toBe(21600);
+      await insertHistory(second.service.pool, [{ tenant: 'chg', device: 'd', attr: 'v', ts: '2024-04-05T10:20:00Z', value: '2' }]);
+      const ranges = (await chunks(second)).map((c) => [c.range_start.toISOString(), c.range_end.toISOString()]);
+      expect(ranges).toEqual([
+        ['2024-03-05T00:00:00.000Z', '2024-03-06T00:00:00.000Z'],
+        ['2024-04-05T06:00:00.000Z', '2024-04-05T12:00:00.000Z'],
+      ]);
+    },
+  );
 });
 
 describe(`retention (HISTORY_RETENTION_DAYS), ${TIMESCALE ? 'TimescaleDB: a retention policy' : 'plain PostgreSQL: the service drops partitions'}`, () => {
@@ -129,7 +144,9 @@ describe(`retention (HISTORY_RETENTION_DAYS), ${TIMESCALE ? 'TimescaleDB: a rete
       { tenant, device: 'aa', attr: 'v', ts: iso(1 * day), value: '3' },
       { tenant, device: 'aa', attr: 'v', ts: iso(0), value: '4' },
     ]);
-    const old = (TIMESCALE ? await chunks(first) : await partitions(first)).filter((p) => p.range_end.getTime() <= Date.now() - 3 * day).map((p) => p.name);
+    const old = (TIMESCALE ? await chunks(first) : await partitions(first))
+      .filter((p) => p.range_end.getTime() <= Date.now() - 3 * day)
+      .map((p) => p.name);
     expect(old).toHaveLength(2);
     if (TIMESCALE) expect(Object.keys(await policies(first))).not.toContain('policy_retention');
     await first.stop();
@@ -149,7 +166,9 @@ describe(`retention (HISTORY_RETENTION_DAYS), ${TIMESCALE ? 'TimescaleDB: a rete
       const remaining = (await partitions(second)).map((p) => p.name);
       for (const name of old) expect(remaining).not.toContain(name);
     }
-    const values = (await second.service.pool.query('SELECT value FROM history WHERE tenant = $1 ORDER BY ts', [tenant])).rows.map((r) => r.value);
+    const values = (await second.service.pool.query('SELECT value FROM history WHERE tenant = $1 ORDER BY ts', [tenant])).rows.map(
+      (r) => r.value,
+    );
     expect(values).toEqual(['3', '4']);
     // Every history query answers from what is left.
     const t = await createTemplate(second.service.pool, tenant, 't', [{ label: 'v', type: 'dynamic', value_type: 'float' }]);
@@ -173,36 +192,50 @@ describe(`retention (HISTORY_RETENTION_DAYS), ${TIMESCALE ? 'TimescaleDB: a rete
 });
 
 describe(`compression ${timescaleOnly('retention.test.ts', TIMESCALE)}`, () => {
-  it.skipIf(!TIMESCALE)('the policy compresses chunks older than two intervals, per series, newest first; reads answer the same from them', async () => {
-    const s = await start({ HISTORY_CHUNK_INTERVAL: '1 day' });
-    const pool = s.service.pool;
-    const settings = (await pool.query(`SELECT segmentby_column_index, orderby_column_index, orderby_asc, attname FROM timescaledb_information.compression_settings WHERE hypertable_name = 'history' ORDER BY attname`)).rows;
-    expect(settings.find((r) => r.attname === 'series')?.segmentby_column_index).toBe(1);
-    expect(settings.find((r) => r.attname === 'ts')).toMatchObject({ orderby_column_index: 1, orderby_asc: false });
-    const compression = (await policies(s)).policy_compression;
-    expect(compression?.config.compress_after).toBe('2 days');
+  it.skipIf(!TIMESCALE)(
+    'the policy compresses chunks older than two intervals, per series, newest first; reads answer the same from them',
+    async () => {
+      const s = await start({ HISTORY_CHUNK_INTERVAL: '1 day' });
+      const pool = s.service.pool;
+      const settings = (
+        await pool.query(
+          `SELECT segmentby_column_index, orderby_column_index, orderby_asc, attname FROM timescaledb_information.compression_settings WHERE hypertable_name = 'history' ORDER BY attname`,
+        )
+      ).rows;
+      expect(settings.find((r) => r.attname === 'series')?.segmentby_column_index).toBe(1);
+      expect(settings.find((r) => r.attname === 'ts')).toMatchObject({ orderby_column_index: 1, orderby_asc: false });
+      const compression = (await policies(s)).policy_compression;
+      expect(compression?.config.compress_after).toBe('2 days');
 
-    const tenant = `cmp${crypto.randomBytes(3).toString('hex')}`;
-    const t = await createTemplate(pool, tenant, 't', [{ label: 'v', type: 'dynamic', value_type: 'float' }]);
-    const d = await createDevice(pool, tenant, [t]);
-    const rows = [];
-    for (let h = 0; h < 24 * 6; h += 5) rows.push({ tenant, device: d, attr: 'v', ts: new Date(Date.now() - h * 3_600_000).toISOString(), value: String(h) });
-    await insertHistory(pool, rows);
-    const before = await readAll(s, tenant, d, 'v');
-    const first = await readAll(s, tenant, d, 'v', 'firstN=4');
-    await pool.query('CALL run_job($1)', [compression!.id]);
-    const after = await chunks(s);
-    const cutoff = Date.now() - 2 * 86_400_000;
-    expect(after.filter((c) => c.range_end.getTime() <= cutoff).every((c) => c.compressed)).toBe(true);
-    expect(after.some((c) => c.compressed)).toBe(true);
-    expect(after.filter((c) => c.range_end.getTime() > Date.now()).every((c) => !c.compressed)).toBe(true);
-    expect(await readAll(s, tenant, d, 'v')).toEqual(before);
-    expect(await readAll(s, tenant, d, 'v', 'firstN=4')).toEqual(first);
-  });
+      const tenant = `cmp${crypto.randomBytes(3).toString('hex')}`;
+      const t = await createTemplate(pool, tenant, 't', [{ label: 'v', type: 'dynamic', value_type: 'float' }]);
+      const d = await createDevice(pool, tenant, [t]);
+      const rows = [];
+      for (let h = 0; h < 24 * 6; h += 5)
+        rows.push({ tenant, device: d, attr: 'v', ts: new Date(Date.now() - h * 3_600_000).toISOString(), value: String(h) });
+      await insertHistory(pool, rows);
+      const before = await readAll(s, tenant, d, 'v');
+      const first = await readAll(s, tenant, d, 'v', 'firstN=4');
+      await pool.query('CALL run_job($1)', [compression!.id]);
+      const after = await chunks(s);
+      const cutoff = Date.now() - 2 * 86_400_000;
+      expect(after.filter((c) => c.range_end.getTime() <= cutoff).every((c) => c.compressed)).toBe(true);
+      expect(after.some((c) => c.compressed)).toBe(true);
+      expect(after.filter((c) => c.range_end.getTime() > Date.now()).every((c) => !c.compressed)).toBe(true);
+      expect(await readAll(s, tenant, d, 'v')).toEqual(before);
+      expect(await readAll(s, tenant, d, 'v', 'firstN=4')).toEqual(first);
+    },
+  );
 });
 
 /** GET history of one attribute through the API as the tenant's user. */
-async function readAll(s: TestService, tenant: string, device: string, attr: string, extra = ''): Promise<Array<{ ts: string; value: unknown }>> {
+async function readAll(
+  s: TestService,
+  tenant: string,
+  device: string,
+  attr: string,
+  extra = '',
+): Promise<Array<{ ts: string; value: unknown }>> {
   const admin = await login(s.base);
   const token = await tenantToken(s.base, admin, tenant);
   const res = await http('GET', `${s.base}/history/device/${device}/history?attr=${attr}${extra ? `&${extra}` : ''}`, { token });

@@ -18,11 +18,22 @@ const HOUR_US = 3_600_000_000;
 
 describe('the rule: a chunk index predicted from the recent complete chunks, against shared_buffers', () => {
   const now = 1_000 * HOUR_US + HOUR_US / 2; // half way through an hour
-  const hourChunk = (hoursAgo: number, indexBytes: number) => ({ startUs: now - HOUR_US / 2 - hoursAgo * HOUR_US, endUs: now + HOUR_US / 2 - hoursAgo * HOUR_US, indexBytes });
+  const hourChunk = (hoursAgo: number, indexBytes: number) => ({
+    startUs: now - HOUR_US / 2 - hoursAgo * HOUR_US,
+    endUs: now + HOUR_US / 2 - hoursAgo * HOUR_US,
+    indexBytes,
+  });
 
   it('nothing written yet, or only empty indexes: no advice', () => {
     expect(adviseChunkInterval({ chunks: [], nowUs: now, intervalSeconds: 86400, sharedBuffersBytes: 128 * MB })).toBeUndefined();
-    expect(adviseChunkInterval({ chunks: [hourChunk(1, 8192), hourChunk(2, 16384)], nowUs: now, intervalSeconds: 86400 * 366, sharedBuffersBytes: 128 * MB })).toBeUndefined();
+    expect(
+      adviseChunkInterval({
+        chunks: [hourChunk(1, 8192), hourChunk(2, 16384)],
+        nowUs: now,
+        intervalSeconds: 86400 * 366,
+        sharedBuffersBytes: 128 * MB,
+      }),
+    ).toBeUndefined();
   });
 
   it('chunks that fit: no advice; the same rate with a longer interval: the predicted size and the longest interval that fits', () => {
@@ -38,14 +49,25 @@ describe('the rule: a chunk index predicted from the recent complete chunks, aga
 
   it('the fullest of the last three complete chunks sets the rate; older ones do not', () => {
     const chunks = [hourChunk(1, 10 * MB), hourChunk(2, 10 * MB), hourChunk(3, 200 * MB), hourChunk(4, 900 * MB)];
-    expect(adviseChunkInterval({ chunks, nowUs: now, intervalSeconds: 3600, sharedBuffersBytes: 128 * MB })!.predictedBytes).toBeCloseTo(200 * MB - 16384, -3);
+    expect(adviseChunkInterval({ chunks, nowUs: now, intervalSeconds: 3600, sharedBuffersBytes: 128 * MB })!.predictedBytes).toBeCloseTo(
+      200 * MB - 16384,
+      -3,
+    );
   });
 
   it('a current chunk already larger than shared_buffers is reported whatever the rate; one beyond any interval says so', () => {
-    const advice = adviseChunkInterval({ chunks: [hourChunk(0, 300 * MB)], nowUs: now, intervalSeconds: 3600, sharedBuffersBytes: 128 * MB })!;
+    const advice = adviseChunkInterval({
+      chunks: [hourChunk(0, 300 * MB)],
+      nowUs: now,
+      intervalSeconds: 3600,
+      sharedBuffersBytes: 128 * MB,
+    })!;
     expect(advice.predictedBytes).toBe(300 * MB);
     expect(advice.suggested).toBeUndefined();
-    expect(adviseChunkInterval({ chunks: [hourChunk(1, 64 * 1024 * MB)], nowUs: now, intervalSeconds: 3600, sharedBuffersBytes: 128 * MB })!.suggested).toBeUndefined();
+    expect(
+      adviseChunkInterval({ chunks: [hourChunk(1, 64 * 1024 * MB)], nowUs: now, intervalSeconds: 3600, sharedBuffersBytes: 128 * MB })!
+        .suggested,
+    ).toBeUndefined();
   });
 });
 
@@ -79,7 +101,8 @@ describe('the service warns at start', () => {
     );
   }
 
-  const sizingWarnings = (warnings: Array<Record<string, unknown>>) => warnings.filter((w) => /index larger than shared_buffers/.test(String(w.msg)));
+  const sizingWarnings = (warnings: Array<Record<string, unknown>>) =>
+    warnings.filter((w) => /index larger than shared_buffers/.test(String(w.msg)));
 
   it('plain PostgreSQL (embedded, shared_buffers=2MB): an hour of values whose index outgrows it', async () => {
     const env = await testEnv({ DATABASE_URL: undefined, EMBEDDED_PG_SETTINGS: 'shared_buffers=2MB', HISTORY_CHUNK_INTERVAL: '1 hour' });
@@ -96,20 +119,28 @@ describe('the service warns at start', () => {
     expect(warning!.predictedIndexMB).toBeGreaterThan(2);
   }, 120_000);
 
-  it.skipIf(!TIMESCALE)(`TimescaleDB: a longer HISTORY_CHUNK_INTERVAL (applied to new chunks) at the measured rate ${timescaleOnly('sizing.test.ts', TIMESCALE)}`, async () => {
-    const env = await testEnv({ HISTORY_CHUNK_INTERVAL: '1 hour' });
-    const first = await run(env);
-    await fillPreviousHour(first.service.pool, 20_000);
-    await first.service.stop();
-    started.length = 0;
-    const same = await run(env);
-    expect(sizingWarnings(same.warnings)).toEqual([]);
-    await same.service.stop();
-    started.length = 0;
+  it.skipIf(!TIMESCALE)(
+    `TimescaleDB: a longer HISTORY_CHUNK_INTERVAL (applied to new chunks) at the measured rate ${timescaleOnly('sizing.test.ts', TIMESCALE)}`,
+    async () => {
+      const env = await testEnv({ HISTORY_CHUNK_INTERVAL: '1 hour' });
+      const first = await run(env);
+      await fillPreviousHour(first.service.pool, 20_000);
+      await first.service.stop();
+      started.length = 0;
+      const same = await run(env);
+      expect(sizingWarnings(same.warnings)).toEqual([]);
+      await same.service.stop();
+      started.length = 0;
 
-    const longer = await run({ ...env, HISTORY_CHUNK_INTERVAL: '366 days' });
-    const [warning] = sizingWarnings(longer.warnings);
-    expect(warning).toMatchObject({ chunkInterval: '366 days', sharedBuffersMB: expect.any(Number), suggestedInterval: expect.any(String) });
-    expect(warning!.predictedIndexMB).toBeGreaterThan(warning!.sharedBuffersMB as number);
-  }, 120_000);
+      const longer = await run({ ...env, HISTORY_CHUNK_INTERVAL: '366 days' });
+      const [warning] = sizingWarnings(longer.warnings);
+      expect(warning).toMatchObject({
+        chunkInterval: '366 days',
+        sharedBuffersMB: expect.any(Number),
+        suggestedInterval: expect.any(String),
+      });
+      expect(warning!.predictedIndexMB).toBeGreaterThan(warning!.sharedBuffersMB as number);
+    },
+    120_000,
+  );
 });
