@@ -1,11 +1,18 @@
 // Housekeeping of the history table, run by the main thread at start and then periodically:
-// on plain PostgreSQL it creates the partitions of the previous, current and next two chunk
-// intervals ahead of time (workers create others on demand) and drops whole partitions older
-// than HISTORY_RETENTION_DAYS; on TimescaleDB it sets the retention policy once at start
-// (TimescaleDB creates and drops chunks itself). All of it goes through the SQL functions of
-// sql/020_history.sql.
+//   * on plain PostgreSQL it creates the partitions of the previous, current and next two chunk
+//     intervals ahead of time (workers create others on demand) and drops whole partitions
+//     older than HISTORY_RETENTION_DAYS; on TimescaleDB it sets the retention policy once at
+//     start (TimescaleDB creates and drops chunks itself);
+//   * on both, it moves the start of the open region to the start of the previous chunk
+//     (sql/022_history_closed_spans.sql): reads then plan the open chunks only, and find older
+//     rows through the series' spans;
+//   * at start and whenever a chunk completes, it warns when the chunk interval makes the
+//     current chunk's index larger than shared_buffers (src/history/sizing.ts).
+// All of it goes through the SQL functions of sql/020_history.sql and sql/022_*.sql.
 import type pg from 'pg';
 import type { Logger } from '../log.js';
+import { forgetHorizon } from './horizon.js';
+import { checkChunkSizing } from './sizing.js';
 
 export interface HistoryMaintenance {
   timescale: boolean;
@@ -36,7 +43,46 @@ export async function startHistoryMaintenance(opts: {
     );
   }
   const retention = opts.retentionDays ?? null;
-  const runOnce = async () => {
+  let stopped = false;
+
+  const checkSizing = async () => {
+    const advice = await checkChunkSizing(pool);
+    if (!advice) return;
+    const mb = (bytes: number) => Math.round(bytes / 1048576);
+    log.warn(
+      "HISTORY_CHUNK_INTERVAL makes the current chunk's index larger than shared_buffers: ingest and recent reads slow down once it is; shorten the interval or raise shared_buffers",
+      {
+        chunkInterval: opts.chunkInterval,
+        predictedIndexMB: mb(advice.predictedBytes),
+        sharedBuffersMB: mb(advice.sharedBuffersBytes),
+        suggestedInterval: advice.suggested ?? 'none fits: raise shared_buffers',
+      },
+    );
+  };
+
+  /**
+   * Moves the open region's start to the start of the previous chunk: first the trigger notes
+   * late rows before it, then the spans of the rows before it are written (two transactions,
+   * in this order; sql/022_history_closed_spans.sql). Returns whether it moved.
+   */
+  const close = async (): Promise<boolean> => {
+    const { rows: target } = await pool.query<{ t: Date; moves: boolean }>(
+      `SELECT t, t > closed_before AS moves
+         FROM (SELECT to_timestamp((floor(extract(epoch FROM now()) / s) - 1) * s) AS t, closed_before
+                 FROM (SELECT extract(epoch FROM chunk_interval) AS s, closed_before FROM history_settings) x) y`,
+    );
+    if (!target[0]!.moves || stopped) return false;
+    const t = target[0]!.t;
+    await pool.query('SELECT history_note_before($1::timestamptz)', [t]);
+    const started = Date.now();
+    const res = await pool.query<{ n: number }>('SELECT history_close_before($1::timestamptz) AS n', [t]);
+    forgetHorizon(pool); // this instance's reads use the new horizon at once (others within 5 s)
+    log.info('history open region moved', { closedBefore: t.toISOString(), seriesSpans: res.rows[0]!.n, ms: Date.now() - started });
+    return true;
+  };
+
+  /** Partitions ahead (plain) and retention: waited for at start. */
+  const housekeep = async () => {
     await pool.query(`SELECT history_ensure_partition(now() + s.chunk_interval * g) FROM history_settings s, generate_series(-1, 2) AS g`);
     if (!settings.timescale) {
       const res = await pool.query<{ dropped: number }>('SELECT history_apply_retention($1::int) AS dropped', [retention]);
@@ -44,12 +90,27 @@ export async function startHistoryMaintenance(opts: {
       if (dropped > 0) log.info('history retention dropped expired partitions', { partitions: dropped, retentionDays: retention });
     }
   };
+  const runOnce = async () => {
+    await housekeep();
+    if (await close()) await checkSizing();
+  };
+  const failed = (err: Error) => log.warn('history maintenance failed; trying again later', { error: err.message });
+
   if (settings.timescale) await pool.query('SELECT history_apply_retention($1::int)', [retention]);
-  await runOnce();
+  await housekeep();
+  await checkSizing().catch(failed);
+  // Moving the open region is not waited for: on a database upgraded with a long history, the
+  // first spans are written from every row before the horizon, which may take a while.
+  void close().catch(failed);
   const everyMs = Math.min(settings.secs / 4, 3600) * 1000;
-  const timer = setInterval(() => {
-    runOnce().catch((err: Error) => log.warn('history maintenance failed; trying again later', { error: err.message }));
-  }, everyMs);
+  const timer = setInterval(() => void runOnce().catch(failed), everyMs);
   timer.unref();
-  return { timescale: settings.timescale, runOnce, stop: () => clearInterval(timer) };
+  return {
+    timescale: settings.timescale,
+    runOnce,
+    stop: () => {
+      stopped = true;
+      clearInterval(timer);
+    },
+  };
 }

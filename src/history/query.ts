@@ -18,13 +18,14 @@ export interface HistoryQuery {
   /** Bounds as timestamptz text (UTC, microseconds). */
   from: string | undefined;
   to: string | undefined;
+  /** The same bounds in µs since the epoch (where a read walks the closed region). */
+  fromUs: number | undefined;
+  toUs: number | undefined;
 }
 
-/** A bound the schema accepted (format `timestamp`); blank: none. */
-function bound(text: unknown): string | undefined {
-  if (typeof text !== 'string') return undefined;
-  const us = timestampOf(text);
-  return us === undefined ? undefined : microsToText(us);
+/** A bound the schema accepted (format `timestamp`), in µs; blank: none. */
+function boundUs(text: unknown): number | undefined {
+  return typeof text === 'string' ? timestampOf(text) : undefined;
 }
 
 /**
@@ -51,12 +52,16 @@ export function historyQueryOf(q: QueryValues, maxResults: number): HistoryQuery
   const firstN = q.firstN as number | undefined;
   const n = firstN ?? (q.lastN as number | undefined);
   const attrs = labelsOf(q.attr);
+  const fromUs = boundUs(q.dateFrom);
+  const toUs = boundUs(q.dateTo);
   return {
     attrs: attrs?.labels,
     single: attrs?.given === 1,
     order: firstN !== undefined ? 'asc' : 'desc',
     limit: n === undefined || n === 0 ? maxResults : n,
-    from: bound(q.dateFrom),
-    to: bound(q.dateTo),
+    from: fromUs === undefined ? undefined : microsToText(fromUs),
+    to: toUs === undefined ? undefined : microsToText(toUs),
+    fromUs,
+    toUs,
   };
 }

@@ -1,9 +1,11 @@
 // The log format: every output line of a real process is one JSON object with ts, level and msg,
 // at the default level and at LOG_LEVEL=warn.
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { freePort } from '../../src/net.js';
 import type { TemplateList } from '../helpers/api.js';
 import { parseLogLines } from '../helpers/log-lines.js';
+import { timescaleLayout } from '../helpers/history-layout.js';
 import { http, login, terminate, testEnv, useSpawnedServices, zeroSetupEnv } from '../helpers/service.js';
 
 const spawned = useSpawnedServices();
@@ -39,16 +41,36 @@ describe('log format', () => {
   }, 120_000);
 
   it('LOG_LEVEL=warn: warnings are written, info lines are not', async () => {
-    // A first start lays the history partitions out with one interval; the second start, at warn,
-    // is given another one, which it reports with a warning.
-    const env = await testEnv({ LOG_LEVEL: 'info', HISTORY_CHUNK_INTERVAL: '1 day' });
+    // A first start lays the history table out with one chunk interval; the second start, at
+    // warn, is given another one, which it reports with a warning: on plain PostgreSQL that the
+    // partitions keep their interval; on TimescaleDB, where new chunks take the new interval,
+    // that at the rate of the values written so far a chunk's index would outgrow shared_buffers.
+    const timescale = await timescaleLayout();
+    const env = await testEnv({ LOG_LEVEL: 'info', HISTORY_CHUNK_INTERVAL: timescale ? '1 hour' : '1 day' });
     const first = await spawned.ready(env);
+    if (timescale) {
+      const db = new pg.Client({ connectionString: env.DATABASE_URL });
+      await db.connect();
+      await db.query(
+        `INSERT INTO history (tenant, device_id, attr, series, ts, value)
+         SELECT 'w', 'd' || i, 'v', history_series('w', 'd' || i, 'v'), date_trunc('hour', now()) - interval '1 hour' + (i % 3600) * interval '1 second', '1'
+           FROM generate_series(1, 20000) i`,
+      );
+      await db.end();
+    }
     expect((await terminate(first.svc)).code).toBe(0);
     expect(first.svc.output.some((l) => l.includes('"level":"info"'))).toBe(true);
 
     const port = await freePort();
-    const second = spawned.spawn({ ...env, LOG_LEVEL: 'warn', HISTORY_CHUNK_INTERVAL: '2 days', PORT: String(port) });
-    await second.waitFor(/HISTORY_CHUNK_INTERVAL differs/);
+    const second = spawned.spawn({
+      ...env,
+      LOG_LEVEL: 'warn',
+      HISTORY_CHUNK_INTERVAL: timescale ? '366 days' : '2 days',
+      PORT: String(port),
+    });
+    await second.waitFor(
+      timescale ? /HISTORY_CHUNK_INTERVAL makes the current chunk's index larger than shared_buffers/ : /HISTORY_CHUNK_INTERVAL differs/,
+    );
     // At warn the service does not say it is ready: it is once it answers.
     const base = `http://127.0.0.1:${port}`;
     const deadline = Date.now() + 30_000;

@@ -1,11 +1,16 @@
-// The history table on plain PostgreSQL: partitions laid out by HISTORY_CHUNK_INTERVAL, created
-// ahead by the service and on demand by the shard workers, and HISTORY_RETENTION_DAYS applied
-// by dropping whole partitions.
+// The history table's layout, as documented for the layout the test database gets
+// (docs/messaging.md §5): on plain PostgreSQL partitions laid out by HISTORY_CHUNK_INTERVAL,
+// created ahead by the service and on demand by the shard workers, HISTORY_RETENTION_DAYS
+// applied by dropping whole partitions; on TimescaleDB a hypertable whose chunks TimescaleDB
+// creates, a retention policy set from HISTORY_RETENTION_DAYS and a compression policy.
 import crypto from 'node:crypto';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { countOf } from '../helpers/db.js';
+import { freshDatabase, http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
 import { createDevice, createTemplate, deviceClient, eventually, historyCount, insertHistory } from '../helpers/registry-fixtures.js';
-import { freshDatabase, startTestService, type TestService } from '../helpers/service.js';
+import { timescaleLayout, timescaleOnly } from '../helpers/history-layout.js';
+
+const TIMESCALE = await timescaleLayout();
 
 const running: TestService[] = [];
 afterAll(async () => {
@@ -34,25 +39,57 @@ async function tableExists(s: TestService, name: string): Promise<boolean> {
   return (await s.service.pool.query<{ e: boolean }>('SELECT to_regclass($1) IS NOT NULL AS e', [name])).rows[0]!.e;
 }
 
-describe('partitions', () => {
-  it('the table is partitioned by HISTORY_CHUNK_INTERVAL, with the previous, current and next two chunks ready', async () => {
+/** TimescaleDB: the hypertable's chunks with their ranges. */
+async function chunks(s: TestService): Promise<Array<{ name: string; range_start: Date; range_end: Date; compressed: boolean }>> {
+  return (
+    await s.service.pool.query(
+      `SELECT chunk_name AS name, range_start, range_end, is_compressed AS compressed FROM timescaledb_information.chunks
+        WHERE hypertable_name = 'history' ORDER BY range_start`,
+    )
+  ).rows;
+}
+
+/** TimescaleDB: the policy jobs of the history table by kind, with their configuration. */
+async function policies(s: TestService): Promise<Record<string, { id: number; config: Record<string, string> }>> {
+  const { rows } = await s.service.pool.query(
+    `SELECT job_id, proc_name, config FROM timescaledb_information.jobs WHERE hypertable_name = 'history'`,
+  );
+  return Object.fromEntries(rows.map((r) => [r.proc_name, { id: r.job_id, config: r.config }]));
+}
+
+const layout = TIMESCALE ? 'TimescaleDB: a hypertable' : 'plain PostgreSQL: a partitioned table';
+
+describe(`the table (${layout})`, () => {
+  it('is laid out by HISTORY_CHUNK_INTERVAL: plain, with the previous, current and next two partitions ready; TimescaleDB, chunks of that interval', async () => {
     const s = await start({ HISTORY_CHUNK_INTERVAL: '1 hour' });
-    const settings = (
-      await s.service.pool.query<{ timescale: boolean; secs: string }>(
-        'SELECT timescale, extract(epoch FROM chunk_interval) AS secs FROM history_settings',
-      )
-    ).rows[0]!;
-    expect(settings.timescale).toBe(false); // this machine has no TimescaleDB; the plain path is what runs here
+    const settings = (await s.service.pool.query('SELECT timescale, extract(epoch FROM chunk_interval) AS secs FROM history_settings'))
+      .rows[0];
+    expect(settings.timescale).toBe(TIMESCALE);
     expect(Number(settings.secs)).toBe(3600);
+    const kind = (await s.service.pool.query("SELECT relkind FROM pg_class WHERE relname = 'history'")).rows[0].relkind;
+    if (TIMESCALE) {
+      expect(kind).toBe('r');
+      const dim = (
+        await s.service.pool.query(
+          `SELECT column_name, extract(epoch FROM time_interval) AS secs FROM timescaledb_information.dimensions WHERE hypertable_name = 'history'`,
+        )
+      ).rows;
+      expect(dim).toEqual([{ column_name: 'ts', secs: '3600.000000' }]);
+      // TimescaleDB creates a chunk when a row needs it, aligned like the plain partitions.
+      await insertHistory(s.service.pool, [{ tenant: 'lay', device: 'd', attr: 'v', ts: '2024-03-05T10:20:00Z', value: '1' }]);
+      const made = await chunks(s);
+      expect(made.map((c) => [c.range_start.toISOString(), c.range_end.toISOString()])).toEqual([
+        ['2024-03-05T10:00:00.000Z', '2024-03-05T11:00:00.000Z'],
+      ]);
+      return;
+    }
+    expect(kind).toBe('p');
     const parts = await partitions(s);
     expect(parts.length).toBeGreaterThanOrEqual(4);
     for (const p of parts) expect(p.range_end.getTime() - p.range_start.getTime()).toBe(3_600_000);
     const now = Date.now();
     expect(parts.some((p) => p.range_start.getTime() <= now && now < p.range_end.getTime())).toBe(true);
     expect(parts.some((p) => p.range_start.getTime() >= now + 3_600_000)).toBe(true);
-    const kind = (await s.service.pool.query<{ relkind: string }>("SELECT relkind FROM pg_class WHERE relname = 'history'")).rows[0]!
-      .relkind;
-    expect(kind).toBe('p');
   });
 
   it('a message with a timestamp outside the prepared partitions gets its partition on demand', async () => {
@@ -64,23 +101,43 @@ describe('partitions', () => {
     await c.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ v: 1, timestamp: '2021-06-15T08:00:00Z' }), { qos: 1 });
     await c.endAsync();
     await eventually(async () => (await historyCount(s.service.pool, tenant, d)) === 1 || undefined, 'the old value');
-    expect(await tableExists(s, 'history_20210615_0000')).toBe(true);
+    if (TIMESCALE) {
+      const day = (await chunks(s)).filter((c) => c.range_start.toISOString() === '2021-06-15T00:00:00.000Z');
+      expect(day.map((c) => c.range_end.toISOString())).toEqual(['2021-06-16T00:00:00.000Z']);
+    } else {
+      expect(await tableExists(s, 'history_20210615_0000')).toBe(true);
+    }
   });
 
-  it('a changed HISTORY_CHUNK_INTERVAL keeps the layout the partitions were created with', async () => {
-    const db = await freshDatabase();
-    const first = await start({ DATABASE_URL: db, HISTORY_CHUNK_INTERVAL: '1 day' });
-    await first.stop();
-    const second = await start({ DATABASE_URL: db, HISTORY_CHUNK_INTERVAL: '6 hours' });
-    const secs = (
-      await second.service.pool.query<{ secs: string }>('SELECT extract(epoch FROM chunk_interval) AS secs FROM history_settings')
-    ).rows[0]!.secs;
-    expect(Number(secs)).toBe(86400);
-  });
+  it(
+    TIMESCALE
+      ? 'a changed HISTORY_CHUNK_INTERVAL applies to chunks created from then on'
+      : 'a changed HISTORY_CHUNK_INTERVAL keeps the layout the partitions were created with',
+    async () => {
+      const db = await freshDatabase();
+      const first = await start({ DATABASE_URL: db, HISTORY_CHUNK_INTERVAL: '1 day' });
+      await insertHistory(first.service.pool, [{ tenant: 'chg', device: 'd', attr: 'v', ts: '2024-03-05T10:20:00Z', value: '1' }]);
+      await first.stop();
+      const second = await start({ DATABASE_URL: db, HISTORY_CHUNK_INTERVAL: '6 hours' });
+      const secs = (await second.service.pool.query('SELECT extract(epoch FROM chunk_interval) AS secs FROM history_settings')).rows[0]
+        .secs;
+      if (!TIMESCALE) {
+        expect(Number(secs)).toBe(86400);
+        return;
+      }
+      expect(Number(secs)).toBe(21600);
+      await insertHistory(second.service.pool, [{ tenant: 'chg', device: 'd', attr: 'v', ts: '2024-04-05T10:20:00Z', value: '2' }]);
+      const ranges = (await chunks(second)).map((c) => [c.range_start.toISOString(), c.range_end.toISOString()]);
+      expect(ranges).toEqual([
+        ['2024-03-05T00:00:00.000Z', '2024-03-06T00:00:00.000Z'],
+        ['2024-04-05T06:00:00.000Z', '2024-04-05T12:00:00.000Z'],
+      ]);
+    },
+  );
 });
 
-describe('retention (HISTORY_RETENTION_DAYS)', () => {
-  it('drops whole partitions older than the retention and keeps everything newer', async () => {
+describe(`retention (HISTORY_RETENTION_DAYS), ${TIMESCALE ? 'TimescaleDB: a retention policy' : 'plain PostgreSQL: the service drops partitions'}`, () => {
+  it('drops whole chunks older than the retention and keeps everything newer', async () => {
     const db = await freshDatabase();
     const tenant = `ret${crypto.randomBytes(3).toString('hex')}`;
     const day = 86_400_000;
@@ -92,27 +149,105 @@ describe('retention (HISTORY_RETENTION_DAYS)', () => {
       { tenant, device: 'aa', attr: 'v', ts: iso(1 * day), value: '3' },
       { tenant, device: 'aa', attr: 'v', ts: iso(0), value: '4' },
     ]);
-    const before = await partitions(first);
-    const old = before.filter((p) => p.range_end.getTime() <= Date.now() - 3 * day).map((p) => p.name);
+    const old = (TIMESCALE ? await chunks(first) : await partitions(first))
+      .filter((p) => p.range_end.getTime() <= Date.now() - 3 * day)
+      .map((p) => p.name);
     expect(old).toHaveLength(2);
+    if (TIMESCALE) expect(Object.keys(await policies(first))).not.toContain('policy_retention');
     await first.stop();
 
-    // The next start applies HISTORY_RETENTION_DAYS=3.
+    // The next start applies HISTORY_RETENTION_DAYS=3: on plain PostgreSQL the service drops the
+    // partitions at once; on TimescaleDB it sets the retention policy, whose job runs here now
+    // instead of on its schedule.
     const second = await start({ DATABASE_URL: db, HISTORY_RETENTION_DAYS: '3' });
-    for (const name of old) expect(await tableExists(second, name)).toBe(false);
-    const values = (
-      await second.service.pool.query<{ value: string }>('SELECT value FROM history WHERE tenant = $1 ORDER BY ts', [tenant])
-    ).rows.map((r) => r.value);
+    if (TIMESCALE) {
+      const retention = (await policies(second)).policy_retention;
+      expect(retention?.config.drop_after).toBe('3 days');
+      await second.service.pool.query('CALL run_job($1)', [retention!.id]);
+      const remaining = (await chunks(second)).map((c) => c.name);
+      for (const name of old) expect(remaining).not.toContain(name);
+    } else {
+      for (const name of old) expect(await tableExists(second, name)).toBe(false);
+      const remaining = (await partitions(second)).map((p) => p.name);
+      for (const name of old) expect(remaining).not.toContain(name);
+    }
+    const values = (await second.service.pool.query('SELECT value FROM history WHERE tenant = $1 ORDER BY ts', [tenant])).rows.map(
+      (r) => r.value,
+    );
     expect(values).toEqual(['3', '4']);
-    const remaining = (await partitions(second)).map((p) => p.name);
-    for (const name of old) expect(remaining).not.toContain(name);
+    // Every history query answers from what is left.
+    const t = await createTemplate(second.service.pool, tenant, 't', [{ label: 'v', type: 'dynamic', value_type: 'float' }]);
+    await createDevice(second.service.pool, tenant, [t], { id: 'aa' });
+    const res = await readAll(second, tenant, 'aa', 'v');
+    expect(res.map((r) => r.value)).toEqual([4, 3]);
   });
 
-  it('without HISTORY_RETENTION_DAYS nothing is dropped', async () => {
-    const s = await start({});
+  it('without HISTORY_RETENTION_DAYS nothing is dropped (and on TimescaleDB a policy set earlier is removed)', async () => {
+    const db = await freshDatabase();
+    const first = await start({ DATABASE_URL: db, HISTORY_RETENTION_DAYS: '30' });
+    if (TIMESCALE) expect((await policies(first)).policy_retention?.config.drop_after).toBe('30 days');
+    await first.stop();
+    const s = await start({ DATABASE_URL: db });
+    if (TIMESCALE) expect(Object.keys(await policies(s))).not.toContain('policy_retention');
     const tenant = `keep${crypto.randomBytes(3).toString('hex')}`;
     await insertHistory(s.service.pool, [{ tenant, device: 'bb', attr: 'v', ts: '2001-01-01T00:00:00Z', value: '1' }]);
     expect(await countOf(s.service.pool, 'SELECT history_apply_retention(NULL) AS n')).toBe(0);
     expect(await historyCount(s.service.pool, tenant)).toBe(1);
   });
 });
+
+describe(`compression ${timescaleOnly('retention.test.ts', TIMESCALE)}`, () => {
+  it.skipIf(!TIMESCALE)(
+    'the policy compresses chunks older than two intervals, per series, newest first; reads answer the same from them',
+    async () => {
+      const s = await start({ HISTORY_CHUNK_INTERVAL: '1 day' });
+      const pool = s.service.pool;
+      const settings = (
+        await pool.query(
+          `SELECT segmentby_column_index, orderby_column_index, orderby_asc, attname FROM timescaledb_information.compression_settings WHERE hypertable_name = 'history' ORDER BY attname`,
+        )
+      ).rows;
+      expect(settings.find((r) => r.attname === 'series')?.segmentby_column_index).toBe(1);
+      expect(settings.find((r) => r.attname === 'ts')).toMatchObject({ orderby_column_index: 1, orderby_asc: false });
+      const compression = (await policies(s)).policy_compression;
+      expect(compression?.config.compress_after).toBe('2 days');
+
+      const tenant = `cmp${crypto.randomBytes(3).toString('hex')}`;
+      const t = await createTemplate(pool, tenant, 't', [{ label: 'v', type: 'dynamic', value_type: 'float' }]);
+      const d = await createDevice(pool, tenant, [t]);
+      const rows = [];
+      for (let h = 0; h < 24 * 6; h += 5)
+        rows.push({ tenant, device: d, attr: 'v', ts: new Date(Date.now() - h * 3_600_000).toISOString(), value: String(h) });
+      await insertHistory(pool, rows);
+      const before = await readAll(s, tenant, d, 'v');
+      const first = await readAll(s, tenant, d, 'v', 'firstN=4');
+      await pool.query('CALL run_job($1)', [compression!.id]);
+      const after = await chunks(s);
+      const cutoff = Date.now() - 2 * 86_400_000;
+      expect(after.filter((c) => c.range_end.getTime() <= cutoff).every((c) => c.compressed)).toBe(true);
+      expect(after.some((c) => c.compressed)).toBe(true);
+      expect(after.filter((c) => c.range_end.getTime() > Date.now()).every((c) => !c.compressed)).toBe(true);
+      expect(await readAll(s, tenant, d, 'v')).toEqual(before);
+      expect(await readAll(s, tenant, d, 'v', 'firstN=4')).toEqual(first);
+    },
+  );
+});
+
+/** GET history of one attribute through the API as the tenant's user. */
+async function readAll(
+  s: TestService,
+  tenant: string,
+  device: string,
+  attr: string,
+  extra = '',
+): Promise<Array<{ ts: string; value: unknown }>> {
+  const admin = await login(s.base);
+  const token = await tenantToken(s.base, admin, tenant);
+  const res = await http<Array<{ ts: string; value: unknown }>>(
+    'GET',
+    `${s.base}/history/device/${device}/history?attr=${attr}${extra ? `&${extra}` : ''}`,
+    { token },
+  );
+  expect(res.status).toBe(200);
+  return res.body;
+}

@@ -1,0 +1,185 @@
+// lastN at scale while ingest runs (issue 20): BENCH_ROWS (100 million) values of BENCH_DEVICES
+// (10,000) devices x 3 attributes spread over the last BENCH_DAYS (7) days in chunks of
+// BENCH_CHUNK_INTERVAL (1 day),
+// on either layout (BENCH_DATABASE_URL as in bench/history-chunks.ts; on TimescaleDB the chunks
+// older than two intervals are compressed, as the compression policy would have done), then:
+//   idle:    GET ...?lastN=10&attr=<a> of random devices, one client, BENCH_SECONDS (30);
+//   ingest:  the same while the MQTT load generator (bench/ingest-load.ts, the devices above,
+//            3 values a message) publishes BENCH_INGEST_RATE msg/s through BENCH_MQTT_URL
+//            (mqtt://127.0.0.1:1883) into the service: set it to 80 % of the sustainable rate
+//            bench/ingest.js measured on the machine; 0 skips this phase.
+// Reported: p50 / p99 / max of lastN, the ingest rate offered, acknowledged and stored
+// (history rows a second), and the database's shared_buffers against the current chunk's index.
+// The values are written set-based before the service starts (history_reopen(): no per-row
+// trigger), and the service's first pass writes the series' spans in one GROUP BY.
+//   npm run build && BENCH_ROWS=3000000 BENCH_INGEST_RATE=4000 node dist/bench/history-scale.js
+// The full-size run needs a quiet machine and ~30 GB of disk: docs/operations.md §6.
+import { fork } from 'node:child_process';
+import crypto from 'node:crypto';
+import os from 'node:os';
+import path from 'node:path';
+import pg from 'pg';
+import { projectRoot } from '../src/paths.js';
+import type { LoadConfig, LoadProgress } from './ingest-load.js';
+import {
+  ATTRS,
+  deviceId,
+  isTimescale,
+  log,
+  openDatabase,
+  openRegionReady,
+  prepareSchema,
+  seedDevices,
+  seedValues,
+  sequential,
+  sleep,
+  startService,
+  tenant,
+  type BenchService,
+} from './lib/history-bench.js';
+
+const ROWS = Number(process.env.BENCH_ROWS ?? 100_000_000);
+const DEVICES = Number(process.env.BENCH_DEVICES ?? 10_000);
+const DAYS = Number(process.env.BENCH_DAYS ?? 7);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 30);
+const INGEST_RATE = Number(process.env.BENCH_INGEST_RATE ?? 0);
+const MQTT_URL = process.env.BENCH_MQTT_URL ?? 'mqtt://127.0.0.1:1883';
+const CHUNK_INTERVAL = process.env.BENCH_CHUNK_INTERVAL ?? '1 day';
+
+/** The load generator as its own process (IPC progress every 200 ms), as bench/ingest.ts runs it. */
+function generator(cfg: LoadConfig): { latest: () => LoadProgress | undefined; ready: Promise<void>; stop: () => Promise<void> } {
+  const proc = fork(path.join(projectRoot, 'dist/bench/ingest-load.js'), [JSON.stringify(cfg)], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  let latest: LoadProgress | undefined;
+  const ready = new Promise<void>((resolve, reject) => {
+    proc.on('message', (m: { type: string }) => {
+      if (m.type === 'ready') resolve();
+      if (m.type === 'progress') latest = m as LoadProgress;
+    });
+    proc.once('exit', (code) => reject(new Error(`ingest-load exited with ${code}`)));
+  });
+  return {
+    latest: () => latest,
+    ready,
+    stop: () =>
+      new Promise((resolve) => {
+        proc.once('exit', () => resolve());
+        proc.send({ type: 'stop' });
+      }),
+  };
+}
+
+async function main(): Promise<void> {
+  const db = await openDatabase();
+  const results: Record<string, unknown> = {
+    machine: `${os.cpus().length} cores (${os.cpus()[0]?.model}), ${Math.round(os.totalmem() / 2 ** 30)} GiB, node ${process.version}, load average at start ${os.loadavg()[0]!.toFixed(1)}`,
+    database: db.server,
+  };
+  let svc: BenchService | undefined;
+  const pool = new pg.Pool({ connectionString: db.url, max: 2 });
+  const serviceEnv = {
+    MQTT_URL,
+    MQTT_CLIENT_ID: `bench-scale-${crypto.randomBytes(3).toString('hex')}`,
+    MQTT_SESSION_EXPIRY_SECONDS: '60',
+    HISTORY_CHUNK_INTERVAL: CHUNK_INTERVAL,
+  };
+  try {
+    await prepareSchema(db.url, pool, serviceEnv);
+    const timescale = await isTimescale(pool);
+    results.layout = `${timescale ? 'TimescaleDB hypertable, chunks older than 2 intervals compressed' : 'plain PostgreSQL partitions'}, chunks of ${CHUNK_INTERVAL}`;
+    const perSeries = Math.ceil(ROWS / (DEVICES * ATTRS.length));
+    const stepSeconds = (DAYS * 86400) / perSeries;
+    log(
+      `writing ${(DEVICES * ATTRS.length * perSeries).toLocaleString('en')} values (${DEVICES} devices x ${ATTRS.length} x ${perSeries}, one every ${stepSeconds.toFixed(1)} s over ${DAYS} days)`,
+    );
+    await seedDevices(pool, DEVICES);
+    const t0 = performance.now();
+    await seedValues(pool, {
+      devices: DEVICES,
+      perSeries,
+      stepSeconds,
+      endMs: Date.now(),
+      slice: Math.max(1, Math.floor(2_000_000 / (ATTRS.length * perSeries))),
+    });
+    results.loadSeconds = Math.round((performance.now() - t0) / 1000);
+    log('VACUUM ANALYZE');
+    await pool.query('VACUUM ANALYZE history');
+    if (timescale) {
+      log('compressing the chunks older than two intervals');
+      await pool.query(
+        `SELECT count(compress_chunk(c, if_not_compressed => true)) FROM history_settings s, show_chunks('history', older_than => now() - 2 * s.chunk_interval) c`,
+      );
+    }
+    results.storedValues = Number((await pool.query('SELECT count(*) FROM history')).rows[0].count);
+    results.chunks = (
+      await pool.query(
+        `SELECT to_char(range_start, 'MM-DD') AS day, pg_size_pretty(index_bytes) AS index FROM history_chunk_sizes() WHERE index_bytes > 16384 ORDER BY range_start`,
+      )
+    ).rows;
+    results.sharedBuffers = (await pool.query(`SELECT current_setting('shared_buffers') AS s`)).rows[0].s;
+
+    svc = await startService(db.url, serviceEnv);
+    log('waiting for the service to write the spans (first pass)');
+    results.spansSeconds = await openRegionReady(pool);
+
+    const lastN = () =>
+      `/history/device/${deviceId(Math.floor(Math.random() * DEVICES))}/history?lastN=10&attr=${ATTRS[Math.floor(Math.random() * ATTRS.length)]}`;
+    await sequential(svc, lastN, 5); // warm-up
+    log(`lastN=10, idle, ${SECONDS} s`);
+    results.idle = await sequential(svc, lastN, SECONDS);
+    log(`  ${JSON.stringify(results.idle)}`);
+
+    if (INGEST_RATE > 0) {
+      const gen = generator({
+        url: MQTT_URL,
+        tenant,
+        devices: { from: 0, count: DEVICES },
+        devicesPerConnection: 1,
+        rate: INGEST_RATE,
+        window: 4,
+        connectConcurrency: 200,
+      });
+      await gen.ready;
+      log(`ingest at ${INGEST_RATE} msg/s: settling 10 s`);
+      await sleep(10_000);
+      // Rows inserted into history's chunks, from the statistics (a count would scan the current chunk).
+      const inserted = async () => {
+        await sleep(1100); // statistics reach the shared counters within a second
+        const { rows } = await pool.query(
+          `SELECT coalesce(sum(n_tup_ins), 0)::int8::text AS n FROM pg_stat_user_tables s JOIN pg_inherits i ON i.inhrelid = s.relid WHERE i.inhparent = 'history'::regclass`,
+        );
+        return Number(rows[0].n);
+      };
+      const rows0 = await inserted();
+      const acked0 = gen.latest()?.acked ?? 0;
+      const t2 = performance.now();
+      log(`lastN=10 while ingest runs, ${SECONDS} s`);
+      const during = await sequential(svc, lastN, SECONDS);
+      const rows1 = await inserted();
+      const secs = (performance.now() - t2) / 1000;
+      const acked = Math.round(((gen.latest()?.acked ?? 0) - acked0) / secs);
+      await gen.stop();
+      results.duringIngest = {
+        ...during,
+        offeredMsgPerSecond: INGEST_RATE,
+        ackedMsgPerSecond: acked,
+        storedValuesPerSecond: Math.round((rows1 - rows0) / secs),
+      };
+      log(`  ${JSON.stringify(results.duringIngest)}`);
+      results.currentChunkIndex = (
+        await pool.query(
+          `SELECT pg_size_pretty(index_bytes) AS s FROM history_chunk_sizes() WHERE now() >= range_start AND now() < range_end`,
+        )
+      ).rows[0]?.s;
+    }
+  } finally {
+    await pool.end();
+    await svc?.stop();
+    await db.stop();
+  }
+  results.loadAverageAtEnd = os.loadavg()[0]!.toFixed(1);
+  console.log(JSON.stringify(results, null, 2));
+}
+
+await main();
