@@ -13,6 +13,9 @@ import { actuationRoutes } from './registry/actuation/routes.js';
 import type { ActuationService } from './registry/actuation/service.js';
 import { deviceRoutes, internalDeviceRoutes } from './registry/devices/routes.js';
 import type { DeviceService } from './registry/devices/service.js';
+import { credentialRoutes } from './registry/credentials/routes.js';
+import type { DeviceLogins } from './registry/credentials/logins.js';
+import type { CredentialService } from './registry/credentials/service.js';
 import { pskRoutes } from './registry/psk/routes.js';
 import type { PskService } from './registry/psk/service.js';
 import { templateRoutes } from './registry/templates/routes.js';
@@ -25,6 +28,8 @@ export interface ApiDeps {
   templates: TemplateService;
   devices: DeviceService;
   psk: PskService;
+  credentials: CredentialService;
+  logins: DeviceLogins;
   actuation: ActuationService;
   historyMaxResults: number;
   /** The document GET /openapi.json answers, built from these routes at start. */
@@ -39,6 +44,7 @@ export const apiRoutes: readonly RouteSpec<ApiDeps>[] = [
   ...deviceRoutes,
   ...actuationRoutes,
   ...pskRoutes,
+  ...credentialRoutes,
   ...historyRoutes,
   ...internalDeviceRoutes,
 ];

@@ -22,6 +22,10 @@ import { TemplateService } from './registry/templates/service.js';
 import { DeviceService } from './registry/devices/service.js';
 import { KeySealer } from './registry/psk/sealer.js';
 import { PskService } from './registry/psk/service.js';
+import { CredentialHasher } from './registry/credentials/hashing.js';
+import { DeviceLogins } from './registry/credentials/logins.js';
+import { LoginMetrics } from './registry/credentials/metrics.js';
+import { CredentialService } from './registry/credentials/service.js';
 import { openApiText } from './openapi/document.js';
 
 export interface Service {
@@ -32,8 +36,10 @@ export interface Service {
   events: RegistryEvents;
   publicPort: number;
   internalPort: number;
-  /** The embedded broker's port; undefined with MQTT_URL. */
+  /** The embedded broker's port; undefined with MQTT_URL (or MQTT_PLAIN=false). */
   mqttPort: number | undefined;
+  /** The embedded broker's TLS port; undefined without MQTT_TLS_CERT. */
+  mqttTlsPort: number | undefined;
   /** Every route served (src/api.ts), its handler bound to the services. */
   routes: Route[];
   stop(): Promise<void>;
@@ -106,13 +112,20 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       log,
     });
     cleanup.push(async () => historyMaintenance.stop());
-    const ingest = await startIngest({ config, databaseUrl, metrics, log });
+    // DATABASE_URL without PSK_ENCRYPTION_KEY is refused by config; the embedded database keeps a generated key.
+    const pskKey = config.pskEncryptionKey ?? (await loadOrCreateKey(config.dataDir, 'psk-key'));
+    // Device logins, decided here for the embedded broker (which asks from its thread) and for
+    // external brokers (internal listener). Stopped after ingest: its last logins are recorded.
+    const hasher = config.deviceCredentialKey ? new CredentialHasher(config.deviceCredentialKey) : CredentialHasher.derivedFrom(pskKey);
+    const logins = new DeviceLogins(pool, hasher, config.mqttDeviceAuth, new LoginMetrics(metrics), log.child({ component: 'logins' }));
+    events.on((e) => logins.invalidate(e));
+    cleanup.push(() => logins.stop());
+    const ingest = await startIngest({ config, databaseUrl, metrics, logins, log });
     cleanup.push(() => ingest.stop());
     checkpoint();
 
     const templates = new TemplateService(pool, events, config.templateCacheSize);
-    // DATABASE_URL without PSK_ENCRYPTION_KEY is refused by config; the embedded database keeps a generated key.
-    const pskKey = config.pskEncryptionKey ?? (await loadOrCreateKey(config.dataDir, 'psk-key'));
+    const credentials = new CredentialService(pool, events, hasher, config.maxDeviceCredentials);
     const psk = new PskService(pool, events, new KeySealer(pskKey));
     const devices = new DeviceService(pool, events, { cacheSize: config.deviceCacheSize, openKey: (sealed, place) => psk.open(sealed, place) });
     // The API description (built here) and the query checks (compiled by startHttp) use the
@@ -124,6 +137,8 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       templates,
       devices,
       psk,
+      credentials,
+      logins,
       actuation: new ActuationService(pool, ingest),
       historyMaxResults: config.historyMaxResults,
       openApiText: openApiText(apiRoutes, config),
@@ -152,6 +167,7 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       publicPort: http.publicPort,
       internalPort: http.internalPort,
       mqttPort: ingest.mqttPort,
+      mqttTlsPort: ingest.mqttTlsPort,
       routes,
       stop: stopAll,
     };

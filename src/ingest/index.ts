@@ -11,6 +11,7 @@ import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
 import { projectRoot } from '../paths.js';
 import { BrokerUnavailable } from '../broker/link.js';
+import type { LoginCheck } from '../registry/credentials/logins.js';
 import { IngestMetrics } from './metrics.js';
 import { INGEST_CONFIG_KEYS, type IngestSettings, type MainToRouter, type RouterToMain } from './protocol.js';
 
@@ -19,6 +20,8 @@ export const ROUTER_THREAD_FILE = path.join(projectRoot, 'dist/src/ingest/router
 export interface Ingest {
   /** The embedded broker's port; undefined with MQTT_URL. */
   readonly mqttPort: number | undefined;
+  /** The embedded broker's TLS port (MQTT_TLS_CERT); undefined otherwise. */
+  readonly mqttTlsPort: number | undefined;
   /** Publishes QoS 1, not retained, to every topic; rejects with BrokerUnavailable. */
   publish(topics: string[], payload: string): Promise<void>;
   /** Flushes, commits, acknowledges, then closes the broker link and the workers. */
@@ -30,9 +33,9 @@ export function ingestSettings(config: Config, databaseUrl: string): IngestSetti
   return { ...picked, databaseUrl };
 }
 
-export async function startIngest(opts: { config: Config; databaseUrl: string; metrics: Metrics; log: Logger }): Promise<Ingest> {
+export async function startIngest(opts: { config: Config; databaseUrl: string; metrics: Metrics; logins: LoginCheck; log: Logger }): Promise<Ingest> {
   if (!existsSync(ROUTER_THREAD_FILE)) throw new Error(`${ROUTER_THREAD_FILE} is missing; run "npm run build" first`);
-  const thread = new RouterThread(opts.config, ingestSettings(opts.config, opts.databaseUrl), new IngestMetrics(opts.metrics), opts.log);
+  const thread = new RouterThread(opts.config, ingestSettings(opts.config, opts.databaseUrl), new IngestMetrics(opts.metrics), opts.logins, opts.log);
   await thread.launch();
   return thread;
 }
@@ -50,6 +53,7 @@ class RouterThread implements Ingest {
   private ready = false;
   private stopping = false;
   private port: number | undefined;
+  private tlsPort: number | undefined;
   private onStopped: (() => void) | undefined;
   private readonly requests = new PublishRequests();
 
@@ -57,11 +61,16 @@ class RouterThread implements Ingest {
     private readonly config: Config,
     private readonly settings: IngestSettings,
     private readonly metrics: IngestMetrics,
+    private readonly logins: LoginCheck,
     private readonly log: Logger,
   ) {}
 
   get mqttPort(): number | undefined {
     return this.port;
+  }
+
+  get mqttTlsPort(): number | undefined {
+    return this.tlsPort;
   }
 
   /** Starts the thread; resolves once its broker link runs, rejects if it cannot start. */
@@ -106,7 +115,15 @@ class RouterThread implements Ingest {
         launch.started = true;
         this.ready = true;
         this.port = m.mqttPort;
+        this.tlsPort = m.mqttTlsPort;
         launch.resolve();
+        break;
+      case 'login':
+        // The embedded broker asks; the registry answers (the password is never logged).
+        this.logins.check(m.login).then(
+          (verdict) => w.postMessage({ type: 'login-verdict', requestId: m.requestId, verdict } satisfies MainToRouter),
+          (err: Error) => w.postMessage({ type: 'login-verdict', requestId: m.requestId, error: err.message } satisfies MainToRouter),
+        );
         break;
       case 'failed':
         launch.reject(m.configVariable ? new ConfigError(m.configVariable, m.error) : new Error(`ingest could not start: ${m.error}`));

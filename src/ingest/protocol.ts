@@ -1,6 +1,7 @@
 // Shapes that cross thread boundaries: router -> shard worker tasks and their results, and the
 // messages between the main thread and the ingest router thread.
 import type { Config } from '../config.js';
+import type { DeviceLogin, LoginVerdict } from '../registry/credentials/logins.js';
 import type { DropReason } from './drop-reasons.js';
 
 /** A batch of messages for one shard, in arrival order. */
@@ -55,6 +56,12 @@ export const INGEST_CONFIG_KEYS = [
   'ingestCacheDevices',
   'ingestMaxPending',
   'actuationTimeoutMs',
+  'mqttDeviceAuth',
+  'mqttPlain',
+  'mqttTlsPort',
+  'mqttTlsCert',
+  'mqttTlsKey',
+  'mqttTlsCa',
 ] as const satisfies ReadonlyArray<keyof Config>;
 
 /** The router thread's workerData: its part of the configuration, and the database URL (an embedded database's is known only once it runs). */
@@ -68,10 +75,14 @@ export type ShardWorkerSettings = Pick<IngestSettings, 'databaseUrl' | 'logLevel
 
 export type MainToRouter =
   | { type: 'publish'; requestId: number; topics: string[]; payload: string }
+  /** The registry's answer to a device login the embedded broker asked about (`error`: it could not decide). */
+  | { type: 'login-verdict'; requestId: number; verdict?: LoginVerdict; error?: string }
   | { type: 'stop'; timeoutMs: number };
 
 export type RouterToMain =
-  | { type: 'ready'; mqttPort: number | undefined; mode: string }
+  | { type: 'ready'; mqttPort: number | undefined; mqttTlsPort?: number | undefined; mode: string }
+  /** A device login to the embedded broker: the main thread holds the credential key and decides (src/registry/credentials/logins.ts). */
+  | { type: 'login'; requestId: number; login: DeviceLogin }
   | { type: 'failed'; error: string; configVariable?: string }
   | { type: 'published'; requestId: number; error?: string }
   | { type: 'metrics'; delta: IngestMetricsDelta }

@@ -3,7 +3,6 @@
 // subscriber and publisher connections to an external one), the router, and the Piscina pool
 // of shard actors. It reports metrics to the main thread and serves its actuation requests.
 import { BroadcastChannel, parentPort, workerData } from 'node:worker_threads';
-import pg from 'pg';
 import { ConfigError } from '../config.js';
 import { createLogger } from '../log.js';
 import { REGISTRY_CHANNEL, type RegistryEvent } from '../registry/events.js';
@@ -13,6 +12,7 @@ import type { BrokerLink } from '../broker/link.js';
 import { IngestRouter } from './router.js';
 import { ShardPool } from './shard-pool.js';
 import { CopyTurn } from './copy-turn.js';
+import { LoginBridge } from './login-bridge.js';
 import type { IngestSettings, MainToRouter, RouterToMain } from './protocol.js';
 
 const settings = workerData as IngestSettings;
@@ -48,9 +48,8 @@ const router = new IngestRouter(shards, {
     }
   },
 });
-// The embedded broker's device lookups (the shard workers have their own connections).
-const registryPool = settings.mqttUrl ? undefined : new pg.Pool({ connectionString: settings.databaseUrl, max: 2, connectionTimeoutMillis: 5000 });
-registryPool?.on('error', () => undefined);
+// The embedded broker's logins are decided by the main thread.
+const logins = new LoginBridge(post);
 
 const channel = new BroadcastChannel(REGISTRY_CHANNEL);
 channel.onmessage = (event) => link?.registryChanged((event as { data: RegistryEvent }).data);
@@ -79,7 +78,10 @@ function startLink(): Promise<BrokerLink> {
   return EmbeddedLink.start({
     host: settings.mqttHost,
     port: settings.mqttPort,
-    pool: registryPool!,
+    plain: settings.mqttPlain,
+    tls: settings.mqttTlsCert && settings.mqttTlsKey ? { port: settings.mqttTlsPort, cert: settings.mqttTlsCert, key: settings.mqttTlsKey, ca: settings.mqttTlsCa } : undefined,
+    logins,
+    deviceAuth: settings.mqttDeviceAuth,
     log,
     inbox: router,
     maxMessageBytes: settings.maxMessageBytes,
@@ -91,7 +93,6 @@ async function start(): Promise<void> {
     link = await startLink();
   } catch (err) {
     await shards.close().catch(() => undefined);
-    await registryPool?.end().catch(() => undefined);
     post(
       err instanceof ConfigError
         ? { type: 'failed', error: err.message.slice(err.variable.length + 1), configVariable: err.variable }
@@ -99,7 +100,7 @@ async function start(): Promise<void> {
     );
     return;
   }
-  post({ type: 'ready', mqttPort: link.mqttPort, mode: settings.mqttUrl ? 'external' : 'embedded' });
+  post({ type: 'ready', mqttPort: link.mqttPort, mqttTlsPort: link.mqttTlsPort, mode: settings.mqttUrl ? 'external' : 'embedded' });
 }
 
 async function stop(timeoutMs: number): Promise<void> {
@@ -119,7 +120,6 @@ async function stop(timeoutMs: number): Promise<void> {
   post({ type: 'metrics', delta: router.takeMetrics() });
   await link?.close().catch((err: Error) => log.warn('closing the broker link failed', { error: err.message }));
   await shards.close().catch(() => undefined);
-  await registryPool?.end().catch(() => undefined);
   channel.close();
   post({ type: 'stopped' });
 }
@@ -135,6 +135,9 @@ port.on('message', (m: MainToRouter) => {
         () => post({ type: 'published', requestId: m.requestId }),
         (err: Error) => post({ type: 'published', requestId: m.requestId, error: err.message }),
       );
+      break;
+    case 'login-verdict':
+      logins.answer(m.requestId, m.verdict, m.error);
       break;
     case 'stop':
       void stop(m.timeoutMs);

@@ -39,6 +39,7 @@ const TAGS = [
   { name: 'templates', description: 'Device models with typed attributes (interface.md §4.1).' },
   { name: 'devices', description: 'Devices built from templates (interface.md §4.2).' },
   { name: 'pre-shared keys', description: 'Keys of `psk` attributes (interface.md §4.3).' },
+  { name: 'credentials', description: 'Device credentials: the passwords devices log in to the broker with (docs/credentials.md).' },
   { name: 'actuation', description: 'Configuration messages to devices (interface.md §4.2, §6.2).' },
   { name: 'history', description: 'Stored attribute values (interface.md §4.5).' },
   { name: 'internal', description: 'Platform-internal endpoints, served on the internal listener only (interface.md §4.4).' },

@@ -14,6 +14,11 @@ export type RegistryEvent =
   | { type: 'devices.removed'; tenant: string; deviceIds: string[] }
   /** Templates changed or removed: every device built from them changed too. */
   | { type: 'templates.changed'; tenant: string; templateIds: number[] }
+  /**
+   * A device's credentials changed (one created, or `removedIds` deleted): login caches drop the
+   * device; the connections that logged in with a removed credential are closed.
+   */
+  | { type: 'credentials.changed'; tenant: string; deviceId: string; removedIds: string[] }
   /** Anything of the tenant may have changed (when a precise event would be too large); `*`: every tenant. */
   | { type: 'tenant.changed'; tenant: string };
 
