@@ -1,17 +1,21 @@
 // Failed logins slow their guesser down, not the service (docs/credentials.md). Failures are
-// counted per key (a device name, a client address); past FREE_FAILURES recent ones, each
+// counted per key (a device name, a client address); past its free failures (a few for a device
+// name; more for an address, which a gateway or a NAT shares between many devices), each
 // further attempt by that key waits before it is checked, twice as long after every failure,
 // up to MAX_DELAY_MS. The wait costs the service a timer; a key with MAX_WAITING attempts
 // already waiting is refused at once, unchecked. A success forgives the device name, not the
 // address (an address with one good credential could otherwise reset itself between guesses).
 // Counts are forgotten FORGET_MS after a key's last failure.
 
-export const FREE_FAILURES = 3;
+/** Failures without a wait: per key kind, by the key's prefix (`u:` device name, `a:` address). */
+export const FREE_FAILURES = { u: 3, a: 30 } as const;
 const BASE_DELAY_MS = 500;
 const MAX_DELAY_MS = 8000;
 const MAX_WAITING = 16;
 const FORGET_MS = 15 * 60_000;
 const CAPACITY = 100_000;
+
+const freeFailures = (key: string) => (key.startsWith('a:') ? FREE_FAILURES.a : FREE_FAILURES.u);
 
 interface Entry {
   failures: number;
@@ -29,9 +33,10 @@ export class LoginThrottle {
     let delay = 0;
     for (const key of keys) {
       const e = this.current(key);
-      if (!e || e.failures < FREE_FAILURES) continue;
+      const free = freeFailures(key);
+      if (!e || e.failures < free) continue;
       if (e.waiting >= MAX_WAITING) return undefined;
-      delay = Math.max(delay, Math.min(MAX_DELAY_MS, BASE_DELAY_MS * 2 ** (e.failures - FREE_FAILURES)));
+      delay = Math.max(delay, Math.min(MAX_DELAY_MS, BASE_DELAY_MS * 2 ** Math.min(16, e.failures - free)));
     }
     return delay;
   }
