@@ -4,13 +4,16 @@ import crypto from 'node:crypto';
 import mqtt from 'mqtt';
 import { http, login, tenantToken, type TestService } from '../helpers/service.js';
 
+/** What the fixtures need of a service: its public address. */
+type Api = Pick<TestService, 'base'>;
+
 export interface Tenant {
   name: string;
   token: string;
   templateId: number;
 }
 
-export async function newTenant(svc: TestService, prefix = 'cred'): Promise<Tenant> {
+export async function newTenant(svc: Api, prefix = 'cred'): Promise<Tenant> {
   const name = `${prefix}${crypto.randomBytes(3).toString('hex')}`;
   const token = await tenantToken(svc.base, await login(svc.base), name, 'admin');
   const res = await http('POST', `${svc.base}/template`, {
@@ -21,7 +24,7 @@ export async function newTenant(svc: TestService, prefix = 'cred'): Promise<Tena
   return { name, token, templateId: res.body.template.id as number };
 }
 
-export async function newDevice(svc: TestService, t: Tenant): Promise<string> {
+export async function newDevice(svc: Api, t: Tenant): Promise<string> {
   const res = await http('POST', `${svc.base}/device`, { token: t.token, body: { label: 'dev', templates: [t.templateId] } });
   if (res.status !== 200) throw new Error(`device: ${res.status} ${res.text}`);
   return res.body.devices[0].id as string;
@@ -35,13 +38,13 @@ export interface Created {
   secret: string;
 }
 
-export async function newCredential(svc: TestService, t: Tenant, device: string, body: object = { type: 'password' }): Promise<Created> {
+export async function newCredential(svc: Api, t: Tenant, device: string, body: object = { type: 'password' }): Promise<Created> {
   const res = await http<Created>('POST', `${svc.base}/device/${device}/credentials`, { token: t.token, body });
   if (res.status !== 201) throw new Error(`credential: ${res.status} ${res.text}`);
   return res.body;
 }
 
-export const deleteCredential = (svc: TestService, t: Tenant, device: string, id: string) =>
+export const deleteCredential = (svc: Api, t: Tenant, device: string, id: string) =>
   http('DELETE', `${svc.base}/device/${device}/credentials/${id}`, { token: t.token });
 
 /** Connects as a device would; rejects with the CONNACK error (its `code`). */
@@ -63,7 +66,7 @@ export async function connackCode(url: string, opts: mqtt.IClientOptions = {}): 
 }
 
 /** Value of a Prometheus sample, e.g. `device_logins_refused_total{reason="wrong"}`. */
-export async function metricValue(svc: TestService, sample: string): Promise<number> {
+export async function metricValue(svc: Api, sample: string): Promise<number> {
   const text = (await http('GET', `${svc.base}/metrics`)).text;
   for (const line of text.split('\n')) if (line.startsWith(sample + ' ')) return Number(line.slice(sample.length + 1));
   return 0;
