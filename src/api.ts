@@ -5,6 +5,7 @@ import type pg from 'pg';
 import type { Tokens } from './auth/tokens.js';
 import { authRoutes } from './auth/routes.js';
 import { historyRoutes } from './history/routes.js';
+import { brokerAuthRoutes } from './http/broker-auth-routes.js';
 import { opsRoutes } from './http/ops-routes.js';
 import type { RouteSpec } from './http/types.js';
 import type { Metrics } from './metrics.js';
@@ -47,4 +48,5 @@ export const apiRoutes: readonly RouteSpec<ApiDeps>[] = [
   ...credentialRoutes,
   ...historyRoutes,
   ...internalDeviceRoutes,
+  ...brokerAuthRoutes,
 ];

@@ -91,6 +91,7 @@ export const errors = {
   credentialLimit: (max: number) => plain(400, `A device holds at most ${max} credentials; delete one first`),
   credentialExpiresInPast: () => plain(400, 'expires_at must be in the future'),
   noSuchCredential: (id: string) => plain(404, `No such credential: ${id}`),
+  brokerHookBadBody: (message: string) => plain(400, message),
   brokerAccountsUnavailable: () => plain(503, 'The message broker did not confirm the device account change; nothing was changed'),
 
   // History

@@ -43,6 +43,7 @@ const TAGS = [
   { name: 'actuation', description: 'Configuration messages to devices (interface.md §4.2, §6.2).' },
   { name: 'history', description: 'Stored attribute values (interface.md §4.5).' },
   { name: 'internal', description: 'Platform-internal endpoints, served on the internal listener only (interface.md §4.4).' },
+  { name: 'broker', description: 'External brokers (EMQX, VerneMQ) ask who may log in as a device and use which topic; internal listener, no token (docs/operations.md §2).' },
   { name: 'operations', description: 'Health, metrics and this description; no token needed.' },
 ];
 
@@ -191,7 +192,7 @@ export function buildOpenApi(routes: readonly RouteDecl[], limits: DocumentLimit
       summary: 'IoT device registry: templates, devices, pre-shared keys, actuation, history.',
       description:
         'Every request and query is checked against the schemas of this document; error bodies are exact (components `Error.*`). ' +
-        'Every operation except POST /auth, /health, /metrics and /openapi.json needs `Authorization: Bearer <jwt>` (from POST /auth). ' +
+        'Every operation except POST /auth, /health, /metrics, /openapi.json and the broker hooks needs `Authorization: Bearer <jwt>` (from POST /auth). ' +
         'Operations tagged `internal` are served on the internal listener only. See docs/api.md.',
       license: { name: 'MIT', identifier: 'MIT' },
     },

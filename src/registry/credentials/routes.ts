@@ -2,12 +2,12 @@
 // description says of each. Tenant scoped like every device route: another tenant's device is
 // no such device.
 import type { RouteSpec } from '../../http/types.js';
-import { DEV, TIME, err } from '../../openapi/examples.js';
+import { CREDENTIAL_ID, DEV, TIME, err } from '../../openapi/examples.js';
 import { credentialCreateBody, credentialCreated, credentialList, credentialRemoved } from '../../schemas/credentials.js';
 import { deviceIdParam } from '../../schemas/params.js';
 import type { CredentialService } from './service.js';
 
-const CREDENTIAL_ID = '6f1c2a8e-3b4d-4e5f-8a9b-0c1d2e3f4a5b';
+const OTHER_ID = '0b9d8c7a-6e5f-4a3b-9c2d-1e0f9a8b7c6d';
 const SECRET = 'Zq3xV9kR2mT7wY4bN8cL1dF6gH0jK5pS';
 
 export const credentialRoutes: RouteSpec<{ credentials: CredentialService }>[] = [
@@ -36,21 +36,21 @@ export const credentialRoutes: RouteSpec<{ credentials: CredentialService }>[] =
         summary: 'A generated password',
         body: { type: 'password' },
         status: 201,
-        response: { id: CREDENTIAL_ID, type: 'password', created_at: TIME, expires_at: null, secret: SECRET },
+        response: { id: OTHER_ID, type: 'password', created_at: TIME, expires_at: null, secret: SECRET },
       },
       {
         name: 'expiring',
         summary: 'A generated password that expires',
         body: { type: 'password', expires_at: '2099-12-31T23:59:59Z' },
         status: 201,
-        response: { id: CREDENTIAL_ID, type: 'password', created_at: TIME, expires_at: '2099-12-31T23:59:59.000000+00:00', secret: SECRET },
+        response: { id: OTHER_ID, type: 'password', created_at: TIME, expires_at: '2099-12-31T23:59:59.000000+00:00', secret: SECRET },
       },
       {
         name: 'chosen',
         summary: 'A secret the client chose (kept as a salted slow hash)',
         body: { type: 'password', secret: 'correct-horse-battery-staple' },
         status: 201,
-        response: { id: CREDENTIAL_ID, type: 'password', created_at: TIME, expires_at: null, secret: 'correct-horse-battery-staple' },
+        response: { id: OTHER_ID, type: 'password', created_at: TIME, expires_at: null, secret: 'correct-horse-battery-staple' },
       },
       { name: 'badType', summary: 'Another type', body: { type: 'token' }, status: 400, response: err('credentialBadInput', 'type must be "password"') },
       {
@@ -80,7 +80,8 @@ export const credentialRoutes: RouteSpec<{ credentials: CredentialService }>[] =
     },
     exampleParams: { id: DEV },
     examples: [
-      { name: 'none', summary: 'A device without credentials', status: 200, response: [] },
+      { name: 'listed', summary: 'The credentials of a1b2c3', status: 200, response: [{ id: CREDENTIAL_ID, type: 'password', created_at: TIME, expires_at: null, last_used_at: null }] },
+      { name: 'none', summary: 'A device without credentials', params: { id: 'd4e5f6' }, status: 200, response: [] },
       { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, status: 404, response: err('noSuchDevice', 'ffffff') },
     ],
     async handler(req, { credentials }) {
@@ -103,7 +104,13 @@ export const credentialRoutes: RouteSpec<{ credentials: CredentialService }>[] =
     },
     exampleParams: { id: DEV, credential_id: CREDENTIAL_ID },
     examples: [
-      { name: 'unknownCredential', summary: 'No such credential', status: 404, response: err('noSuchCredential', CREDENTIAL_ID) },
+      {
+        name: 'deleted',
+        summary: 'The credential of a1b2c3',
+        status: 200,
+        response: { result: 'ok', removed_credential: { id: CREDENTIAL_ID, type: 'password', created_at: TIME, expires_at: null, last_used_at: null } },
+      },
+      { name: 'unknownCredential', summary: 'No such credential', params: { id: DEV, credential_id: OTHER_ID }, status: 404, response: err('noSuchCredential', OTHER_ID) },
       { name: 'unknownDevice', summary: 'No such device', params: { id: 'ffffff', credential_id: CREDENTIAL_ID }, status: 404, response: err('noSuchDevice', 'ffffff') },
     ],
     async handler(req, { credentials }) {
