@@ -26,6 +26,7 @@ import { CredentialHasher } from './registry/credentials/hashing.js';
 import { DeviceLogins } from './registry/credentials/logins.js';
 import { LoginMetrics } from './registry/credentials/metrics.js';
 import { CredentialService } from './registry/credentials/service.js';
+import { DynamicSecurity } from './broker/dynamic-security.js';
 import { openApiText } from './openapi/document.js';
 
 export interface Service {
@@ -125,7 +126,16 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     checkpoint();
 
     const templates = new TemplateService(pool, events, config.templateCacheSize);
-    const credentials = new CredentialService(pool, events, hasher, config.maxDeviceCredentials);
+    // MQTT_DYNAMIC_SECURITY: the external Mosquitto's device accounts follow the credentials.
+    let accounts: DynamicSecurity | undefined;
+    if (config.mqttDynamicSecurity && config.mqttUrl) {
+      const started = await DynamicSecurity.start({ url: config.mqttUrl, clientId: `${config.mqttClientId}-accounts`, timeoutMs: config.actuationTimeoutMs, pool, log: log.child({ component: 'dynamic-security' }) });
+      cleanup.push(() => started.close());
+      events.onLocal((e) => started.registryChanged(e));
+      accounts = started;
+      checkpoint();
+    }
+    const credentials = new CredentialService(pool, events, hasher, config.maxDeviceCredentials, accounts);
     const psk = new PskService(pool, events, new KeySealer(pskKey));
     const devices = new DeviceService(pool, events, { cacheSize: config.deviceCacheSize, openKey: (sealed, place) => psk.open(sealed, place) });
     // The API description (built here) and the query checks (compiled by startHttp) use the

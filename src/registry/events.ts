@@ -37,6 +37,7 @@ interface Envelope {
 
 export class RegistryEvents {
   private readonly listeners = new Set<RegistryListener>();
+  private readonly localListeners = new Set<RegistryListener>();
   private readonly channel = new BroadcastChannel(REGISTRY_CHANNEL);
   private readonly origin = crypto.randomUUID();
   private listenClient: pg.Client | undefined;
@@ -60,9 +61,22 @@ export class RegistryEvents {
     return () => this.listeners.delete(listener);
   }
 
+  /** Events of changes made by this instance only (not other instances' through NOTIFY): for work that one instance must do once. */
+  onLocal(listener: RegistryListener): () => void {
+    this.localListeners.add(listener);
+    return () => this.localListeners.delete(listener);
+  }
+
   /** Call after the change is committed. */
   async publish(event: RegistryEvent): Promise<void> {
     this.deliver(event);
+    for (const l of this.localListeners) {
+      try {
+        l(event);
+      } catch (err) {
+        this.log.error('registry event listener failed', { error: err as Error });
+      }
+    }
     let payload = JSON.stringify({ origin: this.origin, event } satisfies Envelope);
     if (Buffer.byteLength(payload) > MAX_NOTIFY_BYTES) {
       payload = JSON.stringify({ origin: this.origin, event: { type: 'tenant.changed', tenant: event.tenant } } satisfies Envelope);

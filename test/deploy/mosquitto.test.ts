@@ -33,7 +33,14 @@ describe('mosquitto.conf and acl', () => {
     expect(aclLines).toEqual(expect.arrayContaining(['pattern write %u/attrs', 'pattern read %u/config']));
     const service = aclLines.slice(aclLines.indexOf('user device-registry') + 1);
     const serviceGrants = service.slice(0, service.findIndex((l) => l.startsWith('user ')));
-    expect(serviceGrants).toEqual(['topic read +/attrs', 'topic read /+/+/attrs', 'topic write +/config', 'topic write /+/+/config']);
+    expect(serviceGrants).toEqual([
+      'topic read +/attrs',
+      'topic read /+/+/attrs',
+      'topic write +/config',
+      'topic write /+/+/config',
+      // MQTT_DYNAMIC_SECURITY: the device accounts follow the registry's credentials.
+      'topic readwrite $CONTROL/dynamic-security/#',
+    ]);
     // No grant before the first `user` line other than the patterns: those would apply to anonymous clients.
     const beforeUsers = aclLines.slice(0, aclLines.findIndex((l) => l.startsWith('user ')));
     expect(beforeUsers.every((l) => l.startsWith('pattern '))).toBe(true);

@@ -102,3 +102,28 @@ export async function touch(db: Db, used: Array<{ tenant: string; deviceId: stri
     [used.map((u) => u.tenant), used.map((u) => u.deviceId), used.map((u) => u.id)],
   );
 }
+
+/** What the external Mosquitto should hold (dynamic-security.ts): each device with an unexpired credential, and whether that device's account was made. */
+export async function brokerAccounts(db: Db): Promise<Array<{ tenant: string; device_id: string; in_broker: boolean }>> {
+  const { rows } = await db.query<{ tenant: string; device_id: string; in_broker: boolean }>(
+    `SELECT tenant, device_id, bool_or(in_broker) AS in_broker FROM device_credentials
+     WHERE expires IS NULL OR expires > now() GROUP BY tenant, device_id`,
+  );
+  return rows;
+}
+
+/** The broker's account of these devices is gone: no credential of theirs is in the broker any more. */
+export async function clearInBroker(db: Db, devices: Array<{ tenant: string; deviceId: string }>): Promise<void> {
+  if (devices.length === 0) return;
+  await db.query(
+    `UPDATE device_credentials c SET in_broker = false FROM unnest($1::text[], $2::text[]) AS k(tenant, device_id)
+     WHERE c.tenant = k.tenant AND c.device_id = k.device_id AND c.in_broker`,
+    [devices.map((d) => d.tenant), devices.map((d) => d.deviceId)],
+  );
+}
+
+/** Devices whose broker-held credential has expired. */
+export async function expiredInBroker(db: Db): Promise<Array<{ tenant: string; device_id: string }>> {
+  const { rows } = await db.query<{ tenant: string; device_id: string }>('SELECT tenant, device_id FROM device_credentials WHERE in_broker AND expires <= now()');
+  return rows;
+}

@@ -39,6 +39,11 @@ export interface BrokerAccounts {
   accountRemoved(tenant: string, deviceId: string): Promise<void>;
 }
 
+/** The broker did not take an account change (it logged why): the change is undone, 503. */
+const brokerFailed = (): never => {
+  throw errors.brokerAccountsUnavailable();
+};
+
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 export class CredentialService {
@@ -70,7 +75,7 @@ export class CredentialService {
       if ((await repo.countOf(c, tenant, deviceId)) >= this.maxPerDevice) throw errors.credentialLimit(this.maxPerDevice);
       const created = await repo.insert(c, { tenant, deviceId, id, type: input.type, secretHash, expires });
       if (this.accounts) {
-        await this.accounts.secretAdded(tenant, deviceId, secret);
+        await this.accounts.secretAdded(tenant, deviceId, secret).catch(brokerFailed);
         await repo.markInBroker(c, tenant, deviceId, id);
       }
       return created;
@@ -92,7 +97,7 @@ export class CredentialService {
       if (deviceId.includes('\0') || !(await repo.lockDevice(c, tenant, deviceId))) throw errors.noSuchDevice(deviceId);
       const row = UUID.test(credentialId) ? await repo.remove(c, tenant, deviceId, credentialId) : undefined;
       if (!row) throw errors.noSuchCredential(credentialId);
-      if (row.in_broker && this.accounts) await this.accounts.accountRemoved(tenant, deviceId);
+      if (row.in_broker && this.accounts) await this.accounts.accountRemoved(tenant, deviceId).catch(brokerFailed);
       return row;
     });
     await this.events.publish({ type: 'credentials.changed', tenant, deviceId, removedIds: [credentialId] });
