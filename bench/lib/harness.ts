@@ -15,6 +15,8 @@ import { projectRoot } from '../../src/paths.js';
 export interface BenchService {
   base: string;
   internal: string;
+  /** The embedded broker (`mqtt://host:port`); undefined with MQTT_URL. */
+  mqtt: string | undefined;
   pool: pg.Pool;
   token: string;
   stop(): Promise<void>;
@@ -74,12 +76,15 @@ export async function startBenchService(env: Record<string, string> = {}, nodeAr
   const addressOf = (line: string) => (JSON.parse(line) as { address: string }).address;
   const publicLine = waitForLine(child, /public HTTP API listening/);
   const internalLine = waitForLine(child, /internal HTTP API listening/);
+  const mqttLine = env.MQTT_URL ? undefined : waitForLine(child, /embedded MQTT broker listening.*mqtt:/);
   let base: string;
   let internal: string;
+  let mqtt: string | undefined;
   try {
     await waitForLine(child, /"msg":"ready"/);
     base = addressOf(await publicLine);
     internal = addressOf(await internalLine);
+    mqtt = mqttLine && addressOf(await mqttLine);
   } catch (err) {
     child.kill('SIGKILL');
     await db.stop();
@@ -92,6 +97,7 @@ export async function startBenchService(env: Record<string, string> = {}, nodeAr
   return {
     base,
     internal,
+    mqtt,
     pool,
     token: jwt,
     async stop() {

@@ -97,7 +97,9 @@ function listen(server: net.Server, host: string, port: number, variable: string
         reject(err);
       }
     });
-    server.listen(port, host, () => resolve((server.address() as net.AddressInfo).port));
+    // A deep accept queue (the kernel caps it at net.core.somaxconn): a reconnect storm of
+    // thousands of devices is queued, not dropped into SYN retries seconds apart.
+    server.listen({ port, host, backlog: 4096 }, () => resolve((server.address() as net.AddressInfo).port));
   });
 }
 
