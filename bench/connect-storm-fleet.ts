@@ -2,7 +2,8 @@
 // own: raw TCP sockets with pre-encoded MQTT 3.1.1 CONNECT packets (username `<tenant>:<id>`,
 // password the device's secret), every connection opened at once; the time of each CONNACK is
 // recorded. mqtt.js clients would cost the generator more than the broker; these do not.
-// Driven over IPC: {type: 'storm'} -> {type: 'result', ...}; {type: 'close'} -> {type: 'closed'}.
+// Driven over IPC: {type: 'config', config} first (10,000 secrets are too long for argv), then
+// {type: 'storm'} -> {type: 'result', ...}; {type: 'close'} -> {type: 'closed'}.
 import net from 'node:net';
 import mqttPacket from 'mqtt-packet';
 
@@ -23,11 +24,15 @@ export interface StormResult {
   p99Ms: number;
 }
 
-const cfg = JSON.parse(process.argv[2]!) as FleetConfig;
-const url = new URL(cfg.url);
-const port = Number(url.port || 1883);
-const connects = cfg.devices.map((d) =>
-  mqttPacket.generate({
+let url: URL;
+let port: number;
+let connects: Buffer[] = [];
+
+function configure(cfg: FleetConfig): void {
+  url = new URL(cfg.url);
+  port = Number(url.port || 1883);
+  connects = cfg.devices.map((d) =>
+    mqttPacket.generate({
     cmd: 'connect',
     protocolId: 'MQTT',
     protocolVersion: 4,
@@ -36,8 +41,9 @@ const connects = cfg.devices.map((d) =>
     keepalive: 0,
     username: `${cfg.tenant}:${d.id}`,
     ...(d.secret !== undefined ? { password: Buffer.from(d.secret) } : {}),
-  }),
-);
+    }),
+  );
+}
 let sockets: net.Socket[] = [];
 
 function storm(): Promise<StormResult> {
@@ -78,7 +84,11 @@ function storm(): Promise<StormResult> {
   });
 }
 
-process.on('message', (m: { type: string }) => {
+process.on('message', (m: { type: string; config?: FleetConfig }) => {
+  if (m.type === 'config') {
+    configure(m.config!);
+    process.send!({ type: 'configured' });
+  }
   if (m.type === 'storm') void storm().then((r) => process.send!(r));
   if (m.type === 'close') {
     let open = sockets.length;

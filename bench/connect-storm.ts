@@ -60,12 +60,14 @@ class Fleet {
   private constructor(private readonly proc: ChildProcess) {}
 
   static async start(cfg: FleetConfig): Promise<Fleet> {
-    const proc = fork(path.join(projectRoot, 'dist/bench/connect-storm-fleet.js'), [JSON.stringify(cfg)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const proc = fork(path.join(projectRoot, 'dist/bench/connect-storm-fleet.js'), [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     await new Promise<void>((resolve) => proc.once('message', () => resolve()));
-    return new Fleet(proc);
+    const fleet = new Fleet(proc);
+    await fleet.ask('config', 'configured', { config: cfg });
+    return fleet;
   }
 
-  private ask<T>(type: string, answer: string): Promise<T> {
+  private ask<T>(type: string, answer: string, extra: object = {}): Promise<T> {
     return new Promise((resolve) => {
       const on = (m: { type: string }) => {
         if (m.type !== answer) return;
@@ -73,7 +75,7 @@ class Fleet {
         resolve(m as T);
       };
       this.proc.on('message', on);
-      this.proc.send({ type });
+      this.proc.send({ type, ...extra });
     });
   }
 
