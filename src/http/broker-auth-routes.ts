@@ -73,7 +73,8 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
     async handler(req, { logins }) {
       const b = validate<{ clientid?: string | null; username?: string | null; password?: string | null; peerhost?: string | null; cert_common_name?: string | null }>(emqxAuthenticateBody, req.body);
       const certified = b.cert_common_name ? parseDeviceName(b.cert_common_name) : undefined;
-      const device = deviceOf(b.username, b.clientid) ?? certified;
+      // A username that names no device is another account's (the service's), whatever certificate comes with it.
+      const device = b.username ? parseDeviceName(b.username) : (deviceOf(undefined, b.clientid) ?? certified);
       if (!device) return { status: 200, body: { result: 'ignore' } };
       if (certified && !sameDevice(certified, device)) return { status: 200, body: { result: 'deny' } };
       const verdict = await logins.check({ device, password: password(b.password), certificate: certified !== undefined, address: b.peerhost ?? undefined });

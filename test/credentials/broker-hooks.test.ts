@@ -56,8 +56,10 @@ describe('EMQX HTTP authenticator', () => {
     expect(await emqx('authenticate', { clientid: 'c2', username: `${t.name}:${e}`, password: '', peerhost: '10.1.0.3', cert_common_name: `${t.name}:${d}` })).toEqual({ result: 'deny' });
   });
 
-  it('a username naming no device is left to the next authenticator (the service account)', async () => {
+  it('a username naming no device is left to the next authenticator (the service account), even with a device certificate', async () => {
+    const d = await newDevice(svc, t);
     expect(await emqx('authenticate', { clientid: 'device-registry-ingest-0', username: 'device-registry', password: 'x', peerhost: '10.1.0.4' })).toEqual({ result: 'ignore' });
+    expect(await emqx('authenticate', { clientid: 'c3', username: 'device-registry', password: '', peerhost: '10.1.0.4', cert_common_name: `${t.name}:${d}` })).toEqual({ result: 'ignore' });
   });
 
   it('failures from one peerhost are throttled: its next login waits', async () => {
