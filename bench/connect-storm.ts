@@ -1,13 +1,14 @@
 // Connect storm (docs/credentials.md): 10,000 devices with valid credentials connecting to the
-// embedded broker at once, with MQTT_DEVICE_AUTH=required, beside the same fleet against a
-// service with MQTT_DEVICE_AUTH=off (the login path without any credential check), measured in
-// the same run. Each service runs as its own process with an embedded PostgreSQL of its own;
-// the fleet is a third process (bench/connect-storm-fleet.ts).
+// embedded broker at once, with MQTT_DEVICE_AUTH=required, beside two baselines measured in the
+// same run: the same fleet against a bare aedes broker (no hooks, no database: what the broker
+// alone costs), and against the service with MQTT_DEVICE_AUTH=off (its login path without any
+// credential check). Each service runs as its own process with an embedded PostgreSQL of its
+// own; the fleet is a process of its own too (bench/connect-storm-fleet.ts).
 //   node dist/bench/connect-storm.js [devices=10000] [chosen=0]
 // `chosen`: how many of the devices get a client-chosen secret (salted slow hash) instead of a
 // generated one. Every storm is run twice: cold (the service has cached nothing) and again
 // after every device disconnected (a reconnect storm).
-import { fork, type ChildProcess } from 'node:child_process';
+import { fork, spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { projectRoot } from '../src/paths.js';
 import { startBenchService, type BenchService } from './lib/harness.js';
@@ -87,6 +88,32 @@ class Fleet {
 const fmt = (r: StormResult) =>
   `${r.connected} of ${DEVICES} connected (${r.refused} refused, ${r.failed} failed), all within ${(r.allMs / 1000).toFixed(2)} s; CONNACK p50 ${r.p50Ms} ms, p99 ${r.p99Ms} ms`;
 
+/** The fleet's two storms against `url`, each followed by every device disconnecting. */
+async function storms(label: string, cfg: FleetConfig): Promise<void> {
+  const fleet = await Fleet.start(cfg);
+  try {
+    for (const round of ['cold', 'reconnect']) {
+      console.log(`${label}, ${round}: ${fmt(await fleet.storm())}`);
+      await fleet.close();
+      // Let the broker forget the closed sessions.
+      await new Promise((r) => setTimeout(r, 2000));
+    }
+  } finally {
+    fleet.stop();
+  }
+}
+
+async function bare(): Promise<void> {
+  const proc = spawn(process.execPath, [path.join(projectRoot, 'dist/bench/lib/bare-broker.js')], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const port = await new Promise<string>((resolve) => proc.stdout!.once('data', (d: Buffer) => resolve(d.toString().trim().split(' ')[1]!)));
+  try {
+    const ids = Array.from({ length: DEVICES }, (_, i) => i.toString(16).padStart(6, '0'));
+    await storms('bare aedes', { url: `mqtt://127.0.0.1:${port}`, tenant: TENANT, devices: ids.map((id) => ({ id, secret: 'x' })) });
+  } finally {
+    proc.kill('SIGTERM');
+  }
+}
+
 async function run(mode: 'required' | 'off'): Promise<void> {
   const svc = await startBenchService({ MQTT_DEVICE_AUTH: mode });
   try {
@@ -97,21 +124,13 @@ async function run(mode: 'required' | 'off'): Promise<void> {
       secrets = made.secrets;
       console.log(`${mode}: ${DEVICES} credentials created through the API in ${made.seconds.toFixed(1)} s (${Math.round(DEVICES / made.seconds)}/s, ${CHOSEN} client-chosen)`);
     }
-    const fleet = await Fleet.start({ url: svc.mqtt!, tenant: TENANT, devices: ids.map((id, i) => ({ id, secret: secrets[i] })) });
-    try {
-      for (const round of ['cold', 'reconnect']) {
-        console.log(`${mode}, ${round}: ${fmt(await fleet.storm())}`);
-        await fleet.close();
-        // Let the service forget the closed sessions.
-        await new Promise((r) => setTimeout(r, 2000));
-      }
-    } finally {
-      fleet.stop();
-    }
+    await storms(mode, { url: svc.mqtt!, tenant: TENANT, devices: ids.map((id, i) => ({ id, secret: secrets[i] })) });
   } finally {
     await svc.stop();
   }
 }
 
+console.log(`connect storm, ${DEVICES} devices; load average ${(await import('node:os')).loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+await bare();
 await run('off');
 await run('required');
