@@ -10,6 +10,36 @@ import crypto from 'node:crypto';
 import { hashPassword, verifyPassword } from '../../auth/passwords.js';
 
 const KEYED = 'hmac-sha256$';
+/**
+ * Slow hashes computed at once. scrypt runs on libuv's thread pool (4 threads by default), which
+ * also serves PBKDF2 of new database connections (SCRAM): a burst of client-chosen secrets must
+ * not take every thread, or new connections time out behind it (seen: 32 concurrent creations
+ * at a load average of 25 answered 503 "Database unavailable").
+ */
+const SLOW_AT_ONCE = 2;
+
+/** At most `limit` of the given jobs run at once; the others wait in order. */
+class Gate {
+  private running = 0;
+  private readonly waiting: Array<() => void> = [];
+
+  constructor(private readonly limit: number) {}
+
+  async run<T>(job: () => Promise<T>): Promise<T> {
+    // A finished job hands its slot to the next waiting one.
+    if (this.running >= this.limit) await new Promise<void>((resolve) => this.waiting.push(resolve));
+    else this.running++;
+    try {
+      return await job();
+    } finally {
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.running--;
+    }
+  }
+}
+
+const slow = new Gate(SLOW_AT_ONCE);
 
 /** The row a hash belongs to: a keyed hash moved to another row no longer matches. */
 export interface CredentialPlace {
@@ -40,7 +70,7 @@ export class CredentialHasher {
 
   /** The stored form of a client-chosen secret. */
   salted(secret: string): Promise<string> {
-    return hashPassword(secret);
+    return slow.run(() => hashPassword(secret));
   }
 
   /** Whether checking this stored hash is fast (keyed) or slow (scrypt). */
@@ -55,7 +85,7 @@ export class CredentialHasher {
       const actual = this.mac(place, secret);
       return expected.length === actual.length && crypto.timingSafeEqual(expected, actual);
     }
-    return verifyPassword(secret, stored).catch(() => false);
+    return slow.run(() => verifyPassword(secret, stored)).catch(() => false);
   }
 
   /**
