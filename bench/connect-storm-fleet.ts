@@ -91,9 +91,11 @@ process.on('message', (m: { type: string; config?: FleetConfig }) => {
   }
   if (m.type === 'storm') void storm().then((r) => process.send!(r));
   if (m.type === 'close') {
-    let open = sockets.length;
+    // Refused connections are closed already.
+    const live = sockets.filter((s) => !s.destroyed);
+    let open = live.length;
     if (open === 0) process.send!({ type: 'closed' });
-    for (const s of sockets) {
+    for (const s of live) {
       s.once('close', () => {
         if (--open === 0) process.send!({ type: 'closed' });
       });

@@ -67,6 +67,8 @@ export class DeviceLogins implements LoginCheck {
   private readonly throttle = new LoginThrottle();
   /** Slow-hashed secrets already checked: credential id -> keyed digest. */
   private readonly remembered = new Map<string, Buffer>();
+  /** Slow checks under way, by credential id and digest: a device reconnecting meanwhile waits for the same one. */
+  private readonly slowChecks = new Map<string, Promise<boolean>>();
   private readonly used = new Map<string, { tenant: string; deviceId: string; id: string }>();
   private readonly usedTimer: NodeJS.Timeout;
 
@@ -158,10 +160,20 @@ export class DeviceLogins implements LoginCheck {
     if (this.hasher.isKeyed(c.secretHash)) return this.hasher.matches(c.secretHash, place, secret);
     const digest = this.hasher.remembered(place, secret);
     if (this.remembered.get(c.id)?.equals(digest)) return true;
-    if (!(await this.hasher.matches(c.secretHash, place, secret))) return false;
-    if (this.remembered.size >= REMEMBERED_CAPACITY) this.remembered.clear();
-    this.remembered.set(c.id, digest);
-    return true;
+    const key = c.id + ':' + digest.toString('base64');
+    let check = this.slowChecks.get(key);
+    if (!check) {
+      check = this.hasher.matches(c.secretHash, place, secret).then((ok) => {
+        this.slowChecks.delete(key);
+        if (ok) {
+          if (this.remembered.size >= REMEMBERED_CAPACITY) this.remembered.clear();
+          this.remembered.set(c.id, digest);
+        }
+        return ok;
+      });
+      this.slowChecks.set(key, check);
+    }
+    return check;
   }
 
   private refuse(login: DeviceLogin, reason: LoginRefusal): LoginVerdict {
