@@ -179,5 +179,5 @@ describe('documented examples against the running service', () => {
       }
     }
     expect(failures, failures.join('\n')).toEqual([]);
-  }, 180_000); // a deadline for a hang: ~110 examples, each with a fresh fixture
+  }, 180_000); // a deadline for a hang: ~130 examples, each with a fresh fixture
 });
