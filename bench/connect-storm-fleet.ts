@@ -33,14 +33,14 @@ function configure(cfg: FleetConfig): void {
   port = Number(url.port || 1883);
   connects = cfg.devices.map((d) =>
     mqttPacket.generate({
-    cmd: 'connect',
-    protocolId: 'MQTT',
-    protocolVersion: 4,
-    clientId: `storm-${d.id}`,
-    clean: true,
-    keepalive: 0,
-    username: `${cfg.tenant}:${d.id}`,
-    ...(d.secret !== undefined ? { password: Buffer.from(d.secret) } : {}),
+      cmd: 'connect',
+      protocolId: 'MQTT',
+      protocolVersion: 4,
+      clientId: `storm-${d.id}`,
+      clean: true,
+      keepalive: 0,
+      username: `${cfg.tenant}:${d.id}`,
+      ...(d.secret !== undefined ? { password: Buffer.from(d.secret) } : {}),
     }),
   );
 }
@@ -57,7 +57,15 @@ function storm(): Promise<StormResult> {
       if (++done < connects.length) return;
       times.sort((a, b) => a - b);
       const at = (q: number) => Math.round(times[Math.min(times.length - 1, Math.floor(q * times.length))] ?? 0);
-      resolve({ type: 'result', connected: times.length, refused, failed, allMs: Math.round(Math.max(0, ...times)), p50Ms: at(0.5), p99Ms: at(0.99) });
+      resolve({
+        type: 'result',
+        connected: times.length,
+        refused,
+        failed,
+        allMs: Math.round(Math.max(0, ...times)),
+        p50Ms: at(0.5),
+        p99Ms: at(0.99),
+      });
     };
     sockets = connects.map((packet) => {
       const socket = net.connect({ host: url.hostname, port });

@@ -20,18 +20,32 @@ const TENANT = 'storm';
 const CREATE_CONCURRENCY = 32;
 
 async function seedDevices(svc: BenchService): Promise<string[]> {
-  const { rows } = await svc.pool.query<{ id: string }>(`INSERT INTO templates (tenant, label) VALUES ($1, 'sensor') RETURNING id`, [TENANT]);
+  const { rows } = await svc.pool.query<{ id: string }>(`INSERT INTO templates (tenant, label) VALUES ($1, 'sensor') RETURNING id`, [
+    TENANT,
+  ]);
   const ids = Array.from({ length: DEVICES }, (_, i) => i.toString(16).padStart(6, '0'));
   await svc.pool.query(`INSERT INTO devices (tenant, id, label) SELECT $1, i, 'dev-' || i FROM unnest($2::text[]) AS i`, [TENANT, ids]);
-  await svc.pool.query(`INSERT INTO device_templates (tenant, device_id, template_id) SELECT $1, i, $3 FROM unnest($2::text[]) AS i`, [TENANT, ids, rows[0]!.id]);
+  await svc.pool.query(`INSERT INTO device_templates (tenant, device_id, template_id) SELECT $1, i, $3 FROM unnest($2::text[]) AS i`, [
+    TENANT,
+    ids,
+    rows[0]!.id,
+  ]);
   return ids;
 }
 
 /** A token of the tenant (the admin creates a user in it). */
 async function tenantToken(svc: BenchService): Promise<string> {
   const headers = { 'content-type': 'application/json', authorization: `Bearer ${svc.token}` };
-  await fetch(`${svc.base}/auth/user`, { method: 'POST', headers, body: JSON.stringify({ username: 'storm', passwd: 'storm-pw', service: TENANT, profile: 'admin' }) });
-  const res = await fetch(`${svc.base}/auth`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'storm', passwd: 'storm-pw' }) });
+  await fetch(`${svc.base}/auth/user`, {
+    method: 'POST',
+    headers,
+    body: JSON.stringify({ username: 'storm', passwd: 'storm-pw', service: TENANT, profile: 'admin' }),
+  });
+  const res = await fetch(`${svc.base}/auth`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ username: 'storm', passwd: 'storm-pw' }),
+  });
   return ((await res.json()) as { jwt: string }).jwt;
 }
 
@@ -105,7 +119,9 @@ async function storms(label: string, cfg: FleetConfig): Promise<void> {
 
 async function bare(): Promise<void> {
   const proc = spawn(process.execPath, [path.join(projectRoot, 'dist/bench/lib/bare-broker.js')], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const port = await new Promise<string>((resolve) => proc.stdout!.once('data', (d: Buffer) => resolve(d.toString().trim().split(' ')[1]!)));
+  const port = await new Promise<string>((resolve) =>
+    proc.stdout!.once('data', (d: Buffer) => resolve(d.toString().trim().split(' ')[1]!)),
+  );
   try {
     const ids = Array.from({ length: DEVICES }, (_, i) => i.toString(16).padStart(6, '0'));
     await storms('bare aedes', { url: `mqtt://127.0.0.1:${port}`, tenant: TENANT, devices: ids.map((id) => ({ id, secret: 'x' })) });
@@ -122,7 +138,9 @@ async function run(mode: 'required' | 'off'): Promise<void> {
     if (mode === 'required') {
       const made = await createCredentials(svc, ids);
       secrets = made.secrets;
-      console.log(`${mode}: ${DEVICES} credentials created through the API in ${made.seconds.toFixed(1)} s (${Math.round(DEVICES / made.seconds)}/s, ${CHOSEN} client-chosen)`);
+      console.log(
+        `${mode}: ${DEVICES} credentials created through the API in ${made.seconds.toFixed(1)} s (${Math.round(DEVICES / made.seconds)}/s, ${CHOSEN} client-chosen)`,
+      );
     }
     await storms(mode, { url: svc.mqtt!, tenant: TENANT, devices: ids.map((id, i) => ({ id, secret: secrets[i] })) });
   } finally {
@@ -130,7 +148,12 @@ async function run(mode: 'required' | 'off'): Promise<void> {
   }
 }
 
-console.log(`connect storm, ${DEVICES} devices; load average ${(await import('node:os')).loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+console.log(
+  `connect storm, ${DEVICES} devices; load average ${(await import('node:os'))
+    .loadavg()
+    .map((l) => l.toFixed(1))
+    .join(' ')}`,
+);
 await bare();
 await run('off');
 await run('required');

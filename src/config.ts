@@ -89,7 +89,10 @@ export interface Config {
 }
 
 export class ConfigError extends Error {
-  constructor(readonly variable: string, expectation: string) {
+  constructor(
+    readonly variable: string,
+    expectation: string,
+  ) {
     super(`${variable} ${expectation}`);
     this.name = 'ConfigError';
   }
@@ -127,7 +130,11 @@ function embeddedPgSettings(env: Env): Record<string, string> {
   const given = value(env, 'EMBEDDED_PG_SETTINGS');
   for (const pair of given?.split(/\s+/).filter(Boolean) ?? []) {
     const m = /^([a-z][a-z0-9_.]*)=([^\s=]+)$/.exec(pair);
-    if (!m) throw new ConfigError('EMBEDDED_PG_SETTINGS', `must be blank-separated PostgreSQL settings such as "shared_buffers=2GB max_wal_size=8GB", got "${pair}"`);
+    if (!m)
+      throw new ConfigError(
+        'EMBEDDED_PG_SETTINGS',
+        `must be blank-separated PostgreSQL settings such as "shared_buffers=2GB max_wal_size=8GB", got "${pair}"`,
+      );
     settings[m[1]!] = m[2]!;
   }
   return settings;
@@ -208,14 +215,20 @@ function deviceAuth(env: Env, databaseUrl: string | undefined) {
   const mqttTlsCert = readableFile(env, 'MQTT_TLS_CERT');
   const mqttTlsKey = readableFile(env, 'MQTT_TLS_KEY');
   if ((mqttTlsCert === undefined) !== (mqttTlsKey === undefined)) {
-    throw new ConfigError(mqttTlsCert ? 'MQTT_TLS_KEY' : 'MQTT_TLS_CERT', 'must be set together with ' + (mqttTlsCert ? 'MQTT_TLS_CERT' : 'MQTT_TLS_KEY'));
+    throw new ConfigError(
+      mqttTlsCert ? 'MQTT_TLS_KEY' : 'MQTT_TLS_CERT',
+      'must be set together with ' + (mqttTlsCert ? 'MQTT_TLS_CERT' : 'MQTT_TLS_KEY'),
+    );
   }
   const mqttTlsCa = readableFile(env, 'MQTT_TLS_CA');
-  if (mqttTlsCa && !mqttTlsCert) throw new ConfigError('MQTT_TLS_CA', 'needs MQTT_TLS_CERT and MQTT_TLS_KEY (client certificates are checked on the TLS listener)');
+  if (mqttTlsCa && !mqttTlsCert)
+    throw new ConfigError('MQTT_TLS_CA', 'needs MQTT_TLS_CERT and MQTT_TLS_KEY (client certificates are checked on the TLS listener)');
   const mqttPlain = bool(env, 'MQTT_PLAIN', true);
-  if (!mqttPlain && !mqttTlsCert) throw new ConfigError('MQTT_PLAIN', 'can be false only with MQTT_TLS_CERT and MQTT_TLS_KEY (the broker needs a listener)');
+  if (!mqttPlain && !mqttTlsCert)
+    throw new ConfigError('MQTT_PLAIN', 'can be false only with MQTT_TLS_CERT and MQTT_TLS_KEY (the broker needs a listener)');
   const mqttDynamicSecurity = bool(env, 'MQTT_DYNAMIC_SECURITY', false);
-  if (mqttDynamicSecurity && !value(env, 'MQTT_URL')) throw new ConfigError('MQTT_DYNAMIC_SECURITY', 'needs MQTT_URL (the Mosquitto whose device accounts it keeps)');
+  if (mqttDynamicSecurity && !value(env, 'MQTT_URL'))
+    throw new ConfigError('MQTT_DYNAMIC_SECURITY', 'needs MQTT_URL (the Mosquitto whose device accounts it keeps)');
   return {
     mqttDeviceAuth: mode as DeviceAuthMode,
     mqttTlsCert,
@@ -249,7 +262,10 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
   const chunkMinutes = chunkParts ? Number(chunkParts[1]) * CHUNK_MINUTES[chunkParts[2]!]! : NaN;
   // Stored in the database at the first start: a zero or absurd interval must never get there.
   if (!(chunkMinutes >= 1 && chunkMinutes <= 366 * 1440)) {
-    throw new ConfigError('HISTORY_CHUNK_INTERVAL', `must be an interval from "1 minute" to "366 days", such as "1 day" or "6 hours", got "${chunk}"`);
+    throw new ConfigError(
+      'HISTORY_CHUNK_INTERVAL',
+      `must be an interval from "1 minute" to "366 days", such as "1 day" or "6 hours", got "${chunk}"`,
+    );
   }
   const cores = Math.max(1, os.availableParallelism());
   const mqttClientId = value(env, 'MQTT_CLIENT_ID') ?? 'device-registry-ingest';

@@ -83,7 +83,12 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     if (!config.databaseUrl || !config.jwtSecret || !config.pskEncryptionKey) await prepareDataDir(config.dataDir);
     let embeddedDb: EmbeddedDatabase | undefined;
     if (!config.databaseUrl) {
-      embeddedDb = await startEmbeddedDatabase({ dataDir: config.dataDir, port: config.embeddedPgPort, settings: config.embeddedPgSettings, log });
+      embeddedDb = await startEmbeddedDatabase({
+        dataDir: config.dataDir,
+        port: config.embeddedPgPort,
+        settings: config.embeddedPgSettings,
+        log,
+      });
       cleanup.push(() => embeddedDb!.stop());
       checkpoint();
     }
@@ -129,7 +134,13 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     // MQTT_DYNAMIC_SECURITY: the external Mosquitto's device accounts follow the credentials.
     let accounts: DynamicSecurity | undefined;
     if (config.mqttDynamicSecurity && config.mqttUrl) {
-      const started = await DynamicSecurity.start({ url: config.mqttUrl, clientId: `${config.mqttClientId}-accounts`, timeoutMs: config.actuationTimeoutMs, pool, log: log.child({ component: 'dynamic-security' }) });
+      const started = await DynamicSecurity.start({
+        url: config.mqttUrl,
+        clientId: `${config.mqttClientId}-accounts`,
+        timeoutMs: config.actuationTimeoutMs,
+        pool,
+        log: log.child({ component: 'dynamic-security' }),
+      });
       cleanup.push(() => started.close());
       events.onLocal((e) => started.registryChanged(e));
       accounts = started;
@@ -137,7 +148,10 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     }
     const credentials = new CredentialService(pool, events, hasher, config.maxDeviceCredentials, accounts);
     const psk = new PskService(pool, events, new KeySealer(pskKey));
-    const devices = new DeviceService(pool, events, { cacheSize: config.deviceCacheSize, openKey: (sealed, place) => psk.open(sealed, place) });
+    const devices = new DeviceService(pool, events, {
+      cacheSize: config.deviceCacheSize,
+      openKey: (sealed, place) => psk.open(sealed, place),
+    });
     // The API description (built here) and the query checks (compiled by startHttp) use the
     // configured limits; both are made once, at start.
     const routes: Route[] = bindRoutes(apiRoutes, {

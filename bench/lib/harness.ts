@@ -44,7 +44,9 @@ function waitForLine(child: ChildProcess, pattern: RegExp, timeoutMs = 120_000):
 
 /** BENCH_SVC_<NAME>=value of the benchmark's environment, as <NAME>=value for the service under test (e.g. BENCH_SVC_DEVICE_CACHE_SIZE=0). */
 export function benchServiceEnv(): Record<string, string> {
-  return Object.fromEntries(Object.entries(process.env).flatMap(([k, v]) => (k.startsWith('BENCH_SVC_') && v !== undefined ? [[k.slice(10), v]] : [])));
+  return Object.fromEntries(
+    Object.entries(process.env).flatMap(([k, v]) => (k.startsWith('BENCH_SVC_') && v !== undefined ? [[k.slice(10), v]] : [])),
+  );
 }
 
 /** `nodeArgs`: extra node flags for the service process, e.g. `--cpu-prof` to profile it. */
@@ -91,7 +93,11 @@ export async function startBenchService(env: Record<string, string> = {}, nodeAr
     throw err;
   }
   child.stdout!.resume();
-  const res = await fetch(`${base}/auth`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'admin', passwd: 'admin' }) });
+  const res = await fetch(`${base}/auth`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ username: 'admin', passwd: 'admin' }),
+  });
   const { jwt } = (await res.json()) as { jwt: string };
   const pool = new pg.Pool({ connectionString: db.url, max: 4 });
   return {
@@ -115,7 +121,9 @@ export async function startBareProcess(answers: Record<string, string>): Promise
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'dr-bare-'));
   const file = path.join(dir, 'answers.json');
   await fs.writeFile(file, JSON.stringify(answers));
-  const child = spawn(process.execPath, [path.join(projectRoot, 'dist/bench/lib/bare-server.js'), file], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, [path.join(projectRoot, 'dist/bench/lib/bare-server.js'), file], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   const line = await waitForLine(child, /^listening \d+/);
   child.stdout!.resume();
   return {

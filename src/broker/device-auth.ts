@@ -65,7 +65,8 @@ interface Presented {
 }
 
 /** A login decision: accepted (naming its device, or not yet), or refused with a CONNACK code. */
-type Decision = { accept: true; device: DeviceRef | undefined; verdict: LoginVerdict & { ok: true } } | { accept: false; code: ReturnCode; why: string };
+type Decision =
+  { accept: true; device: DeviceRef | undefined; verdict: LoginVerdict & { ok: true } } | { accept: false; code: ReturnCode; why: string };
 
 /** A logged-in client: its device, the credential it used, the timer of that credential's expiry. */
 interface Session {
@@ -134,7 +135,8 @@ export class DeviceAuthorisation {
     if (p.username !== undefined && p.username !== '') {
       device = parseDeviceName(p.username);
       if (!device) return { accept: false, code: 4, why: 'the username must be <tenant>:<device id>' };
-      if (certified && !sameDevice(certified, device)) return { accept: false, code: 4, why: 'the username and the client certificate name different devices' };
+      if (certified && !sameDevice(certified, device))
+        return { accept: false, code: 4, why: 'the username and the client certificate name different devices' };
     } else {
       device = certified ?? parseDeviceName(p.clientId);
     }
@@ -157,7 +159,8 @@ export class DeviceAuthorisation {
     if (!topic) return done(new Error(`devices may only publish to their attrs topic, not ${packet.topic}`));
     const session = this.identity.get(client);
     if (session) {
-      if (!mayPublish(session.device, packet.topic)) return done(new Error(`${deviceName(session.device)} may not publish to ${packet.topic}`));
+      if (!mayPublish(session.device, packet.topic))
+        return done(new Error(`${deviceName(session.device)} may not publish to ${packet.topic}`));
       return this.handOver(topic, packet, done);
     }
     if (!topic.legacy) return done(new Error('default-mode topics need the username <tenant>:<device id>'));
@@ -226,7 +229,11 @@ export class DeviceAuthorisation {
 
   /** A client that named no device at CONNECT: the first legacy topic it uses names it, and its login is checked for that device. */
   private async nameByTopic(client: Client, topic: DeviceRef): Promise<boolean> {
-    const verdict = await this.logins.check({ device: { tenant: topic.tenant, id: topic.id }, password: this.unnamed.get(client), address: remoteAddress(client.conn) });
+    const verdict = await this.logins.check({
+      device: { tenant: topic.tenant, id: topic.id },
+      password: this.unnamed.get(client),
+      address: remoteAddress(client.conn),
+    });
     // Two messages may race to name the client: the first one wins.
     const session = this.identity.get(client);
     if (session) return sameDevice(session.device, topic);
@@ -237,10 +244,18 @@ export class DeviceAuthorisation {
   }
 
   private bind(client: Client, device: DeviceRef, verdict: LoginVerdict & { ok: true }): void {
-    const session: Session = { device, credentialId: verdict.credentialId, bare: !verdict.credentialId && !isCertified(client.conn, device), expiry: undefined };
+    const session: Session = {
+      device,
+      credentialId: verdict.credentialId,
+      bare: !verdict.credentialId && !isCertified(client.conn, device),
+      expiry: undefined,
+    };
     if (verdict.expiresMs !== undefined) {
       // The credential expires while the connection lasts: the connection ends with it.
-      session.expiry = setTimeout(() => this.close(new Set([client]), 'the credential it logged in with expired'), Math.min(MAX_TIMER_MS, Math.max(0, verdict.expiresMs - Date.now())));
+      session.expiry = setTimeout(
+        () => this.close(new Set([client]), 'the credential it logged in with expired'),
+        Math.min(MAX_TIMER_MS, Math.max(0, verdict.expiresMs - Date.now())),
+      );
       session.expiry.unref();
     }
     this.identity.set(client, session);
@@ -253,7 +268,8 @@ export class DeviceAuthorisation {
 function answerV5(client: Client, reasonCode: number, done: PreConnectDone): void {
   const conn = client.conn as unknown as NodeJS.WritableStream;
   const connack = mqttPacket.generate({ cmd: 'connack', reasonCode, sessionPresent: false }, { protocolVersion: 5 });
-  const finish = () => done(new Error(reasonCode === UNSUPPORTED_PROTOCOL_V5 ? 'the embedded broker speaks MQTT 3.1.1' : 'login refused'), false);
+  const finish = () =>
+    done(new Error(reasonCode === UNSUPPORTED_PROTOCOL_V5 ? 'the embedded broker speaks MQTT 3.1.1' : 'login refused'), false);
   try {
     conn.write(connack, finish);
   } catch {

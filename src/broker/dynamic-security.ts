@@ -84,11 +84,20 @@ export class DynamicSecurity implements BrokerAccounts {
 
   /** Connects, reconciles the broker with the registry, and sweeps expired credentials every minute. */
   static async start(opts: DynamicSecurityOptions): Promise<DynamicSecurity> {
-    const client = mqtt.connect(opts.url, { clientId: opts.clientId, clean: true, reconnectPeriod: 1000, connectTimeout: 5000, protocolVersion: 5 });
+    const client = mqtt.connect(opts.url, {
+      clientId: opts.clientId,
+      clean: true,
+      reconnectPeriod: 1000,
+      connectTimeout: 5000,
+      protocolVersion: 5,
+    });
     client.on('error', (err) => opts.log.debug('dynamic-security connection error', { error: err.message }));
     try {
       await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`could not connect to the broker ${new URL(opts.url).host} to manage device accounts`)), CONNECT_MS);
+        const timer = setTimeout(
+          () => reject(new Error(`could not connect to the broker ${new URL(opts.url).host} to manage device accounts`)),
+          CONNECT_MS,
+        );
         client.once('connect', () => {
           clearTimeout(timer);
           resolve();
@@ -97,7 +106,8 @@ export class DynamicSecurity implements BrokerAccounts {
       // A clean session: subscribe again after each reconnection.
       const subscribe = () => client.subscribeAsync(RESPONSES, { qos: 1 });
       const granted = await subscribe();
-      if (granted.some((g) => g.qos > 2)) throw new Error(`the broker refused ${RESPONSES}: its ACL must grant the service account $CONTROL/dynamic-security/#`);
+      if (granted.some((g) => g.qos > 2))
+        throw new Error(`the broker refused ${RESPONSES}: its ACL must grant the service account $CONTROL/dynamic-security/#`);
       client.on('connect', () => void subscribe().catch(() => undefined));
     } catch (err) {
       client.end(true);
@@ -105,8 +115,15 @@ export class DynamicSecurity implements BrokerAccounts {
     }
     const accounts = new DynamicSecurity(client, opts);
     const found = await accounts.reconcile();
-    opts.log.info('device accounts of the broker reconciled (dynamic-security)', { removed: found.removed.length, missing: found.missing.length });
-    accounts.sweepTimer = setInterval(() => void accounts.sweepExpired().catch((err: Error) => opts.log.warn('expired device accounts not removed', { error: err.message })), SWEEP_MS);
+    opts.log.info('device accounts of the broker reconciled (dynamic-security)', {
+      removed: found.removed.length,
+      missing: found.missing.length,
+    });
+    accounts.sweepTimer = setInterval(
+      () =>
+        void accounts.sweepExpired().catch((err: Error) => opts.log.warn('expired device accounts not removed', { error: err.message })),
+      SWEEP_MS,
+    );
     accounts.sweepTimer.unref();
     return accounts;
   }
@@ -156,7 +173,11 @@ export class DynamicSecurity implements BrokerAccounts {
         for (const a of answers) this.check(a, notFound);
       }
     })().catch((err: Error) =>
-      this.opts.log.warn('the broker accounts of removed devices were not all deleted; the next start removes them', { tenant: event.tenant, devices: event.deviceIds.length, error: err.message }),
+      this.opts.log.warn('the broker accounts of removed devices were not all deleted; the next start removes them', {
+        tenant: event.tenant,
+        devices: event.deviceIds.length,
+        error: err.message,
+      }),
     );
   }
 
@@ -177,20 +198,34 @@ export class DynamicSecurity implements BrokerAccounts {
     const wanted = await repo.brokerAccounts(this.opts.pool);
     const held = new Set(wanted.filter((w) => w.in_broker).map((w) => `${w.tenant}:${w.device_id}`));
     const removed = [...present].filter((u) => !held.has(u));
-    const orphanRoles = (roles!.data?.roles ?? []).filter((r) => r.startsWith(ROLE_PREFIX) && !held.has(r.slice(ROLE_PREFIX.length)) && !removed.includes(r.slice(ROLE_PREFIX.length)));
+    const orphanRoles = (roles!.data?.roles ?? []).filter(
+      (r) => r.startsWith(ROLE_PREFIX) && !held.has(r.slice(ROLE_PREFIX.length)) && !removed.includes(r.slice(ROLE_PREFIX.length)),
+    );
     const commands = [...removed.flatMap(removal), ...orphanRoles.map((rolename) => ({ command: 'deleteRole', rolename }))];
     for (let i = 0; i < commands.length; i += 2 * REMOVAL_BATCH) {
       for (const a of await this.send(commands.slice(i, i + 2 * REMOVAL_BATCH))) this.check(a, notFound);
     }
-    if (removed.length > 0) this.opts.log.info('removed broker accounts of devices without credentials', { accounts: removed.length, first: removed.slice(0, 20) });
-    const lost = wanted.filter((w) => w.in_broker && !present.has(`${w.tenant}:${w.device_id}`));
-    await repo.clearInBroker(this.opts.pool, lost.map((w) => ({ tenant: w.tenant, deviceId: w.device_id })));
-    const missing = wanted.filter((w) => !w.in_broker || !present.has(`${w.tenant}:${w.device_id}`)).map((w) => `${w.tenant}:${w.device_id}`);
-    if (missing.length > 0) {
-      this.opts.log.warn('the broker lacks the accounts of devices with credentials: create a new credential for each (POST /device/{id}/credentials)', {
-        devices: missing.length,
-        first: missing.slice(0, 20),
+    if (removed.length > 0)
+      this.opts.log.info('removed broker accounts of devices without credentials', {
+        accounts: removed.length,
+        first: removed.slice(0, 20),
       });
+    const lost = wanted.filter((w) => w.in_broker && !present.has(`${w.tenant}:${w.device_id}`));
+    await repo.clearInBroker(
+      this.opts.pool,
+      lost.map((w) => ({ tenant: w.tenant, deviceId: w.device_id })),
+    );
+    const missing = wanted
+      .filter((w) => !w.in_broker || !present.has(`${w.tenant}:${w.device_id}`))
+      .map((w) => `${w.tenant}:${w.device_id}`);
+    if (missing.length > 0) {
+      this.opts.log.warn(
+        'the broker lacks the accounts of devices with credentials: create a new credential for each (POST /device/{id}/credentials)',
+        {
+          devices: missing.length,
+          first: missing.slice(0, 20),
+        },
+      );
     }
     return { removed, missing };
   }

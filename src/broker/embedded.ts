@@ -82,7 +82,10 @@ function tlsOptions(t: TlsListener): tls.TlsOptions {
   try {
     tls.createSecureContext(options);
   } catch (err) {
-    throw new ConfigError('MQTT_TLS_CERT', `and MQTT_TLS_KEY${ca ? ' and MQTT_TLS_CA' : ''} must be PEM certificate, matching private key${ca ? ' and CA' : ''}: ${(err as Error).message}`);
+    throw new ConfigError(
+      'MQTT_TLS_CERT',
+      `and MQTT_TLS_KEY${ca ? ' and MQTT_TLS_CA' : ''} must be PEM certificate, matching private key${ca ? ' and CA' : ''}: ${(err as Error).message}`,
+    );
   }
   return options;
 }
@@ -92,7 +95,12 @@ function listen(server: net.Server, host: string, port: number, variable: string
   return new Promise<number>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) => {
       if (err.code === 'EADDRINUSE') {
-        reject(new ConfigError(variable, `${port} is already in use on ${host}: free it, choose another ${variable}, or set MQTT_URL to use a running broker`));
+        reject(
+          new ConfigError(
+            variable,
+            `${port} is already in use on ${host}: free it, choose another ${variable}, or set MQTT_URL to use a running broker`,
+          ),
+        );
       } else {
         reject(err);
       }
@@ -138,7 +146,10 @@ export async function startEmbeddedBroker(opts: {
       server.on('tlsClientError', (err) => opts.log.debug('MQTT TLS handshake failed', { error: err.message }));
       servers.push(server);
       tlsPort = await listen(server, opts.host, opts.tls.port, 'MQTT_TLS_PORT');
-      opts.log.info('embedded MQTT broker listening', { address: `mqtts://${opts.host}:${tlsPort}`, clientCertificates: opts.tls.ca !== undefined });
+      opts.log.info('embedded MQTT broker listening', {
+        address: `mqtts://${opts.host}:${tlsPort}`,
+        clientCertificates: opts.tls.ca !== undefined,
+      });
     }
   } catch (err) {
     for (const s of servers) s.close();

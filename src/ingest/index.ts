@@ -29,13 +29,28 @@ export interface Ingest {
 }
 
 export function ingestSettings(config: Config, databaseUrl: string): IngestSettings {
-  const picked = Object.fromEntries(INGEST_CONFIG_KEYS.map((key) => [key, config[key]])) as Pick<Config, (typeof INGEST_CONFIG_KEYS)[number]>;
+  const picked = Object.fromEntries(INGEST_CONFIG_KEYS.map((key) => [key, config[key]])) as Pick<
+    Config,
+    (typeof INGEST_CONFIG_KEYS)[number]
+  >;
   return { ...picked, databaseUrl };
 }
 
-export async function startIngest(opts: { config: Config; databaseUrl: string; metrics: Metrics; logins: LoginCheck; log: Logger }): Promise<Ingest> {
+export async function startIngest(opts: {
+  config: Config;
+  databaseUrl: string;
+  metrics: Metrics;
+  logins: LoginCheck;
+  log: Logger;
+}): Promise<Ingest> {
   if (!existsSync(ROUTER_THREAD_FILE)) throw new Error(`${ROUTER_THREAD_FILE} is missing; run "npm run build" first`);
-  const thread = new RouterThread(opts.config, ingestSettings(opts.config, opts.databaseUrl), new IngestMetrics(opts.metrics), opts.logins, opts.log);
+  const thread = new RouterThread(
+    opts.config,
+    ingestSettings(opts.config, opts.databaseUrl),
+    new IngestMetrics(opts.metrics),
+    opts.logins,
+    opts.log,
+  );
   await thread.launch();
   return thread;
 }

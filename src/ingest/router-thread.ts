@@ -79,7 +79,10 @@ function startLink(): Promise<BrokerLink> {
     host: settings.mqttHost,
     port: settings.mqttPort,
     plain: settings.mqttPlain,
-    tls: settings.mqttTlsCert && settings.mqttTlsKey ? { port: settings.mqttTlsPort, cert: settings.mqttTlsCert, key: settings.mqttTlsKey, ca: settings.mqttTlsCa } : undefined,
+    tls:
+      settings.mqttTlsCert && settings.mqttTlsKey
+        ? { port: settings.mqttTlsPort, cert: settings.mqttTlsCert, key: settings.mqttTlsKey, ca: settings.mqttTlsCa }
+        : undefined,
     logins,
     deviceAuth: settings.mqttDeviceAuth,
     log,
@@ -115,7 +118,8 @@ async function stop(timeoutMs: number): Promise<void> {
     new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs))),
   ]);
   clearTimeout(timer);
-  if (!drained) log.warn('shutdown: some messages were not committed in time; the broker delivers them again', { pending: router.unacknowledged });
+  if (!drained)
+    log.warn('shutdown: some messages were not committed in time; the broker delivers them again', { pending: router.unacknowledged });
   router.stop();
   post({ type: 'metrics', delta: router.takeMetrics() });
   await link?.close().catch((err: Error) => log.warn('closing the broker link failed', { error: err.message }));

@@ -43,7 +43,11 @@ const TAGS = [
   { name: 'actuation', description: 'Configuration messages to devices (interface.md §4.2, §6.2).' },
   { name: 'history', description: 'Stored attribute values (interface.md §4.5).' },
   { name: 'internal', description: 'Platform-internal endpoints, served on the internal listener only (interface.md §4.4).' },
-  { name: 'broker', description: 'External brokers (EMQX, VerneMQ) ask who may log in as a device and use which topic; internal listener, no token (docs/operations.md §2).' },
+  {
+    name: 'broker',
+    description:
+      'External brokers (EMQX, VerneMQ) ask who may log in as a device and use which topic; internal listener, no token (docs/operations.md §2).',
+  },
   { name: 'operations', description: 'Health, metrics and this description; no token needed.' },
 ];
 
@@ -106,14 +110,20 @@ function responses(route: RouteDecl, examples: Example[]): Record<string, object
   const open = route.auth === false;
   const docs: Record<number, ResponseDoc> = { ...route.responses };
   // Every route may answer these; documented once here.
-  if (!open) docs[401] ??= { description: 'No token, or an invalid one (auth is checked before routing).', errors: ['noToken', 'invalidToken'] };
+  if (!open)
+    docs[401] ??= { description: 'No token, or an invalid one (auth is checked before routing).', errors: ['noToken', 'invalidToken'] };
   if (route.body) docs[413] ??= { description: 'The body is larger than MAX_BODY_BYTES.', errors: ['bodyTooLarge'] };
   docs[500] ??= { description: 'An unexpected failure (logged with its cause).', errors: ['internal'] };
   // Every authenticated route reads the database: while it is down or out of connections, 503.
   if (!open) {
     const unavailable = docs[503];
-    if (!unavailable) docs[503] = { description: 'The database is unavailable (down, restarting or out of connections); retry later.', errors: ['unhealthy'] };
-    else if (!unavailable.errors?.includes('unhealthy')) docs[503] = { ...unavailable, errors: [...(unavailable.errors ?? []), 'unhealthy'] };
+    if (!unavailable)
+      docs[503] = {
+        description: 'The database is unavailable (down, restarting or out of connections); retry later.',
+        errors: ['unhealthy'],
+      };
+    else if (!unavailable.errors?.includes('unhealthy'))
+      docs[503] = { ...unavailable, errors: [...(unavailable.errors ?? []), 'unhealthy'] };
   }
   const out: Record<string, object> = {};
   for (const [status, doc] of Object.entries(docs)) {
@@ -126,7 +136,10 @@ function responses(route: RouteDecl, examples: Example[]): Record<string, object
         media.examples = Object.fromEntries(ex.map((e) => [e.name, { summary: e.summary, value: e.response }]));
       }
     }
-    out[status] = { description: doc.description, ...(schemas.length > 0 ? { content: { [doc.contentType ?? 'application/json']: media } } : {}) };
+    out[status] = {
+      description: doc.description,
+      ...(schemas.length > 0 ? { content: { [doc.contentType ?? 'application/json']: media } } : {}),
+    };
   }
   return out;
 }
@@ -138,7 +151,9 @@ function operation(route: RouteDecl, limits: QueryLimits, bodies: BodyComponents
   const listeners = route.listeners ?? ['public'];
   const withBody = examples.filter((e) => e.body !== undefined);
   return {
-    operationId: operationKey(route).replace(/[^A-Za-z0-9]+/g, '_').replace(/^_|_$/g, ''),
+    operationId: operationKey(route)
+      .replace(/[^A-Za-z0-9]+/g, '_')
+      .replace(/^_|_$/g, ''),
     summary: route.summary,
     ...(route.description ? { description: route.description } : {}),
     tags: [route.tag],
@@ -146,7 +161,12 @@ function operation(route: RouteDecl, limits: QueryLimits, bodies: BodyComponents
     ...(listeners.length === 1 && listeners[0] === 'public' ? {} : { servers: listeners.map((l) => SERVERS[l]) }),
     'x-listeners': listeners,
     // Every example exchange: its name (which ties its parameters, body and answer), the status it answers with, its fixture.
-    'x-examples': examples.map((e) => ({ name: e.name, summary: e.summary, status: e.status, ...(e.fixture ? { fixture: e.fixture } : {}) })),
+    'x-examples': examples.map((e) => ({
+      name: e.name,
+      summary: e.summary,
+      status: e.status,
+      ...(e.fixture ? { fixture: e.fixture } : {}),
+    })),
     parameters: parameters(route, examples, limits),
     ...(route.body
       ? {
@@ -156,7 +176,9 @@ function operation(route: RouteDecl, limits: QueryLimits, bodies: BodyComponents
             content: {
               'application/json': {
                 schema: bodyRefs(route.body.schema, bodies),
-                ...(withBody.length > 0 ? { examples: Object.fromEntries(withBody.map((e) => [e.name, { summary: e.summary, value: e.body }])) } : {}),
+                ...(withBody.length > 0
+                  ? { examples: Object.fromEntries(withBody.map((e) => [e.name, { summary: e.summary, value: e.body }])) }
+                  : {}),
               },
             },
           },
@@ -207,7 +229,8 @@ export function buildOpenApi(routes: readonly RouteDecl[], limits: DocumentLimit
           type: 'http',
           scheme: 'bearer',
           bearerFormat: 'JWT',
-          description: 'A token from POST /auth (HS256, signed by the service; claims service, username, userid, profile, iat, exp, iss, jti).',
+          description:
+            'A token from POST /auth (HS256, signed by the service; claims service, username, userid, profile, iat, exp, iss, jti).',
         },
       },
       schemas,
@@ -216,4 +239,5 @@ export function buildOpenApi(routes: readonly RouteDecl[], limits: DocumentLimit
 }
 
 /** The document as served and committed: two-space JSON with a final newline. */
-export const openApiText = (routes: readonly RouteDecl[], limits: DocumentLimits) => JSON.stringify(buildOpenApi(routes, limits), null, 2) + '\n';
+export const openApiText = (routes: readonly RouteDecl[], limits: DocumentLimits) =>
+  JSON.stringify(buildOpenApi(routes, limits), null, 2) + '\n';

@@ -29,7 +29,15 @@ const attr = (id: number, label: string, type: string, valueType: string, extra:
   created: TIME,
   ...(extra.metadata ? { metadata: extra.metadata } : {}),
 });
-const unit = (device: boolean) => ({ id: 3, label: 'unit', type: 'static', value_type: 'string', static_value: 'C', ...(device ? { is_static_overridden: false } : {}), created: TIME });
+const unit = (device: boolean) => ({
+  id: 3,
+  label: 'unit',
+  type: 'static',
+  value_type: 'string',
+  static_value: 'C',
+  ...(device ? { is_static_overridden: false } : {}),
+  created: TIME,
+});
 export const templateAttrs = [
   attr(1, 'temperature', 'dynamic', 'float'),
   attr(2, 'serial', 'static', 'string', { static_value: 'SN-0', metadata: [unit(false)] }),
@@ -66,7 +74,13 @@ export const thermometerBody = {
   label: 'Thermometer',
   attrs: [
     { label: 'temperature', type: 'dynamic', value_type: 'float' },
-    { label: 'serial', type: 'static', value_type: 'string', static_value: 'SN-0', metadata: [{ label: 'unit', type: 'static', value_type: 'string', static_value: 'C' }] },
+    {
+      label: 'serial',
+      type: 'static',
+      value_type: 'string',
+      static_value: 'SN-0',
+      metadata: [{ label: 'unit', type: 'static', value_type: 'string', static_value: 'C' }],
+    },
     { label: 'led', type: 'actuator', value_type: 'bool' },
     { label: 'key', type: 'static', value_type: 'psk' },
     { label: 'spare', type: 'static', value_type: 'psk' },

@@ -16,13 +16,19 @@ const needs = (fields: string[], message: string) => ({
 
 export const emqxAuthenticateBody = bodySchema({
   $id: 'broker.emqx.authenticate',
-  ...needs(['username'], 'The body must be a JSON object with clientid, username, password and peerhost (and cert_common_name on TLS listeners)'),
+  ...needs(
+    ['username'],
+    'The body must be a JSON object with clientid, username, password and peerhost (and cert_common_name on TLS listeners)',
+  ),
   properties: {
     clientid: { ...text, description: '`${clientid}`' },
     username: { ...text, description: '`${username}`: `<tenant>:<device_id>` for devices.' },
     password: { ...text, description: '`${password}`' },
     peerhost: { ...text, description: '`${peerhost}`: the client address (failed logins are throttled by it).' },
-    cert_common_name: { ...text, description: '`${cert_common_name}`: the CN of a client certificate EMQX verified, `<tenant>:<device_id>`.' },
+    cert_common_name: {
+      ...text,
+      description: '`${cert_common_name}`: the CN of a client certificate EMQX verified, `<tenant>:<device_id>`.',
+    },
   },
 });
 
@@ -40,13 +46,29 @@ export const emqxAuthorizeBody = bodySchema({
 export const vernemqRegisterBody = bodySchema({
   $id: 'broker.vernemq.auth_on_register',
   ...needs(['client_id'], 'The body must be the JSON object of VerneMQ’s auth_on_register hook'),
-  properties: { peer_addr: text, peer_port: { type: ['integer', 'null'] }, username: text, password: text, mountpoint: text, client_id: { type: 'string' }, clean_session: { type: ['boolean', 'null'] } },
+  properties: {
+    peer_addr: text,
+    peer_port: { type: ['integer', 'null'] },
+    username: text,
+    password: text,
+    mountpoint: text,
+    client_id: { type: 'string' },
+    clean_session: { type: ['boolean', 'null'] },
+  },
 });
 
 export const vernemqPublishBody = bodySchema({
   $id: 'broker.vernemq.auth_on_publish',
   ...needs(['client_id', 'topic'], 'The body must be the JSON object of VerneMQ’s auth_on_publish hook'),
-  properties: { username: text, client_id: { type: 'string' }, mountpoint: text, qos: { type: ['integer', 'null'] }, topic: { type: 'string' }, payload: text, retain: { type: ['boolean', 'null'] } },
+  properties: {
+    username: text,
+    client_id: { type: 'string' },
+    mountpoint: text,
+    qos: { type: ['integer', 'null'] },
+    topic: { type: 'string' },
+    payload: text,
+    retain: { type: ['boolean', 'null'] },
+  },
 });
 
 export const vernemqSubscribeBody = bodySchema({
@@ -56,15 +78,26 @@ export const vernemqSubscribeBody = bodySchema({
     username: text,
     client_id: { type: 'string' },
     mountpoint: text,
-    topics: { type: 'array', items: { type: 'object', required: ['topic', 'qos'], properties: { topic: { type: 'string' }, qos: { type: 'integer' } } } },
+    topics: {
+      type: 'array',
+      items: { type: 'object', required: ['topic', 'qos'], properties: { topic: { type: 'string' }, qos: { type: 'integer' } } },
+    },
   },
 });
 
-const object = (properties: Record<string, unknown>, required: string[]) => ({ type: 'object', required, properties, additionalProperties: false });
+const object = (properties: Record<string, unknown>, required: string[]) => ({
+  type: 'object',
+  required,
+  properties,
+  additionalProperties: false,
+});
 
 export const emqxAnswer = object(
   {
-    result: { enum: ['allow', 'deny', 'ignore'], description: '`ignore`: not a device (the service’s own account): the next authenticator or source decides.' },
+    result: {
+      enum: ['allow', 'deny', 'ignore'],
+      description: '`ignore`: not a device (the service’s own account): the next authenticator or source decides.',
+    },
     is_superuser: { const: false },
     expire_at: { type: 'integer', description: 'When the credential expires (Unix seconds): EMQX 5.8+ disconnects the client then.' },
   },
@@ -78,7 +111,10 @@ export const vernemqAnswer = {
     object(
       {
         result: { const: 'ok' },
-        topics: { type: 'array', items: object({ topic: { type: 'string' }, qos: { type: 'integer', description: '128: refused.' } }, ['topic', 'qos']) },
+        topics: {
+          type: 'array',
+          items: object({ topic: { type: 'string' }, qos: { type: 'integer', description: '128: refused.' } }, ['topic', 'qos']),
+        },
       },
       ['result', 'topics'],
     ),

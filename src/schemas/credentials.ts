@@ -14,7 +14,11 @@ export const credentialCreateBody = bodySchema({
   type: 'object',
   required: ['type'],
   properties: {
-    type: { enum: ['password'], description: 'The only type: an MQTT password.', 'x-error': bad('type must be "password"', ['required', 'enum']) },
+    type: {
+      enum: ['password'],
+      description: 'The only type: an MQTT password.',
+      'x-error': bad('type must be "password"', ['required', 'enum']),
+    },
     expires_at: {
       type: 'string',
       pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}(:\\d{2}(\\.\\d{1,9})?)?(Z|z|[+-]\\d{2}:?\\d{2})$',
@@ -27,7 +31,12 @@ export const credentialCreateBody = bodySchema({
       maxLength: MAX_CHOSEN_SECRET,
       pattern: '^[\\x21-\\x7e]+$',
       description: `A secret the client chose (${MIN_CHOSEN_SECRET} to ${MAX_CHOSEN_SECRET} printable ASCII characters, no spaces), kept as a salted slow hash. Absent: the service generates one.`,
-      'x-error': bad(`secret must be ${MIN_CHOSEN_SECRET} to ${MAX_CHOSEN_SECRET} printable ASCII characters without spaces`, ['type', 'minLength', 'maxLength', 'pattern']),
+      'x-error': bad(`secret must be ${MIN_CHOSEN_SECRET} to ${MAX_CHOSEN_SECRET} printable ASCII characters without spaces`, [
+        'type',
+        'minLength',
+        'maxLength',
+        'pattern',
+      ]),
     },
   },
   'x-error': bad('The body must be a JSON object such as {"type": "password"}', ['type']),
@@ -38,7 +47,11 @@ const time = { type: 'string', pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d
 const nullableTime = { type: ['string', 'null'], pattern: time.pattern };
 
 const metadata = {
-  id: { type: 'string', pattern: '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$', description: 'The credential id (a UUID).' },
+  id: {
+    type: 'string',
+    pattern: '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$',
+    description: 'The credential id (a UUID).',
+  },
   type: { const: 'password' },
   created_at: time,
   expires_at: { ...nullableTime, description: 'null: never expires.' },
@@ -48,7 +61,10 @@ const metadata = {
 export const credentialView = {
   type: 'object',
   required: ['id', 'type', 'created_at', 'expires_at', 'last_used_at'],
-  properties: { ...metadata, last_used_at: { ...nullableTime, description: 'The last login with it (recorded within a few seconds); null: never used.' } },
+  properties: {
+    ...metadata,
+    last_used_at: { ...nullableTime, description: 'The last login with it (recorded within a few seconds); null: never used.' },
+  },
   additionalProperties: false,
 };
 

@@ -47,8 +47,14 @@ describe('POST /device/{id}/credentials', () => {
       [{}, 'type must be "password"'],
       [{ type: 'token' }, 'type must be "password"'],
       [[], 'The body must be a JSON object such as {"type": "password"}'],
-      [{ type: 'password', expires_at: 'tomorrow' }, 'expires_at must be an ISO 8601 date and time with a time zone, such as 2027-01-31T00:00:00Z'],
-      [{ type: 'password', expires_at: '2099-02-30T00:00:00Z' }, 'expires_at must be an ISO 8601 date and time with a time zone, such as 2027-01-31T00:00:00Z'],
+      [
+        { type: 'password', expires_at: 'tomorrow' },
+        'expires_at must be an ISO 8601 date and time with a time zone, such as 2027-01-31T00:00:00Z',
+      ],
+      [
+        { type: 'password', expires_at: '2099-02-30T00:00:00Z' },
+        'expires_at must be an ISO 8601 date and time with a time zone, such as 2027-01-31T00:00:00Z',
+      ],
       [{ type: 'password', expires_at: '2001-01-01T00:00:00Z' }, 'expires_at must be in the future'],
       [{ type: 'password', secret: 'too-short' }, 'secret must be 16 to 256 printable ASCII characters without spaces'],
       [{ type: 'password', secret: 'has spaces in it, sixteen+' }, 'secret must be 16 to 256 printable ASCII characters without spaces'],
@@ -60,16 +66,27 @@ describe('POST /device/{id}/credentials', () => {
         expect({ body, res: res.body }).toEqual({ body, res: { message, status: 400 } });
       }
     }
-    const notJson = await http('POST', url(d), { token: t.token, rawBody: 'type=password', headers: { 'content-type': 'application/json' } });
+    const notJson = await http('POST', url(d), {
+      token: t.token,
+      rawBody: 'type=password',
+      headers: { 'content-type': 'application/json' },
+    });
     expect(notJson.body).toEqual({ message: 'Payload must be valid JSON, and Content-Type set accordingly', status: 400 });
     expect((await http('GET', url(d), { token: t.token })).body).toEqual([]);
   });
 
   it('unknown device: 404; another tenant’s device is unknown too', async () => {
     const d = await newDevice(svc, t);
-    expect((await http('POST', url('ffffff'), { token: t.token, body: { type: 'password' } })).body).toEqual({ message: 'No such device: ffffff', status: 404 });
+    expect((await http('POST', url('ffffff'), { token: t.token, body: { type: 'password' } })).body).toEqual({
+      message: 'No such device: ffffff',
+      status: 404,
+    });
     const other = await newTenant(svc);
-    for (const [method, u] of [['POST', url(d)], ['GET', url(d)], ['DELETE', url(d, '6f1c2a8e-3b4d-4e5f-8a9b-0c1d2e3f4a5b')]] as const) {
+    for (const [method, u] of [
+      ['POST', url(d)],
+      ['GET', url(d)],
+      ['DELETE', url(d, '6f1c2a8e-3b4d-4e5f-8a9b-0c1d2e3f4a5b')],
+    ] as const) {
       const res = await http(method, u, { token: other.token, body: method === 'POST' ? { type: 'password' } : undefined });
       expect(res.status).toBe(404);
       expect(res.body).toEqual({ message: `No such device: ${d}`, status: 404 });
@@ -89,7 +106,9 @@ describe('POST /device/{id}/credentials', () => {
 
   it('concurrent creations never pass the bound', async () => {
     const d = await newDevice(svc, t);
-    const results = await Promise.all(Array.from({ length: MAX + 4 }, () => http('POST', url(d), { token: t.token, body: { type: 'password' } })));
+    const results = await Promise.all(
+      Array.from({ length: MAX + 4 }, () => http('POST', url(d), { token: t.token, body: { type: 'password' } })),
+    );
     expect(results.filter((r) => r.status === 201)).toHaveLength(MAX);
     expect(results.filter((r) => r.status === 400)).toHaveLength(4);
   });
@@ -123,7 +142,10 @@ describe('DELETE /device/{id}/credentials/{credId}', () => {
     const b = await newCredential(svc, t, d);
     const res = await deleteCredential(svc, t, d, a.id);
     expect(res.status).toBe(200);
-    expect(res.body).toEqual({ result: 'ok', removed_credential: { id: a.id, type: 'password', created_at: a.created_at, expires_at: null, last_used_at: null } });
+    expect(res.body).toEqual({
+      result: 'ok',
+      removed_credential: { id: a.id, type: 'password', created_at: a.created_at, expires_at: null, last_used_at: null },
+    });
     expect((await http('GET', url(d), { token: t.token })).body.map((c: { id: string }) => c.id)).toEqual([b.id]);
     expect((await deleteCredential(svc, t, d, a.id)).body).toEqual({ message: `No such credential: ${a.id}`, status: 404 });
   });
@@ -143,7 +165,10 @@ describe('DELETE /device/{id}/credentials/{credId}', () => {
     await newCredential(svc, t, d);
     await newCredential(svc, t, d);
     expect((await http('DELETE', `${svc.base}/device/${d}`, { token: t.token })).status).toBe(200);
-    const { rows } = await svc.service.pool.query('SELECT count(*)::int AS n FROM device_credentials WHERE tenant = $1 AND device_id = $2', [t.name, d]);
+    const { rows } = await svc.service.pool.query(
+      'SELECT count(*)::int AS n FROM device_credentials WHERE tenant = $1 AND device_id = $2',
+      [t.name, d],
+    );
     expect(rows[0].n).toBe(0);
   });
 

@@ -20,7 +20,21 @@ function keyAndRequest(dir: string, name: string, subject: string): void {
 }
 
 function selfSigned(dir: string, name: string, subject: string): void {
-  openssl(dir, ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${name}.key`, '-out', `${name}.pem`, '-days', '2', '-subj', subject]);
+  openssl(dir, [
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-keyout',
+    `${name}.key`,
+    '-out',
+    `${name}.pem`,
+    '-days',
+    '2',
+    '-subj',
+    subject,
+  ]);
 }
 
 export async function makePki(): Promise<Pki> {
@@ -30,7 +44,23 @@ export async function makePki(): Promise<Pki> {
   keyAndRequest(dir, 'server', '/CN=localhost');
   const ext = path.join(dir, 'server.ext');
   execFileSync('sh', ['-c', `printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ${ext}`]);
-  openssl(dir, ['x509', '-req', '-in', 'server.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'server.pem', '-days', '2', '-extfile', ext]);
+  openssl(dir, [
+    'x509',
+    '-req',
+    '-in',
+    'server.csr',
+    '-CA',
+    'ca.pem',
+    '-CAkey',
+    'ca.key',
+    '-CAcreateserial',
+    '-out',
+    'server.pem',
+    '-days',
+    '2',
+    '-extfile',
+    ext,
+  ]);
   let n = 0;
   return {
     dir,
@@ -41,7 +71,21 @@ export async function makePki(): Promise<Pki> {
       const name = `client${++n}`;
       keyAndRequest(dir, name, `/CN=${cn}`);
       const issuer = signedBy === 'ca' ? 'ca' : 'stranger';
-      openssl(dir, ['x509', '-req', '-in', `${name}.csr`, '-CA', `${issuer}.pem`, '-CAkey', `${issuer}.key`, '-CAcreateserial', '-out', `${name}.pem`, '-days', '2']);
+      openssl(dir, [
+        'x509',
+        '-req',
+        '-in',
+        `${name}.csr`,
+        '-CA',
+        `${issuer}.pem`,
+        '-CAkey',
+        `${issuer}.key`,
+        '-CAcreateserial',
+        '-out',
+        `${name}.pem`,
+        '-days',
+        '2',
+      ]);
       return { cert: path.join(dir, `${name}.pem`), key: path.join(dir, `${name}.key`) };
     },
   };

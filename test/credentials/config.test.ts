@@ -41,7 +41,10 @@ describe('the TLS listener', () => {
     const cases: Array<[Record<string, string>, string]> = [
       [{ MQTT_TLS_CERT: cert }, 'MQTT_TLS_KEY must be set together with MQTT_TLS_CERT'],
       [{ MQTT_TLS_KEY: key }, 'MQTT_TLS_CERT must be set together with MQTT_TLS_KEY'],
-      [{ MQTT_TLS_CERT: path.join(dir, 'missing.pem'), MQTT_TLS_KEY: key }, `MQTT_TLS_CERT must name a readable file, got "${path.join(dir, 'missing.pem')}"`],
+      [
+        { MQTT_TLS_CERT: path.join(dir, 'missing.pem'), MQTT_TLS_KEY: key },
+        `MQTT_TLS_CERT must name a readable file, got "${path.join(dir, 'missing.pem')}"`,
+      ],
       [{ MQTT_PLAIN: 'false' }, 'MQTT_PLAIN can be false only with MQTT_TLS_CERT and MQTT_TLS_KEY (the broker needs a listener)'],
       [{ MQTT_PLAIN: 'sometimes' }, 'MQTT_PLAIN must be true or false, got "sometimes"'],
       [{ MQTT_TLS_CA: cert }, 'MQTT_TLS_CA needs MQTT_TLS_CERT and MQTT_TLS_KEY (client certificates are checked on the TLS listener)'],
@@ -57,7 +60,9 @@ describe('the TLS listener', () => {
 describe('the credential key', () => {
   it('DEVICE_CREDENTIAL_KEY, else one derived from the PSK key: each gives other hashes', () => {
     expect(readConfig({ DEVICE_CREDENTIAL_KEY: 'b'.repeat(64) }).deviceCredentialKey).toEqual(Buffer.alloc(32, 0xbb));
-    expect(() => readConfig({ DEVICE_CREDENTIAL_KEY: 'short' })).toThrow('DEVICE_CREDENTIAL_KEY must be 32 bytes, as 64 hex characters or base64');
+    expect(() => readConfig({ DEVICE_CREDENTIAL_KEY: 'short' })).toThrow(
+      'DEVICE_CREDENTIAL_KEY must be 32 bytes, as 64 hex characters or base64',
+    );
     const place = { tenant: 't', deviceId: 'abc', credentialId: crypto.randomUUID() };
     const psk = Buffer.from(PSK, 'hex');
     const derived = CredentialHasher.derivedFrom(psk).keyed(place, 'secret');

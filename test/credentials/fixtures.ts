@@ -49,7 +49,13 @@ export const deleteCredential = (svc: Api, t: Tenant, device: string, id: string
 
 /** Connects as a device would; rejects with the CONNACK error (its `code`). */
 export function connect(url: string, opts: mqtt.IClientOptions = {}): Promise<mqtt.MqttClient> {
-  return mqtt.connectAsync(url, { protocolVersion: 4, reconnectPeriod: 0, connectTimeout: 10_000, clientId: `dev-${crypto.randomBytes(4).toString('hex')}`, ...opts });
+  return mqtt.connectAsync(url, {
+    protocolVersion: 4,
+    reconnectPeriod: 0,
+    connectTimeout: 10_000,
+    clientId: `dev-${crypto.randomBytes(4).toString('hex')}`,
+    ...opts,
+  });
 }
 
 /** The CONNACK code a login gets (0: accepted; the connection is closed again). */

@@ -12,7 +12,10 @@ import { mosquittoInstalled, RepoMosquitto } from '../deploy/repo-mosquitto.js';
 import { connackCode, connect, deleteCredential, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
 
 describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped Mosquitto', () => {
-  const passwords = { MQTT_SERVICE_PASSWORD: crypto.randomBytes(12).toString('hex'), MQTT_ADMIN_PASSWORD: crypto.randomBytes(12).toString('hex') };
+  const passwords = {
+    MQTT_SERVICE_PASSWORD: crypto.randomBytes(12).toString('hex'),
+    MQTT_ADMIN_PASSWORD: crypto.randomBytes(12).toString('hex'),
+  };
   let broker: RepoMosquitto;
   let svc: TestService;
   let a: Tenant;
@@ -47,9 +50,14 @@ describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped M
     clients.push(c);
     return c;
   };
-  const stored = (t: Tenant, id: string, n: number) => eventually(async () => (await historyCount(svc.service.pool, t.name, id)) === n || undefined, `${n} values of ${id}`);
+  const stored = (t: Tenant, id: string, n: number) =>
+    eventually(async () => (await historyCount(svc.service.pool, t.name, id)) === n || undefined, `${n} values of ${id}`);
   const mosquittoCtrl = (...args: string[]) =>
-    execFileSync('mosquitto_ctrl', ['-h', '127.0.0.1', '-p', String(broker.port), '-u', 'broker-admin', '-P', passwords.MQTT_ADMIN_PASSWORD, 'dynsec', ...args], { encoding: 'utf8' });
+    execFileSync(
+      'mosquitto_ctrl',
+      ['-h', '127.0.0.1', '-p', String(broker.port), '-u', 'broker-admin', '-P', passwords.MQTT_ADMIN_PASSWORD, 'dynsec', ...args],
+      { encoding: 'utf8' },
+    );
 
   it('a device with a fresh credential publishes, and its value is stored', async () => {
     const d = await newDevice(svc, a);

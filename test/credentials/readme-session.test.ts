@@ -12,7 +12,7 @@ const section = readme.slice(readme.indexOf('## A first session'), readme.indexO
 const script = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!).join('\n');
 const hasTools = ['curl', 'mosquitto_pub'].every((c) => spawnSync('sh', ['-c', `command -v ${c}`]).status === 0);
 
-describe.skipIf(!hasTools)("README: a first session", () => {
+describe.skipIf(!hasTools)('README: a first session', () => {
   let proc: SpawnedService;
   let http: URL;
   let mqtt: URL;
@@ -37,7 +37,11 @@ describe.skipIf(!hasTools)("README: a first session", () => {
     const out = execFileSync('sh', ['-c', local], { encoding: 'utf8', timeout: 60_000 });
     expect(out).toMatch(/\[\{"device_id":"4f2a1c","ts":"[^"]+","value":21\.5,"attr":"temperature"\}\]\s*$/);
     // Without the secret the device is refused now.
-    const refused = spawnSync('mosquitto_pub', ['-h', '127.0.0.1', '-p', mqtt.port, '-q', '1', '-u', 'admin:4f2a1c', '-t', 'admin:4f2a1c/attrs', '-m', '{}'], { encoding: 'utf8' });
+    const refused = spawnSync(
+      'mosquitto_pub',
+      ['-h', '127.0.0.1', '-p', mqtt.port, '-q', '1', '-u', 'admin:4f2a1c', '-t', 'admin:4f2a1c/attrs', '-m', '{}'],
+      { encoding: 'utf8' },
+    );
     expect(refused.status).not.toBe(0);
     expect(refused.stderr).toMatch(/bad user name or password/i);
   });

@@ -38,7 +38,9 @@ afterAll(async () => {
 
 /** Every row of every table of the database, as text: what a dump would hold. */
 async function dump(): Promise<string> {
-  const { rows } = await db.query<{ name: string }>("SELECT format('%I.%I', schemaname, tablename) AS name FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema')");
+  const { rows } = await db.query<{ name: string }>(
+    "SELECT format('%I.%I', schemaname, tablename) AS name FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema')",
+  );
   let text = '';
   for (const { name } of rows) text += (await db.query(`SELECT t::text AS row FROM ${name} t`)).rows.map((r) => r.row).join('\n');
   return text;
@@ -60,7 +62,12 @@ describe('secrets', () => {
     expect((await deleteCredential(svc, t, d, doomed.id)).status).toBe(200);
     expect(await connackCode(mqttUrl, { username: `${t.name}:${d}`, password: doomed.secret })).toBe(4);
     const errorsSeen = [
-      (await http('POST', `${base}/device/${d}/credentials`, { token: t.token, body: { type: 'password', secret: doomed.secret + ' spaced' } })).text,
+      (
+        await http('POST', `${base}/device/${d}/credentials`, {
+          token: t.token,
+          body: { type: 'password', secret: doomed.secret + ' spaced' },
+        })
+      ).text,
       (await http('POST', `${base}/device/ffffff/credentials`, { token: t.token, body: { type: 'password', secret: chosen.secret } })).text,
     ];
     const listed = (await http('GET', `${base}/device/${d}/credentials`, { token: t.token })).text;
@@ -69,7 +76,15 @@ describe('secrets', () => {
     // Let the last logins be recorded (last_used) and the logs flushed.
     await new Promise((r) => setTimeout(r, 2500));
     const database = await dump();
-    const places = { logs: proc.output.join('\n'), events: notifications.join('\n'), metrics, database, errors: errorsSeen.join('\n'), listed, device: view };
+    const places = {
+      logs: proc.output.join('\n'),
+      events: notifications.join('\n'),
+      metrics,
+      database,
+      errors: errorsSeen.join('\n'),
+      listed,
+      device: view,
+    };
     expect(places.logs).toContain('device login refused');
     expect(places.events).toContain('credentials.changed');
     for (const secret of secrets) {
@@ -82,7 +97,10 @@ describe('secrets', () => {
     const d = await newDevice(svc, t);
     await newCredential(svc, t, d);
     await newCredential(svc, t, d, { type: 'password', secret: 'another-chosen-secret' });
-    const { rows } = await db.query<{ secret_hash: string }>('SELECT secret_hash FROM device_credentials WHERE tenant = $1 AND device_id = $2', [t.name, d]);
+    const { rows } = await db.query<{ secret_hash: string }>(
+      'SELECT secret_hash FROM device_credentials WHERE tenant = $1 AND device_id = $2',
+      [t.name, d],
+    );
     expect(rows.map((r) => r.secret_hash.split('$')[0]).sort()).toEqual(['hmac-sha256', 'scrypt']);
     for (const { secret_hash } of rows) {
       for (const attempt of [secret_hash, secret_hash.split('$').at(-1)!]) {

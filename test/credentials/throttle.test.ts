@@ -95,7 +95,6 @@ describe('against the embedded broker (MQTT_DEVICE_AUTH=required): per device', 
     expect(new Set(codes)).toEqual(new Set([4]));
     expect(await metricValue(svc, 'device_logins_refused_total{reason="throttled"}')).toBeGreaterThan(before);
   });
-
 });
 
 describe('against the embedded broker (MQTT_DEVICE_AUTH=required): per address', () => {

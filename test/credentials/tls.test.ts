@@ -52,7 +52,9 @@ describe('listeners', () => {
     });
     expect(refused).toBe(true);
     // A client that does not trust the CA does not get through the handshake.
-    await expect(connect(url, { rejectUnauthorized: true, connectTimeout: 5000 })).rejects.toThrow(/self.signed|unable to verify|certificate/i);
+    await expect(connect(url, { rejectUnauthorized: true, connectTimeout: 5000 })).rejects.toThrow(
+      /self.signed|unable to verify|certificate/i,
+    );
   });
 
   it('a password logs in over TLS', async () => {

@@ -9,9 +9,19 @@ import { mosquittoInstalled, RepoMosquitto } from './repo-mosquitto.js';
 
 const conf = readRepoFile('deploy/mosquitto/mosquitto.conf');
 const acl = readRepoFile('deploy/mosquitto/acl');
-const confLines = conf.split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
-const option = (name: string) => confLines.filter((l) => l.split(/\s+/)[0] === name).map((l) => l.slice(name.length).trim()).at(-1);
-const aclLines = acl.split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+const confLines = conf
+  .split('\n')
+  .map((l) => l.trim())
+  .filter((l) => l && !l.startsWith('#'));
+const option = (name: string) =>
+  confLines
+    .filter((l) => l.split(/\s+/)[0] === name)
+    .map((l) => l.slice(name.length).trim())
+    .at(-1);
+const aclLines = acl
+  .split('\n')
+  .map((l) => l.trim())
+  .filter((l) => l && !l.startsWith('#'));
 
 describe('mosquitto.conf and acl', () => {
   it('lets nobody in anonymously and keeps sessions and queues across restarts', () => {
@@ -32,7 +42,10 @@ describe('mosquitto.conf and acl', () => {
   it('gives devices their own topics and the service the wildcard topics', () => {
     expect(aclLines).toEqual(expect.arrayContaining(['pattern write %u/attrs', 'pattern read %u/config']));
     const service = aclLines.slice(aclLines.indexOf('user device-registry') + 1);
-    const serviceGrants = service.slice(0, service.findIndex((l) => l.startsWith('user ')));
+    const serviceGrants = service.slice(
+      0,
+      service.findIndex((l) => l.startsWith('user ')),
+    );
     expect(serviceGrants).toEqual([
       'topic read +/attrs',
       'topic read /+/+/attrs',
@@ -42,7 +55,10 @@ describe('mosquitto.conf and acl', () => {
       'topic readwrite $CONTROL/dynamic-security/#',
     ]);
     // No grant before the first `user` line other than the patterns: those would apply to anonymous clients.
-    const beforeUsers = aclLines.slice(0, aclLines.findIndex((l) => l.startsWith('user ')));
+    const beforeUsers = aclLines.slice(
+      0,
+      aclLines.findIndex((l) => l.startsWith('user ')),
+    );
     expect(beforeUsers.every((l) => l.startsWith('pattern '))).toBe(true);
   });
 });
@@ -130,7 +146,14 @@ describe.skipIf(!mosquittoInstalled())('the broker, live (this machine’s mosqu
   it('keeps device accounts and queued messages across a restart; a changed service password takes effect', async () => {
     // A persistent service session with a subscription, offline while a device publishes.
     const clientId = 'svc-persistent';
-    const first = await connect({ username: 'device-registry', password: passwords.MQTT_SERVICE_PASSWORD, protocolVersion: 5, clientId, clean: false, properties: { sessionExpiryInterval: 3600 } });
+    const first = await connect({
+      username: 'device-registry',
+      password: passwords.MQTT_SERVICE_PASSWORD,
+      protocolVersion: 5,
+      clientId,
+      clean: false,
+      properties: { sessionExpiryInterval: 3600 },
+    });
     // Its own group: the other tests' service clients are still members of group `g`.
     await first.subscribeAsync('$share/restart/+/attrs', { qos: 1 });
     first.end(true);

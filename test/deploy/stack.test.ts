@@ -12,7 +12,10 @@ import { createDevice, createTemplate, deviceClient, eventually, historyCount } 
 import { mosquittoInstalled, RepoMosquitto } from './repo-mosquitto.js';
 
 describe.skipIf(!mosquittoInstalled())('service + the compose broker configuration', () => {
-  const passwords = { MQTT_SERVICE_PASSWORD: crypto.randomBytes(12).toString('hex'), MQTT_ADMIN_PASSWORD: crypto.randomBytes(12).toString('hex') };
+  const passwords = {
+    MQTT_SERVICE_PASSWORD: crypto.randomBytes(12).toString('hex'),
+    MQTT_ADMIN_PASSWORD: crypto.randomBytes(12).toString('hex'),
+  };
   const tenant = `dep${crypto.randomBytes(3).toString('hex')}`;
   let broker: RepoMosquitto;
   let svc: TestService;
@@ -31,7 +34,10 @@ describe.skipIf(!mosquittoInstalled())('service + the compose broker configurati
       MQTT_DYNAMIC_SECURITY: 'true',
     });
     const admin = await login(svc.base);
-    const res = await http('POST', `${svc.base}/auth/user`, { token: admin, body: { username: `u-${tenant}`, passwd: 'pw-123456', service: tenant, profile: 'admin' } });
+    const res = await http('POST', `${svc.base}/auth/user`, {
+      token: admin,
+      body: { username: `u-${tenant}`, passwd: 'pw-123456', service: tenant, profile: 'admin' },
+    });
     expect(res.status).toBe(201);
     token = await login(svc.base, `u-${tenant}`, 'pw-123456');
     const template = await createTemplate(svc.service.pool, tenant, 'thermostat', [
@@ -40,7 +46,10 @@ describe.skipIf(!mosquittoInstalled())('service + the compose broker configurati
     ]);
     device = await createDevice(svc.service.pool, tenant, [template], { events: svc.service.events });
     other = await createDevice(svc.service.pool, tenant, [template], { events: svc.service.events });
-    for (const [id, secret] of [[device, 'device-password-1'], [other, 'other-password-1']] as const) {
+    for (const [id, secret] of [
+      [device, 'device-password-1'],
+      [other, 'other-password-1'],
+    ] as const) {
       const made = await http('POST', `${svc.base}/device/${id}/credentials`, { token, body: { type: 'password', secret } });
       expect(made.status).toBe(201);
     }
@@ -86,7 +95,9 @@ describe.skipIf(!mosquittoInstalled())('service + the compose broker configurati
     const before = await historyCount(svc.service.pool, tenant, device);
     // MQTT 5, so that the broker says why in the PUBACK (3.1.1 acknowledges and drops silently).
     const intruder = await connectAs(other, 'other-password-1', { protocolVersion: 5 });
-    await expect(intruder.publishAsync(`${tenant}:${device}/attrs`, JSON.stringify({ temperature: -99 }), { qos: 1 })).rejects.toThrow(/Not authorized/);
+    await expect(intruder.publishAsync(`${tenant}:${device}/attrs`, JSON.stringify({ temperature: -99 }), { qos: 1 })).rejects.toThrow(
+      /Not authorized/,
+    );
     // Its own topic works, and the pipeline is live.
     await intruder.publishAsync(`${tenant}:${other}/attrs`, JSON.stringify({ temperature: 1 }), { qos: 1 });
     await eventually(async () => (await historyCount(svc.service.pool, tenant, other)) === 1, 'the allowed message in history');

@@ -122,7 +122,10 @@ export async function login(base: string, username = 'admin', passwd = 'admin'):
 /** Creates a user in `tenant` through the admin API and returns a token for it. */
 export async function tenantToken(base: string, adminToken: string, tenant: string, profile = 'user'): Promise<string> {
   const username = `${tenant}-${crypto.randomBytes(4).toString('hex')}`;
-  const res = await http('POST', `${base}/auth/user`, { token: adminToken, body: { username, passwd: 'secret-pw', service: tenant, profile } });
+  const res = await http('POST', `${base}/auth/user`, {
+    token: adminToken,
+    body: { username, passwd: 'secret-pw', service: tenant, profile },
+  });
   if (res.status !== 201) throw new Error(`create user failed: ${res.status} ${res.text}`);
   return login(base, username, 'secret-pw');
 }

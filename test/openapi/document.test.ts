@@ -46,9 +46,17 @@ describe('GET /openapi.json', () => {
     const d = doc as unknown as { security: unknown; components: { securitySchemes: Record<string, unknown> } };
     expect(d.components.securitySchemes.bearerAuth).toMatchObject({ type: 'http', scheme: 'bearer', bearerFormat: 'JWT' });
     expect(d.security).toEqual([{ bearerAuth: [] }]);
-    const open = operationsOf(doc).filter((o) => o.op.security !== undefined).map((o) => `${o.method} ${o.path}`);
+    const open = operationsOf(doc)
+      .filter((o) => o.op.security !== undefined)
+      .map((o) => `${o.method} ${o.path}`);
     // The broker hooks (internal listener): the brokers that call them cannot hold a token.
-    const hooks = ['emqx/authenticate', 'emqx/authorize', 'vernemq/auth_on_publish', 'vernemq/auth_on_register', 'vernemq/auth_on_subscribe'].map((h) => `POST /broker/${h}`);
+    const hooks = [
+      'emqx/authenticate',
+      'emqx/authorize',
+      'vernemq/auth_on_publish',
+      'vernemq/auth_on_register',
+      'vernemq/auth_on_subscribe',
+    ].map((h) => `POST /broker/${h}`);
     expect(open.sort()).toEqual(['GET /health', 'GET /metrics', 'GET /openapi.json', ...hooks, 'POST /auth'].sort());
   });
 });
@@ -100,12 +108,18 @@ describe('schemas and examples', () => {
     for (const { method, path: p, op } of operationsOf(doc)) {
       const statuses = op['x-examples'].map((e) => e.status);
       expect(statuses.length, `${method} ${p}`).toBeGreaterThan(0);
-      expect(statuses.some((s) => s < 300), `${method} ${p}: a success example`).toBe(true);
+      expect(
+        statuses.some((s) => s < 300),
+        `${method} ${p}: a success example`,
+      ).toBe(true);
       if (!op.security) expect(statuses, `${method} ${p}`).toContain(401);
       if (op.parameters.length > 0 || op.requestBody || !op.security) {
         // Operations that can fail on input show how (the public GETs cannot).
         if (!['GET /health', 'GET /metrics', 'GET /openapi.json', 'DELETE /device'].includes(`${method} ${p}`)) {
-          expect(statuses.some((s) => s >= 400), `${method} ${p}: an error example`).toBe(true);
+          expect(
+            statuses.some((s) => s >= 400),
+            `${method} ${p}: an error example`,
+          ).toBe(true);
         }
       }
     }
@@ -132,7 +146,8 @@ describe('schemas and examples', () => {
       for (const ex of op['x-examples']) {
         for (const param of op.parameters) {
           const given = param.examples?.[ex.name];
-          if (param.in === 'path' || (param.required && ex.status < 300)) expect(given, `${method} ${p} ${ex.name}: ${param.name}`).toBeDefined();
+          if (param.in === 'path' || (param.required && ex.status < 300))
+            expect(given, `${method} ${p} ${ex.name}: ${param.name}`).toBeDefined();
         }
       }
     }

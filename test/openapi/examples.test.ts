@@ -50,7 +50,13 @@ async function fixture(kind: string | undefined): Promise<Fixture> {
         label: 'Thermometer',
         attrs: [
           { label: 'temperature', type: 'dynamic', value_type: 'float' },
-          { label: 'serial', type: 'static', value_type: 'string', static_value: 'SN-0', metadata: [{ label: 'unit', type: 'static', value_type: 'string', static_value: 'C' }] },
+          {
+            label: 'serial',
+            type: 'static',
+            value_type: 'string',
+            static_value: 'SN-0',
+            metadata: [{ label: 'unit', type: 'static', value_type: 'string', static_value: 'C' }],
+          },
           { label: 'led', type: 'actuator', value_type: 'bool' },
           { label: 'key', type: 'static', value_type: 'psk' },
           { label: 'spare', type: 'static', value_type: 'psk' },
@@ -61,14 +67,17 @@ async function fixture(kind: string | undefined): Promise<Fixture> {
   );
   const templateId = created.template.id as number;
   if (kind !== 'no-devices') {
-    await ok(http('POST', `${svc.base}/device`, { token, body: { label: 'sensor', templates: [templateId], id: 'a1b2c3' } }), 'device a1b2c3');
+    await ok(
+      http('POST', `${svc.base}/device`, { token, body: { label: 'sensor', templates: [templateId], id: 'a1b2c3' } }),
+      'device a1b2c3',
+    );
     await ok(http('POST', `${svc.base}/device`, { token, body: { label: 'bare', templates: [], id: 'd4e5f6' } }), 'device d4e5f6');
     await ok(http('POST', `${svc.base}/device/gen_psk/a1b2c3?key_length=16&attrs=key`, { token }), 'key');
     // A credential with a known id (its hash matches no secret).
-    await svc.service.pool.query("INSERT INTO device_credentials (tenant, device_id, id, type, secret_hash) VALUES ($1, 'a1b2c3', $2, 'password', 'hmac-sha256$AA==')", [
-      tenant,
-      CREDENTIAL_ID,
-    ]);
+    await svc.service.pool.query(
+      "INSERT INTO device_credentials (tenant, device_id, id, type, secret_hash) VALUES ($1, 'a1b2c3', $2, 'password', 'hmac-sha256$AA==')",
+      [tenant, CREDENTIAL_ID],
+    );
     await insertHistory(svc.service.pool, [
       { tenant, device: 'a1b2c3', attr: 'temperature', ts: '2026-05-01T12:00:00Z', value: '21.5' },
       { tenant, device: 'a1b2c3', attr: 'temperature', ts: '2026-05-01T12:01:00Z', value: '22' },
@@ -86,7 +95,9 @@ function inTenant(v: unknown, tenant: string): unknown {
 }
 
 const examples = () =>
-  operationsOf(doc).flatMap((o) => o.op['x-examples'].map((ex) => ({ ...o, ex, title: `${o.method} ${o.path} ${ex.name} -> ${ex.status}` })));
+  operationsOf(doc).flatMap((o) =>
+    o.op['x-examples'].map((ex) => ({ ...o, ex, title: `${o.method} ${o.path} ${ex.name} -> ${ex.status}` })),
+  );
 
 /** The request of an example: path and query from the parameters' examples, the body from the request body's. */
 function request(o: DocOperation, name: string, f: Fixture): { url: string; body: unknown } {
@@ -162,9 +173,13 @@ describe('documented examples against the running service', () => {
         continue;
       }
       const [contentType, { schema, examples: answers }] = media;
-      if (!res.headers.get('content-type')?.startsWith(contentType)) failures.push(`${title}: content-type ${res.headers.get('content-type')}, documented ${contentType}`);
+      if (!res.headers.get('content-type')?.startsWith(contentType))
+        failures.push(`${title}: content-type ${res.headers.get('content-type')}, documented ${contentType}`);
       const validate = compile(schema);
-      if (!validate(res.body)) failures.push(`${title}: the answer does not fit the documented schema: ${JSON.stringify(validate.errors)} in ${res.text.slice(0, 500)}`);
+      if (!validate(res.body))
+        failures.push(
+          `${title}: the answer does not fit the documented schema: ${JSON.stringify(validate.errors)} in ${res.text.slice(0, 500)}`,
+        );
       // Error bodies are exact: the documented one is the one answered. Success bodies too, but
       // for what the fixture cannot fix: numeric ids, times and keys (see `comparable`).
       const documentedAnswer = inTenant(answers?.[ex.name]?.value, f.tenant);

@@ -36,8 +36,7 @@ export interface DeviceLogin {
 
 export type LoginVerdict =
   /** `credentialId`: the credential it logged in with (closed with it); `expiresMs`: when that credential expires. */
-  | { ok: true; credentialId?: string; expiresMs?: number }
-  | { ok: false; reason: LoginRefusal };
+  { ok: true; credentialId?: string; expiresMs?: number } | { ok: false; reason: LoginRefusal };
 
 /** How a broker asks. */
 export interface LoginCheck {
@@ -101,7 +100,8 @@ export class DeviceLogins implements LoginCheck {
     if (verdict.ok) {
       if (guarded) this.throttle.succeeded(keys[0]!);
       this.metrics.accepted(login.certificate ? 'certificate' : verdict.credentialId ? 'password' : 'none');
-      if (verdict.credentialId) this.used.set(verdict.credentialId, { tenant: device.tenant, deviceId: device.id, id: verdict.credentialId });
+      if (verdict.credentialId)
+        this.used.set(verdict.credentialId, { tenant: device.tenant, deviceId: device.id, id: verdict.credentialId });
       return verdict;
     }
     if (guarded) this.throttle.failed(keys);
@@ -237,4 +237,3 @@ export class DeviceLogins implements LoginCheck {
     await repo.touch(this.pool, batch).catch((err: Error) => this.log.warn('could not record credential use', { error: err.message }));
   }
 }
-

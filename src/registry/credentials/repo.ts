@@ -35,7 +35,10 @@ export async function deviceExists(db: Db, tenant: string, deviceId: string): Pr
 }
 
 export async function countOf(db: Db, tenant: string, deviceId: string): Promise<number> {
-  const { rows } = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM device_credentials WHERE tenant = $1 AND device_id = $2', [tenant, deviceId]);
+  const { rows } = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM device_credentials WHERE tenant = $1 AND device_id = $2', [
+    tenant,
+    deviceId,
+  ]);
   return rows[0]!.n;
 }
 
@@ -51,15 +54,20 @@ export async function insert(
 }
 
 export async function list(db: Db, tenant: string, deviceId: string): Promise<CredentialRow[]> {
-  const { rows } = await db.query<CredentialRow>(`SELECT ${VIEW} FROM device_credentials WHERE tenant = $1 AND device_id = $2 ORDER BY created, id`, [
-    tenant,
-    deviceId,
-  ]);
+  const { rows } = await db.query<CredentialRow>(
+    `SELECT ${VIEW} FROM device_credentials WHERE tenant = $1 AND device_id = $2 ORDER BY created, id`,
+    [tenant, deviceId],
+  );
   return rows;
 }
 
 /** Deletes one credential; undefined when the device has no such credential. */
-export async function remove(db: Db, tenant: string, deviceId: string, id: string): Promise<(CredentialRow & { in_broker: boolean }) | undefined> {
+export async function remove(
+  db: Db,
+  tenant: string,
+  deviceId: string,
+  id: string,
+): Promise<(CredentialRow & { in_broker: boolean }) | undefined> {
   const { rows } = await db.query<CredentialRow & { in_broker: boolean }>(
     `DELETE FROM device_credentials WHERE tenant = $1 AND device_id = $2 AND id = $3 RETURNING ${VIEW}, in_broker`,
     [tenant, deviceId, id],
@@ -69,12 +77,22 @@ export async function remove(db: Db, tenant: string, deviceId: string, id: strin
 
 /** The one credential of the device the external Mosquitto holds (dynamic-security.ts). */
 export async function markInBroker(db: Db, tenant: string, deviceId: string, id: string | null): Promise<void> {
-  await db.query('UPDATE device_credentials SET in_broker = (id IS NOT DISTINCT FROM $3::uuid) WHERE tenant = $1 AND device_id = $2', [tenant, deviceId, id]);
+  await db.query('UPDATE device_credentials SET in_broker = (id IS NOT DISTINCT FROM $3::uuid) WHERE tenant = $1 AND device_id = $2', [
+    tenant,
+    deviceId,
+    id,
+  ]);
 }
 
 /** Each device of `keys` that exists, with its credentials (none: an empty list); absent devices are missing from the map. */
 export async function loginRecords(db: Db, keys: Array<{ tenant: string; deviceId: string }>): Promise<Map<string, StoredCredential[]>> {
-  const { rows } = await db.query<{ tenant: string; device_id: string; id: string | null; secret_hash: string | null; expires_ms: number | null }>(
+  const { rows } = await db.query<{
+    tenant: string;
+    device_id: string;
+    id: string | null;
+    secret_hash: string | null;
+    expires_ms: number | null;
+  }>(
     `SELECT d.tenant, d.id AS device_id, c.id::text AS id, c.secret_hash, (extract(epoch FROM c.expires) * 1000)::float8 AS expires_ms
      FROM unnest($1::text[], $2::text[]) AS k(tenant, id)
      JOIN devices d ON d.tenant = k.tenant AND d.id = k.id
@@ -124,6 +142,8 @@ export async function clearInBroker(db: Db, devices: Array<{ tenant: string; dev
 
 /** Devices whose broker-held credential has expired. */
 export async function expiredInBroker(db: Db): Promise<Array<{ tenant: string; device_id: string }>> {
-  const { rows } = await db.query<{ tenant: string; device_id: string }>('SELECT tenant, device_id FROM device_credentials WHERE in_broker AND expires <= now()');
+  const { rows } = await db.query<{ tenant: string; device_id: string }>(
+    'SELECT tenant, device_id FROM device_credentials WHERE in_broker AND expires <= now()',
+  );
   return rows;
 }

@@ -25,9 +25,15 @@ export const credentialRoutes: RouteSpec<{ credentials: CredentialService }>[] =
     body: { read: 'json', schema: credentialCreateBody },
     responses: {
       201: { description: 'Created: its secret, shown this once.', schema: credentialCreated },
-      400: { description: 'A bad body, expires_at in the past, or the device holds the most credentials allowed.', errors: ['credentialBadInput', 'credentialExpiresInPast', 'credentialLimit', 'payloadNotJson'] },
+      400: {
+        description: 'A bad body, expires_at in the past, or the device holds the most credentials allowed.',
+        errors: ['credentialBadInput', 'credentialExpiresInPast', 'credentialLimit', 'payloadNotJson'],
+      },
       404: { description: 'No such device.', errors: ['noSuchDevice'] },
-      503: { description: 'MQTT_DYNAMIC_SECURITY: the broker did not take the device account; nothing was created.', errors: ['brokerAccountsUnavailable'] },
+      503: {
+        description: 'MQTT_DYNAMIC_SECURITY: the broker did not take the device account; nothing was created.',
+        errors: ['brokerAccountsUnavailable'],
+      },
     },
     exampleParams: { id: DEV },
     examples: [
@@ -52,7 +58,13 @@ export const credentialRoutes: RouteSpec<{ credentials: CredentialService }>[] =
         status: 201,
         response: { id: OTHER_ID, type: 'password', created_at: TIME, expires_at: null, secret: 'correct-horse-battery-staple' },
       },
-      { name: 'badType', summary: 'Another type', body: { type: 'token' }, status: 400, response: err('credentialBadInput', 'type must be "password"') },
+      {
+        name: 'badType',
+        summary: 'Another type',
+        body: { type: 'token' },
+        status: 400,
+        response: err('credentialBadInput', 'type must be "password"'),
+      },
       {
         name: 'shortSecret',
         summary: 'A chosen secret that is too short',
@@ -60,8 +72,21 @@ export const credentialRoutes: RouteSpec<{ credentials: CredentialService }>[] =
         status: 400,
         response: err('credentialBadInput', 'secret must be 16 to 256 printable ASCII characters without spaces'),
       },
-      { name: 'past', summary: 'expires_at in the past', body: { type: 'password', expires_at: '2020-01-01T00:00:00Z' }, status: 400, response: err('credentialExpiresInPast') },
-      { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, body: { type: 'password' }, status: 404, response: err('noSuchDevice', 'ffffff') },
+      {
+        name: 'past',
+        summary: 'expires_at in the past',
+        body: { type: 'password', expires_at: '2020-01-01T00:00:00Z' },
+        status: 400,
+        response: err('credentialExpiresInPast'),
+      },
+      {
+        name: 'unknown',
+        summary: 'No such device',
+        params: { id: 'ffffff' },
+        body: { type: 'password' },
+        status: 404,
+        response: err('noSuchDevice', 'ffffff'),
+      },
     ],
     async handler(req, { credentials }) {
       return { status: 201, body: await credentials.create(req.tenant, req.params.id!, req.body) };
@@ -71,7 +96,8 @@ export const credentialRoutes: RouteSpec<{ credentials: CredentialService }>[] =
     method: 'GET',
     path: '/device/:id/credentials',
     summary: "List a device's credentials",
-    description: 'Metadata only, oldest first: never a secret or a hash. `last_used_at` is the last login with it, recorded within a few seconds.',
+    description:
+      'Metadata only, oldest first: never a secret or a hash. `last_used_at` is the last login with it, recorded within a few seconds.',
     tag: 'credentials',
     params: { id: deviceIdParam },
     responses: {
@@ -80,7 +106,12 @@ export const credentialRoutes: RouteSpec<{ credentials: CredentialService }>[] =
     },
     exampleParams: { id: DEV },
     examples: [
-      { name: 'listed', summary: 'The credentials of a1b2c3', status: 200, response: [{ id: CREDENTIAL_ID, type: 'password', created_at: TIME, expires_at: null, last_used_at: null }] },
+      {
+        name: 'listed',
+        summary: 'The credentials of a1b2c3',
+        status: 200,
+        response: [{ id: CREDENTIAL_ID, type: 'password', created_at: TIME, expires_at: null, last_used_at: null }],
+      },
       { name: 'none', summary: 'A device without credentials', params: { id: 'd4e5f6' }, status: 200, response: [] },
       { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, status: 404, response: err('noSuchDevice', 'ffffff') },
     ],
@@ -100,7 +131,10 @@ export const credentialRoutes: RouteSpec<{ credentials: CredentialService }>[] =
     responses: {
       200: { description: 'Deleted: its metadata.', schema: credentialRemoved },
       404: { description: 'No such device, or no such credential of it.', errors: ['noSuchDevice', 'noSuchCredential'] },
-      503: { description: 'MQTT_DYNAMIC_SECURITY: the broker did not drop the device account; nothing was deleted.', errors: ['brokerAccountsUnavailable'] },
+      503: {
+        description: 'MQTT_DYNAMIC_SECURITY: the broker did not drop the device account; nothing was deleted.',
+        errors: ['brokerAccountsUnavailable'],
+      },
     },
     exampleParams: { id: DEV, credential_id: CREDENTIAL_ID },
     examples: [
@@ -108,10 +142,25 @@ export const credentialRoutes: RouteSpec<{ credentials: CredentialService }>[] =
         name: 'deleted',
         summary: 'The credential of a1b2c3',
         status: 200,
-        response: { result: 'ok', removed_credential: { id: CREDENTIAL_ID, type: 'password', created_at: TIME, expires_at: null, last_used_at: null } },
+        response: {
+          result: 'ok',
+          removed_credential: { id: CREDENTIAL_ID, type: 'password', created_at: TIME, expires_at: null, last_used_at: null },
+        },
       },
-      { name: 'unknownCredential', summary: 'No such credential', params: { id: DEV, credential_id: OTHER_ID }, status: 404, response: err('noSuchCredential', OTHER_ID) },
-      { name: 'unknownDevice', summary: 'No such device', params: { id: 'ffffff', credential_id: CREDENTIAL_ID }, status: 404, response: err('noSuchDevice', 'ffffff') },
+      {
+        name: 'unknownCredential',
+        summary: 'No such credential',
+        params: { id: DEV, credential_id: OTHER_ID },
+        status: 404,
+        response: err('noSuchCredential', OTHER_ID),
+      },
+      {
+        name: 'unknownDevice',
+        summary: 'No such device',
+        params: { id: 'ffffff', credential_id: CREDENTIAL_ID },
+        status: 404,
+        response: err('noSuchDevice', 'ffffff'),
+      },
     ],
     async handler(req, { credentials }) {
       const removed = await credentials.remove(req.tenant, req.params.id!, req.params.credential_id!);

@@ -61,7 +61,8 @@ export class CredentialService {
     let expires: Date | null = null;
     if (input.expires_at !== undefined) {
       const us = parseTimestamp(input.expires_at);
-      if (us === undefined) throw errors.credentialBadInput('expires_at must be an ISO 8601 date and time with a time zone, such as 2027-01-31T00:00:00Z');
+      if (us === undefined)
+        throw errors.credentialBadInput('expires_at must be an ISO 8601 date and time with a time zone, such as 2027-01-31T00:00:00Z');
       if (us <= Date.now() * 1000) throw errors.credentialExpiresInPast();
       expires = new Date(us / 1000);
     }
