@@ -6,6 +6,7 @@ import type { Tokens } from './auth/tokens.js';
 import type { Readiness } from './health.js';
 import { authRoutes } from './auth/routes.js';
 import { historyRoutes } from './history/routes.js';
+import { brokerAuthRoutes } from './http/broker-auth-routes.js';
 import { opsRoutes } from './http/ops-routes.js';
 import type { RouteSpec } from './http/types.js';
 import type { Metrics } from './metrics.js';
@@ -15,6 +16,9 @@ import { actuationRoutes } from './registry/actuation/routes.js';
 import type { ActuationService } from './registry/actuation/service.js';
 import { deviceRoutes, internalDeviceRoutes } from './registry/devices/routes.js';
 import type { DeviceService } from './registry/devices/service.js';
+import { credentialRoutes } from './registry/credentials/routes.js';
+import type { DeviceLogins } from './registry/credentials/logins.js';
+import type { CredentialService } from './registry/credentials/service.js';
 import { pskRoutes } from './registry/psk/routes.js';
 import type { PskService } from './registry/psk/service.js';
 import { templateRoutes } from './registry/templates/routes.js';
@@ -28,6 +32,8 @@ export interface ApiDeps {
   templates: TemplateService;
   devices: DeviceService;
   psk: PskService;
+  credentials: CredentialService;
+  logins: DeviceLogins;
   actuation: ActuationService;
   historyMaxResults: number;
   /** The document GET /openapi.json answers, built from these routes at start. */
@@ -42,6 +48,8 @@ export const apiRoutes: readonly RouteSpec<ApiDeps>[] = [
   ...deviceRoutes,
   ...actuationRoutes,
   ...pskRoutes,
+  ...credentialRoutes,
   ...historyRoutes,
   ...internalDeviceRoutes,
+  ...brokerAuthRoutes,
 ];

@@ -1,10 +1,18 @@
 // All configuration is read and validated here, once, and then frozen.
 // A bad value stops the start with one line naming the variable and what it expects.
+import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { defaultLogFormat, type LogFormat, type LogLevel } from './log.js';
 
 export type { LogFormat, LogLevel };
+
+/**
+ * Who may log in to the broker as a device (docs/credentials.md): `required` every device with a
+ * valid credential; `optional` a device with credentials must present one, one without connects
+ * as before; `off` no credential is ever asked for.
+ */
+export type DeviceAuthMode = 'required' | 'optional' | 'off';
 
 export interface Config {
   /** Public HTTP API. */
@@ -39,6 +47,22 @@ export interface Config {
   mqttSessionExpirySeconds: number;
   /** MQTT 5 Receive Maximum of each subscriber connection: messages in flight before the broker waits for acks. */
   mqttReceiveMaximum: number;
+  /** Device logins; default `required` with DATABASE_URL, `optional` with the embedded database. */
+  mqttDeviceAuth: DeviceAuthMode;
+  /** The embedded broker's TLS listener (PEM file paths); both or neither. */
+  mqttTlsCert: string | undefined;
+  mqttTlsKey: string | undefined;
+  /** CA (PEM file path) whose client certificates with CN `<tenant>:<device_id>` log a device in. */
+  mqttTlsCa: string | undefined;
+  mqttTlsPort: number;
+  /** false: no plain listener (TLS only). */
+  mqttPlain: boolean;
+  /** Keep the external Mosquitto's device accounts in step over its dynamic-security plugin. */
+  mqttDynamicSecurity: boolean;
+  /** 32-byte key of the generated credentials' keyed hashes; derived from the PSK key when absent. */
+  deviceCredentialKey: Buffer | undefined;
+  /** Credentials one device may hold at once. */
+  maxDeviceCredentials: number;
   logLevel: LogLevel;
   /** JSON lines, or readable colour lines (pino-pretty); default pretty on a terminal, else JSON. */
   logFormat: LogFormat;
@@ -176,6 +200,65 @@ function secret(env: Env, name: string): Uint8Array | undefined {
   return new TextEncoder().encode(v);
 }
 
+function bool(env: Env, name: string, dflt: boolean): boolean {
+  const v = value(env, name)?.toLowerCase();
+  if (v === undefined) return dflt;
+  if (['true', '1', 'yes', 'on'].includes(v)) return true;
+  if (['false', '0', 'no', 'off'].includes(v)) return false;
+  throw new ConfigError(name, `must be true or false, got "${v}"`);
+}
+
+/** A file the service reads at start (certificates, keys): it must be readable now. */
+function readableFile(env: Env, name: string): string | undefined {
+  const v = value(env, name);
+  if (v === undefined) return undefined;
+  const file = path.resolve(v);
+  try {
+    fs.accessSync(file, fs.constants.R_OK);
+  } catch {
+    throw new ConfigError(name, `must name a readable file, got "${v}"`);
+  }
+  return file;
+}
+
+const DEVICE_AUTH_MODES: DeviceAuthMode[] = ['required', 'optional', 'off'];
+
+/** MQTT_DEVICE_AUTH, and the embedded broker's TLS settings, checked together. */
+function deviceAuth(env: Env, databaseUrl: string | undefined) {
+  const mode = (value(env, 'MQTT_DEVICE_AUTH') ?? (databaseUrl ? 'required' : 'optional')).toLowerCase();
+  if (!DEVICE_AUTH_MODES.includes(mode as DeviceAuthMode)) {
+    throw new ConfigError('MQTT_DEVICE_AUTH', `must be one of ${DEVICE_AUTH_MODES.join(', ')}, got "${mode}"`);
+  }
+  const mqttTlsCert = readableFile(env, 'MQTT_TLS_CERT');
+  const mqttTlsKey = readableFile(env, 'MQTT_TLS_KEY');
+  if ((mqttTlsCert === undefined) !== (mqttTlsKey === undefined)) {
+    throw new ConfigError(
+      mqttTlsCert ? 'MQTT_TLS_KEY' : 'MQTT_TLS_CERT',
+      'must be set together with ' + (mqttTlsCert ? 'MQTT_TLS_CERT' : 'MQTT_TLS_KEY'),
+    );
+  }
+  const mqttTlsCa = readableFile(env, 'MQTT_TLS_CA');
+  if (mqttTlsCa && !mqttTlsCert)
+    throw new ConfigError('MQTT_TLS_CA', 'needs MQTT_TLS_CERT and MQTT_TLS_KEY (client certificates are checked on the TLS listener)');
+  const mqttPlain = bool(env, 'MQTT_PLAIN', true);
+  if (!mqttPlain && !mqttTlsCert)
+    throw new ConfigError('MQTT_PLAIN', 'can be false only with MQTT_TLS_CERT and MQTT_TLS_KEY (the broker needs a listener)');
+  const mqttDynamicSecurity = bool(env, 'MQTT_DYNAMIC_SECURITY', false);
+  if (mqttDynamicSecurity && !value(env, 'MQTT_URL'))
+    throw new ConfigError('MQTT_DYNAMIC_SECURITY', 'needs MQTT_URL (the Mosquitto whose device accounts it keeps)');
+  return {
+    mqttDeviceAuth: mode as DeviceAuthMode,
+    mqttTlsCert,
+    mqttTlsKey,
+    mqttTlsCa,
+    mqttTlsPort: integer(env, 'MQTT_TLS_PORT', 8883, 0, 65535),
+    mqttPlain,
+    mqttDynamicSecurity,
+    deviceCredentialKey: key32(env, 'DEVICE_CREDENTIAL_KEY'),
+    maxDeviceCredentials: integer(env, 'MAX_DEVICE_CREDENTIALS', 10, 1, 1000),
+  };
+}
+
 const LOG_LEVELS: LogLevel[] = ['debug', 'info', 'warn', 'error', 'silent'];
 const LOG_FORMATS: LogFormat[] = ['json', 'pretty'];
 
@@ -240,6 +323,7 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     mqttSessionExpirySeconds: integer(env, 'MQTT_SESSION_EXPIRY_SECONDS', 86400, 1, 0xffffffff),
     mqttSessionLeaseSeconds: integer(env, 'MQTT_SESSION_LEASE_SECONDS', 15, 3, 3600),
     mqttReceiveMaximum: integer(env, 'MQTT_RECEIVE_MAXIMUM', 10000, 1, 65535),
+    ...deviceAuth(env, databaseUrl),
     logLevel: logLevel as LogLevel,
     logFormat: logFormatOf(env),
     jwtSecret: secret(env, 'JWT_SECRET'),

@@ -86,6 +86,14 @@ export const errors = {
   copyAttrNotPsk: (label: string) => plain(400, `Attribute ${label} is not a 'psk' type_value`),
   copyNoSourceKey: (label: string) => plain(400, `There is not a psk generated to ${label}`),
 
+  // Device credentials
+  credentialBadInput: (message: string) => plain(400, message),
+  credentialLimit: (max: number) => plain(400, `A device holds at most ${max} credentials; delete one first`),
+  credentialExpiresInPast: () => plain(400, 'expires_at must be in the future'),
+  noSuchCredential: (id: string) => plain(404, `No such credential: ${id}`),
+  brokerHookBadBody: (message: string) => plain(400, message),
+  brokerAccountsUnavailable: () => plain(503, 'The message broker did not confirm the device account change; nothing was changed'),
+
   // History
   badHistoryQuery: (message: string) => plain(400, message),
 

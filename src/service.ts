@@ -1,5 +1,6 @@
 // Wires the service: database (embedded unless DATABASE_URL) -> migrations -> first admin ->
 // broker (embedded unless MQTT_URL) -> HTTP listeners. `stop()` undoes it in reverse order.
+import crypto from 'node:crypto';
 import type pg from 'pg';
 import type { Config } from './config.js';
 import type { Logger } from './log.js';
@@ -25,6 +26,11 @@ import { KeySealer } from './registry/psk/sealer.js';
 import { PskService } from './registry/psk/service.js';
 import { ServedOpenApi } from './openapi/served.js';
 import { shutdownClock, until, type ShutdownClock } from './shutdown.js';
+import { CredentialHasher } from './registry/credentials/hashing.js';
+import { DeviceLogins } from './registry/credentials/logins.js';
+import { LoginMetrics } from './registry/credentials/metrics.js';
+import { CredentialService } from './registry/credentials/service.js';
+import { DynamicSecurity } from './broker/dynamic-security.js';
 
 export interface Service {
   config: Config;
@@ -34,8 +40,10 @@ export interface Service {
   events: RegistryEvents;
   publicPort: number;
   internalPort: number;
-  /** The embedded broker's port; undefined with MQTT_URL. */
+  /** The embedded broker's port; undefined with MQTT_URL (or MQTT_PLAIN=false). */
   mqttPort: number | undefined;
+  /** The embedded broker's TLS port; undefined without MQTT_TLS_CERT. */
+  mqttTlsPort: number | undefined;
   /** Every route served (src/api.ts), its handler bound to the services. */
   routes: Route[];
   /**
@@ -121,14 +129,37 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       log,
     });
     cleanup.push(() => Promise.resolve(historyMaintenance.stop()));
-    const ingest = await startIngest({ config, databaseUrl, metrics, log });
+    // DATABASE_URL without PSK_ENCRYPTION_KEY is refused by config; the embedded database keeps a generated key.
+    const pskKey = config.pskEncryptionKey ?? (await loadOrCreateKey(config.dataDir, 'psk-key'));
+    // Device logins, decided here for the embedded broker (which asks from its thread) and for
+    // external brokers (internal listener). Stopped after ingest: its last logins are recorded.
+    const hasher = config.deviceCredentialKey ? new CredentialHasher(config.deviceCredentialKey) : CredentialHasher.derivedFrom(pskKey);
+    const logins = new DeviceLogins(pool, hasher, config.mqttDeviceAuth, new LoginMetrics(metrics), log.child({ component: 'logins' }));
+    events.on((e) => logins.invalidate(e));
+    cleanup.push(() => logins.stop());
+    const ingest = await startIngest({ config, databaseUrl, metrics, logins, log });
     cleanup.push((clock) => ingest.stop(clock.drainUntil));
     checkpoint();
 
     const cacheMaxAgeMs = config.registryCacheMaxAgeSeconds * 1000;
     const templates = new TemplateService(pool, events, { cacheSize: config.templateCacheSize, cacheMaxAgeMs });
-    // DATABASE_URL without PSK_ENCRYPTION_KEY is refused by config; the embedded database keeps a generated key.
-    const pskKey = config.pskEncryptionKey ?? (await loadOrCreateKey(config.dataDir, 'psk-key'));
+    // MQTT_DYNAMIC_SECURITY: the external Mosquitto's device accounts follow the credentials.
+    let accounts: DynamicSecurity | undefined;
+    if (config.mqttDynamicSecurity && config.mqttUrl) {
+      const started = await DynamicSecurity.start({
+        url: config.mqttUrl,
+        // A clean session of this instance alone (two instances sharing an id would take it from each other).
+        clientId: `${config.mqttClientId}-accounts-${crypto.randomBytes(4).toString('hex')}`,
+        timeoutMs: config.actuationTimeoutMs,
+        pool,
+        log: log.child({ component: 'dynamic-security' }),
+      });
+      cleanup.push(() => started.close());
+      events.onLocal((e) => started.registryChanged(e));
+      accounts = started;
+      checkpoint();
+    }
+    const credentials = new CredentialService(pool, events, hasher, config.maxDeviceCredentials, accounts);
     const psk = new PskService(events, new KeySealer(pskKey));
     const devices = new DeviceService(pool, events, {
       cacheSize: config.deviceCacheSize,
@@ -153,6 +184,8 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       templates,
       devices,
       psk,
+      credentials,
+      logins,
       actuation: new ActuationService(pool, ingest),
       historyMaxResults: config.historyMaxResults,
       openApi,
@@ -189,6 +222,7 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       publicPort: http.publicPort,
       internalPort: http.internalPort,
       mqttPort: ingest.mqttPort,
+      mqttTlsPort: ingest.mqttTlsPort,
       routes,
       async stop() {
         const clock = shutdownClock(config.shutdownTimeoutMs);

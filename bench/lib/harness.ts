@@ -78,25 +78,22 @@ export async function startBenchService(env: Record<string, string> = {}, nodeAr
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const addressOf = (line: string) => (JSON.parse(line) as { address: string }).address;
-  let mqttUrl: string | undefined;
-  const onBrokerLine = (chunk: Buffer) => {
-    for (const line of chunk.toString('utf8').split('\n')) if (line.includes('embedded MQTT broker listening')) mqttUrl = addressOf(line);
-  };
-  child.stdout.on('data', onBrokerLine);
   const publicLine = waitForLine(child, /public HTTP API listening/);
   const internalLine = waitForLine(child, /internal HTTP API listening/);
+  const mqttLine = env.MQTT_URL ? undefined : waitForLine(child, /embedded MQTT broker listening.*mqtt:/);
   let base: string;
   let internal: string;
+  let mqtt: string | undefined;
   try {
     await waitForLine(child, /"msg":"ready"/);
     base = addressOf(await publicLine);
     internal = addressOf(await internalLine);
+    mqtt = mqttLine && addressOf(await mqttLine);
   } catch (err) {
     child.kill('SIGKILL');
     await db.stop();
     throw err;
   }
-  child.stdout.off('data', onBrokerLine);
   child.stdout.resume();
   const res = await fetch(`${base}/auth`, {
     method: 'POST',
@@ -109,7 +106,7 @@ export async function startBenchService(env: Record<string, string> = {}, nodeAr
     base,
     internal,
     pid: child.pid!,
-    mqttUrl,
+    mqttUrl: mqtt,
     pool,
     token: jwt,
     async stop() {

@@ -6,7 +6,8 @@
 #     `device-registry` (MQTT_SERVICE_PASSWORD) and the administrator `broker-admin`
 #     (MQTT_ADMIN_PASSWORD), rewritten at each start so a changed password takes effect;
 #   - the dynamic-security file (path: `plugin_opt_config_file`), only when it does not exist
-#     yet: it lives on the data volume and holds the device accounts that operators add.
+#     yet: it lives on the data volume and holds the device accounts, which the service keeps in
+#     step with its device credentials (MQTT_DYNAMIC_SECURITY).
 # Usage: entrypoint.sh [config file], default /mosquitto/config/mosquitto.conf.
 set -eu
 

@@ -1,24 +1,44 @@
-// Device authorisation for the embedded broker (decisions.md "Device messages (MQTT)"):
-//   - CONNECT: a username must be `<tenant>:<id>` of an existing device (default mode); without
-//     a username, a client id of that form identifies the device (legacy); a client with
-//     neither is accepted and identified by the first legacy topic it uses.
-//   - PUBLISH: only to its own attrs topic (`<tenant>:<id>/attrs` or `/<tenant>/<id>/attrs`);
-//     anything else closes the connection (MQTT 3.1.1 has no negative PUBACK).
-//   - SUBSCRIBE: only to its own config topic; anything else is refused in the SUBACK (0x80).
-//   - A removed device's connections are closed.
+// Device authorisation for the embedded broker (decisions.md "Device messages (MQTT)",
+// docs/credentials.md):
+//   - CONNECT: the client names its device by a username `<tenant>:<id>` (default mode), a
+//     client certificate with that CN (TLS listener with MQTT_TLS_CA), or else its client id
+//     (legacy); the registry decides the login (LoginCheck, by MQTT_DEVICE_AUTH) from that and
+//     its password. A client naming no device is named later by the first legacy topic it uses,
+//     and its password is checked then. Refused: CONNACK "bad user name or password" (3.1.1 code
+//     4, MQTT 5 0x86); with MQTT_DEVICE_AUTH optional or off an unknown device keeps today's
+//     "not authorised" (5).
+//   - PUBLISH / SUBSCRIBE: the topic rules (topic-rules.ts). A refused publish closes the
+//     connection (MQTT 3.1.1 has no negative PUBACK); a refused subscription gets 0x80.
+//   - Connections are closed when their device is removed, when the credential they logged in
+//     with is deleted or expires, and (optional mode) when a device that had none gets one.
+// aedes speaks MQTT 3.1.1: an MQTT 5 client is told about its login in MQTT 5 terms (0x86),
+// and otherwise that its protocol version is not supported (0x84).
 // An accepted attrs message goes to the inbox (ingest); for QoS 1 the broker's PUBACK waits for
 // its ack handle, i.e. for the commit (authorizePublish is the last step before aedes acks).
-import type { AedesOptions, AuthenticateError, Client, PublishPacket, Subscription } from 'aedes';
+import { TLSSocket } from 'node:tls';
+import type { AedesOptions, AuthenticateError, Client, ConnectPacket, PublishPacket, Subscription } from 'aedes';
+import mqttPacket from 'mqtt-packet';
+import type { DeviceAuthMode } from '../config.js';
 import type { Logger } from '../log.js';
-import type { DeviceDirectory } from './device-directory.js';
+import type { RegistryEvent } from '../registry/events.js';
+import type { LoginCheck, LoginVerdict } from '../registry/credentials/logins.js';
 import { NO_ACK, type AckHandle, type Inbox } from './link.js';
-import { deviceKey, parseDeviceName, parseDeviceTopic, sameDevice, type DeviceRef } from '../topics.js';
+import { attrsTopic, configTopic, mayPublish, maySubscribe } from './topic-rules.js';
+import { deviceKey, parseDeviceName, sameDevice, type DeviceRef } from '../topics.js';
 
 // The hooks' callbacks (aedes does not export their types).
 type AuthenticateDone = (error: AuthenticateError | null, success: boolean | null) => void;
+type PreConnectDone = (error: Error | null, success: boolean) => void;
 /** authorizePublish's callback: aedes goes on with the publish (its PUBACK) once called. */
 type PublishDone = (error?: Error | null) => void;
 type SubscribeDone = (error: Error | null, subscription?: Subscription | null) => void;
+
+/** CONNACK return codes (MQTT 3.1.1): 3 server unavailable, 4 bad user name or password, 5 not authorised. */
+type ReturnCode = 3 | 4 | 5;
+/** Their MQTT 5 reason codes. */
+const REASON_CODE_V5: Record<ReturnCode, number> = { 3: 0x88, 4: 0x86, 5: 0x87 };
+const UNSUPPORTED_PROTOCOL_V5 = 0x84;
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** The ack handle of a QoS 1/2 message: lets aedes go on with the publish, which sends its PUBACK. */
 class AuthorisedPublish implements AckHandle {
@@ -32,19 +52,43 @@ class AuthorisedPublish implements AckHandle {
   }
 }
 
-// CONNACK return codes (MQTT 3.1.1): 3 server unavailable, 4 bad user name or password, 5 not authorised.
-function refused(returnCode: 3 | 4 | 5, message: string): AuthenticateError {
-  return Object.assign(new Error(message), { returnCode });
+function refused(returnCode: ReturnCode, message: string): AuthenticateError {
+  return Object.assign(new Error(message), { returnCode }) as unknown as AuthenticateError;
+}
+
+/** What a client presented in its CONNECT. */
+interface Presented {
+  clientId: string;
+  username: string | undefined;
+  password: Uint8Array | undefined;
+  conn: unknown;
+}
+
+/** A login decision: accepted (naming its device, or not yet), or refused with a CONNACK code. */
+type Decision =
+  { accept: true; device: DeviceRef | undefined; verdict: LoginVerdict & { ok: true } } | { accept: false; code: ReturnCode; why: string };
+
+/** A logged-in client: its device, the credential it used, the timer of that credential's expiry. */
+interface Session {
+  device: DeviceRef;
+  credentialId: string | undefined;
+  /** Logged in without any credential (MQTT_DEVICE_AUTH optional, a device that had none). */
+  bare: boolean;
+  expiry: NodeJS.Timeout | undefined;
 }
 
 export class DeviceAuthorisation {
-  private readonly identity = new WeakMap<Client, DeviceRef>();
+  private readonly identity = new WeakMap<Client, Session>();
   private readonly sessions = new Map<string, Set<Client>>();
   /** Shutdown: messages are no longer taken (see `hold`). */
   private holding = false;
+  private readonly byCredential = new Map<string, Set<Client>>();
+  /** The password of a client that named no device, until its first legacy topic names one. */
+  private readonly unnamed = new WeakMap<Client, Uint8Array | undefined>();
 
   constructor(
-    private readonly directory: DeviceDirectory,
+    private readonly logins: LoginCheck,
+    private readonly mode: DeviceAuthMode,
     private readonly inbox: Inbox,
     private readonly log: Logger,
   ) {}
@@ -52,49 +96,78 @@ export class DeviceAuthorisation {
   /** The aedes hooks. */
   hooks(): Partial<AedesOptions> {
     return {
-      authenticate: (client, username, _password, done) => this.authenticate(client, username, done),
+      preConnect: (client, packet, done) => this.preConnect(client, packet, done as PreConnectDone),
+      authenticate: (client, username, password, done) => this.authenticate(client, username, password, done),
       authorizePublish: (client, packet, done) => this.authorizePublish(client, packet, done),
       authorizeSubscribe: (client, sub, done) => this.authorizeSubscribe(client, sub, done),
     };
   }
 
-  /** CONNECT: the username (default mode) or else the client id (legacy) must name an existing device; with neither, a legacy topic identifies the client later. */
-  private authenticate(client: Client, username: string | undefined, done: AuthenticateDone): void {
-    let ref: DeviceRef | undefined;
-    if (username !== undefined && username !== '') {
-      ref = parseDeviceName(username);
-      if (!ref) return done(refused(4, 'the username must be <tenant>:<device id>'), false);
-    } else {
-      ref = parseDeviceName(client.id);
-      if (!ref) return done(null, true); // identified later by a legacy topic
-    }
-    const device = ref;
-    this.directory.exists(device.tenant, device.id).then(
-      (exists) => {
-        if (!exists) return done(refused(5, 'no such device'), false);
-        this.bind(client, device);
+  /** MQTT 5 CONNECT: aedes would answer "unsupported protocol version" in 3.1.1 terms; the login is decided first and answered in MQTT 5 terms. */
+  private preConnect(client: Client, packet: ConnectPacket, done: PreConnectDone): void {
+    if (packet.protocolVersion !== 5) return done(null, true);
+    const presented = { clientId: packet.clientId, username: packet.username, password: packet.password, conn: client.conn };
+    this.decide(presented).then(
+      (d) => answerV5(client, d.accept ? UNSUPPORTED_PROTOCOL_V5 : REASON_CODE_V5[d.code], done),
+      () => answerV5(client, REASON_CODE_V5[3], done),
+    );
+  }
+
+  /** CONNECT (MQTT 3.1.1). */
+  private authenticate(client: Client, username: string | undefined, password: Buffer | undefined, done: AuthenticateDone): void {
+    this.decide({ clientId: client.id, username, password, conn: client.conn }).then(
+      (d) => {
+        if (!d.accept) return done(refused(d.code, d.why), false);
+        if (d.device) this.bind(client, d.device, d.verdict);
+        // Its password waits for the topic that names its device.
+        else this.unnamed.set(client, password && password.length > 0 ? Buffer.from(password) : undefined);
         done(null, true);
       },
       (err: Error) => {
-        this.log.warn('device lookup failed; connection refused', { tenant: device.tenant, device: device.id, error: err.message });
+        this.log.warn('device login check failed; connection refused', { error: err.message });
         done(refused(3, 'server unavailable'), false);
       },
     );
   }
 
-  /** PUBLISH: only to the client's own attrs topic (a legacy one may identify it); anything else closes the connection. */
+  /** Who the client says it is, and what the registry says of that. */
+  private async decide(p: Presented): Promise<Decision> {
+    const certified = certificateDevice(p.conn);
+    let device: DeviceRef | undefined;
+    if (p.username !== undefined && p.username !== '') {
+      device = parseDeviceName(p.username);
+      if (!device) return { accept: false, code: 4, why: 'the username must be <tenant>:<device id>' };
+      if (certified && !sameDevice(certified, device))
+        return { accept: false, code: 4, why: 'the username and the client certificate name different devices' };
+    } else {
+      device = certified ?? parseDeviceName(p.clientId);
+    }
+    const verdict = await this.logins.check({
+      device,
+      password: p.password,
+      certificate: certified !== undefined && device !== undefined && sameDevice(certified, device),
+      address: remoteAddress(p.conn),
+    });
+    if (verdict.ok) return { accept: true, device, verdict };
+    // With credentials required every refusal is the same answer: it tells a guesser nothing.
+    const code: ReturnCode = this.mode !== 'required' && verdict.reason === 'unknown_device' ? 5 : 4;
+    return { accept: false, code, why: code === 5 ? 'no such device' : 'bad user name or password' };
+  }
+
+  /** PUBLISH: only to the client's own attrs topic (a legacy one may name it); anything else closes the connection. */
   private authorizePublish(client: Client | null, packet: PublishPacket, done: PublishDone): void {
     if (!client) return done(new Error('publishing without a client is not allowed'));
-    const topic = parseDeviceTopic(packet.topic);
-    if (!topic || topic.kind !== 'attrs') return done(new Error(`devices may only publish to their attrs topic, not ${packet.topic}`));
-    const bound = this.identity.get(client);
-    if (bound) {
-      if (!sameDevice(bound, topic)) return done(new Error(`${deviceName(bound)} may not publish to ${packet.topic}`));
+    const topic = attrsTopic(packet.topic);
+    if (!topic) return done(new Error(`devices may only publish to their attrs topic, not ${packet.topic}`));
+    const session = this.identity.get(client);
+    if (session) {
+      if (!mayPublish(session.device, packet.topic))
+        return done(new Error(`${deviceName(session.device)} may not publish to ${packet.topic}`));
       return this.handOver(topic, packet, done);
     }
     if (!topic.legacy) return done(new Error('default-mode topics need the username <tenant>:<device id>'));
-    this.identifyByTopic(client, topic).then(
-      (ok) => (ok ? this.handOver(topic, packet, done) : done(new Error(`no such device: ${deviceName(topic)}`))),
+    this.nameByTopic(client, topic).then(
+      (ok) => (ok ? this.handOver(topic, packet, done) : done(new Error(`not allowed as ${deviceName(topic)}`))),
       (err: Error) => done(err),
     );
   }
@@ -120,14 +193,14 @@ export class DeviceAuthorisation {
     }
   }
 
-  /** SUBSCRIBE: only to the client's own config topic (a legacy one may identify it); anything else is refused in the SUBACK. */
+  /** SUBSCRIBE: only to the client's own config topic (a legacy one may name it); anything else is refused in the SUBACK. */
   private authorizeSubscribe(client: Client, sub: Subscription, done: SubscribeDone): void {
-    const topic = parseDeviceTopic(sub.topic);
-    if (!client || !topic || topic.kind !== 'config') return done(null, null);
-    const bound = this.identity.get(client);
-    if (bound) return done(null, sameDevice(bound, topic) ? sub : null);
+    const topic = configTopic(sub.topic);
+    if (!client || !topic) return done(null, null);
+    const session = this.identity.get(client);
+    if (session) return done(null, maySubscribe(session.device, sub.topic) ? sub : null);
     if (!topic.legacy) return done(null, null);
-    this.identifyByTopic(client, topic).then(
+    this.nameByTopic(client, topic).then(
       (ok) => done(null, ok ? sub : null),
       () => done(null, null),
     );
@@ -135,41 +208,113 @@ export class DeviceAuthorisation {
 
   /** Forgets a client when it goes away. */
   disconnected(client: Client): void {
-    const ref = this.identity.get(client);
-    if (!ref) return;
-    const key = deviceKey(ref.tenant, ref.id);
-    const set = this.sessions.get(key);
-    set?.delete(client);
-    if (set && set.size === 0) this.sessions.delete(key);
+    const session = this.identity.get(client);
+    if (!session) return;
+    this.identity.delete(client);
+    clearTimeout(session.expiry);
+    removeFrom(this.sessions, deviceKey(session.device.tenant, session.device.id), client);
+    if (session.credentialId) removeFrom(this.byCredential, session.credentialId, client);
   }
 
-  /** Closes every connection of a removed device. */
-  closeDevice(tenant: string, id: string): void {
-    const set = this.sessions.get(deviceKey(tenant, id));
-    if (!set) return;
-    this.sessions.delete(deviceKey(tenant, id));
-    for (const client of set) {
-      this.log.info('closing the MQTT session of a removed device', { tenant, device: id, client: client.id });
+  /** Registry events: the connections a change ends are closed. */
+  registryChanged(event: RegistryEvent): void {
+    if (event.type === 'devices.removed') {
+      for (const id of event.deviceIds) this.close(this.sessions.get(deviceKey(event.tenant, id)), 'its device was removed');
+    } else if (event.type === 'credentials.changed') {
+      for (const id of event.removedIds) this.close(this.byCredential.get(id), 'the credential it logged in with was deleted');
+      // A device that gets its first credential must use it from now on (optional mode).
+      if (this.mode === 'optional' && event.removedIds.length === 0) {
+        const bare = [...(this.sessions.get(deviceKey(event.tenant, event.deviceId)) ?? [])].filter((c) => this.identity.get(c)?.bare);
+        this.close(new Set(bare), 'its device now has a credential');
+      }
+    }
+  }
+
+  private close(clients: Set<Client> | undefined, why: string): void {
+    for (const client of [...(clients ?? [])]) {
+      const session = this.identity.get(client);
+      this.log.info('closing an MQTT connection', { why, tenant: session?.device.tenant, device: session?.device.id, client: client.id });
+      this.disconnected(client);
       client.close();
     }
   }
 
-  private async identifyByTopic(client: Client, topic: DeviceRef): Promise<boolean> {
-    if (!(await this.directory.exists(topic.tenant, topic.id))) return false;
-    // Two messages may race to identify the client: the first one wins.
-    const bound = this.identity.get(client);
-    if (bound) return sameDevice(bound, topic);
-    this.bind(client, { tenant: topic.tenant, id: topic.id });
+  /** A client that named no device at CONNECT: the first legacy topic it uses names it, and its login is checked for that device. */
+  private async nameByTopic(client: Client, topic: DeviceRef): Promise<boolean> {
+    const verdict = await this.logins.check({
+      device: { tenant: topic.tenant, id: topic.id },
+      password: this.unnamed.get(client),
+      address: remoteAddress(client.conn),
+    });
+    // Two messages may race to name the client: the first one wins.
+    const session = this.identity.get(client);
+    if (session) return sameDevice(session.device, topic);
+    if (!verdict.ok) return false;
+    this.unnamed.delete(client);
+    this.bind(client, { tenant: topic.tenant, id: topic.id }, verdict);
     return true;
   }
 
-  private bind(client: Client, ref: DeviceRef): void {
-    this.identity.set(client, ref);
-    const key = deviceKey(ref.tenant, ref.id);
-    let set = this.sessions.get(key);
-    if (!set) this.sessions.set(key, (set = new Set()));
-    set.add(client);
+  private bind(client: Client, device: DeviceRef, verdict: LoginVerdict & { ok: true }): void {
+    const session: Session = {
+      device,
+      credentialId: verdict.credentialId,
+      bare: !verdict.credentialId && !isCertified(client.conn, device),
+      expiry: undefined,
+    };
+    if (verdict.expiresMs !== undefined) {
+      // The credential expires while the connection lasts: the connection ends with it.
+      session.expiry = setTimeout(
+        () => this.close(new Set([client]), 'the credential it logged in with expired'),
+        Math.min(MAX_TIMER_MS, Math.max(0, verdict.expiresMs - Date.now())),
+      );
+      session.expiry.unref();
+    }
+    this.identity.set(client, session);
+    addTo(this.sessions, deviceKey(device.tenant, device.id), client);
+    if (session.credentialId) addTo(this.byCredential, session.credentialId, client);
   }
+}
+
+/** Writes an MQTT 5 CONNACK with `reasonCode`, then lets aedes close the connection. */
+function answerV5(client: Client, reasonCode: number, done: PreConnectDone): void {
+  const conn = client.conn as unknown as NodeJS.WritableStream;
+  const connack = mqttPacket.generate({ cmd: 'connack', reasonCode, sessionPresent: false }, { protocolVersion: 5 });
+  const finish = () =>
+    done(new Error(reasonCode === UNSUPPORTED_PROTOCOL_V5 ? 'the embedded broker speaks MQTT 3.1.1' : 'login refused'), false);
+  try {
+    conn.write(connack, finish);
+  } catch {
+    finish();
+  }
+}
+
+/** The device a verified client certificate names (CN `<tenant>:<device_id>`), on the TLS listener with MQTT_TLS_CA. */
+function certificateDevice(conn: unknown): DeviceRef | undefined {
+  if (!(conn instanceof TLSSocket) || !conn.authorized) return undefined;
+  const cn = conn.getPeerCertificate()?.subject?.CN;
+  return typeof cn === 'string' ? parseDeviceName(cn) : undefined;
+}
+
+function isCertified(conn: unknown, device: DeviceRef): boolean {
+  const certified = certificateDevice(conn);
+  return certified !== undefined && sameDevice(certified, device);
+}
+
+function remoteAddress(conn: unknown): string | undefined {
+  return (conn as { remoteAddress?: string } | undefined)?.remoteAddress;
+}
+
+function addTo(map: Map<string, Set<Client>>, key: string, client: Client): void {
+  let set = map.get(key);
+  if (!set) map.set(key, (set = new Set()));
+  set.add(client);
+}
+
+function removeFrom(map: Map<string, Set<Client>>, key: string, client: Client): void {
+  const set = map.get(key);
+  set?.delete(client);
+  if (set && set.size === 0) map.delete(key);
 }
 
 function deviceName(ref: DeviceRef): string {

@@ -1,21 +1,35 @@
 // The embedded MQTT broker (aedes), used when MQTT_URL is not set. It runs in the ingest router
 // thread; EmbeddedLink installs the device authorisation (device-auth.ts) and hands accepted
 // attrs messages to the inbox, whose use of a message's ack handle releases its PUBACK.
+// Listeners: plain MQTT (MQTT_PORT, unless MQTT_PLAIN=false) and MQTT over TLS (MQTT_TLS_PORT,
+// with MQTT_TLS_CERT/MQTT_TLS_KEY; MQTT_TLS_CA asks for client certificates, which a device may
+// log in with instead of a password: see device-auth.ts).
+import fs from 'node:fs';
 import net from 'node:net';
+import tls from 'node:tls';
 import { Aedes, type AedesOptions, type Client } from 'aedes';
-import type pg from 'pg';
-import { ConfigError } from '../config.js';
+import { ConfigError, type DeviceAuthMode } from '../config.js';
 import type { Logger } from '../log.js';
+import type { LoginCheck } from '../registry/credentials/logins.js';
 import { DeviceAuthorisation } from './device-auth.js';
-import { DeviceDirectory } from './device-directory.js';
 import { NO_ACK, type BrokerLink, type Inbox, type LinkState } from './link.js';
 import type { RegistryEvent } from '../registry/events.js';
 
 const PACKET_OVERHEAD_BYTES = 128 * 1024;
 
+/** The TLS listener: PEM file paths (MQTT_TLS_CERT, MQTT_TLS_KEY, MQTT_TLS_CA) and its port. */
+export interface TlsListener {
+  port: number;
+  cert: string;
+  key: string;
+  ca: string | undefined;
+}
+
 export interface EmbeddedBroker {
   aedes: Aedes;
-  port: number;
+  /** The plain listener's port; undefined with MQTT_PLAIN=false. */
+  port: number | undefined;
+  tlsPort: number | undefined;
   /** Stops accepting connections; connected clients stay. */
   stopAccepting(): void;
   close(): Promise<void>;
@@ -49,47 +63,112 @@ function capPacketSize(client: Client, limit: number, tooLarge: () => void): voi
   };
 }
 
-export async function startEmbeddedBroker(opts: {
-  host: string;
-  port: number;
-  log: Logger;
-  hooks?: Partial<AedesOptions>;
-  /** Packets announcing more bytes close their connection (`onTooLarge` is told). */
-  maxPacketBytes?: number;
-  onTooLarge?: () => void;
-}): Promise<EmbeddedBroker> {
-  const aedes = await Aedes.createBroker(opts.hooks ?? {});
-  const { maxPacketBytes, onTooLarge = () => undefined } = opts;
-  const server = net.createServer((socket) => {
-    const client = aedes.handle(socket);
-    if (maxPacketBytes !== undefined) capPacketSize(client, maxPacketBytes, onTooLarge);
-  });
-  await new Promise<void>((resolve, reject) => {
+/** Reads a PEM file of the TLS settings; a bad one stops the start naming its variable. */
+function pem(file: string, variable: string): Buffer {
+  try {
+    return fs.readFileSync(file);
+  } catch (err) {
+    throw new ConfigError(variable, `cannot be read: ${(err as Error).message}`);
+  }
+}
+
+function tlsOptions(t: TlsListener): tls.TlsOptions {
+  const ca = t.ca === undefined ? undefined : pem(t.ca, 'MQTT_TLS_CA');
+  const options: tls.TlsOptions = {
+    cert: pem(t.cert, 'MQTT_TLS_CERT'),
+    key: pem(t.key, 'MQTT_TLS_KEY'),
+    // A client certificate is asked for, never required: devices without one log in with a password.
+    ...(ca ? { ca, requestCert: true, rejectUnauthorized: false } : {}),
+  };
+  try {
+    tls.createSecureContext(options);
+  } catch (err) {
+    throw new ConfigError(
+      'MQTT_TLS_CERT',
+      `and MQTT_TLS_KEY${ca ? ' and MQTT_TLS_CA' : ''} must be PEM certificate, matching private key${ca ? ' and CA' : ''}: ${(err as Error).message}`,
+    );
+  }
+  return options;
+}
+
+/** Listens; a taken port stops the start naming its variable. */
+function listen(server: net.Server, host: string, port: number, variable: string): Promise<number> {
+  return new Promise<number>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) => {
-      aedes.close();
       if (err.code === 'EADDRINUSE') {
         reject(
           new ConfigError(
-            'MQTT_PORT',
-            `${opts.port} is already in use on ${opts.host}: free it, choose another MQTT_PORT, or set MQTT_URL to use a running broker`,
+            variable,
+            `${port} is already in use on ${host}: free it, choose another ${variable}, or set MQTT_URL to use a running broker`,
           ),
         );
       } else {
         reject(err);
       }
     });
-    server.listen(opts.port, opts.host, () => resolve());
+    // A deep accept queue (the kernel caps it at net.core.somaxconn): a reconnect storm of
+    // thousands of devices is queued, not dropped into SYN retries seconds apart.
+    server.listen({ port, host, backlog: 4096 }, () => resolve((server.address() as net.AddressInfo).port));
   });
-  const port = (server.address() as net.AddressInfo).port;
-  opts.log.info('embedded MQTT broker listening', { address: `mqtt://${opts.host}:${port}` });
+}
+
+export async function startEmbeddedBroker(opts: {
+  host: string;
+  port: number;
+  /** false: no plain listener (MQTT_PLAIN=false). */
+  plain?: boolean;
+  tls?: TlsListener;
+  log: Logger;
+  hooks?: Partial<AedesOptions>;
+  /** Packets announcing more bytes close their connection (`onTooLarge` is told). */
+  maxPacketBytes?: number;
+  onTooLarge?: () => void;
+}): Promise<EmbeddedBroker> {
+  const secure = opts.tls ? tlsOptions(opts.tls) : undefined;
+  const aedes = await Aedes.createBroker(opts.hooks ?? {});
+  const { maxPacketBytes, onTooLarge = () => undefined } = opts;
+  const handle = (socket: net.Socket) => {
+    const client = aedes.handle(socket) as unknown as Client;
+    if (maxPacketBytes !== undefined) capPacketSize(client, maxPacketBytes, onTooLarge);
+  };
+  const servers: net.Server[] = [];
+  let port: number | undefined;
+  let tlsPort: number | undefined;
+  try {
+    if (opts.plain !== false) {
+      const server = net.createServer(handle);
+      servers.push(server);
+      port = await listen(server, opts.host, opts.port, 'MQTT_PORT');
+      opts.log.info('embedded MQTT broker listening', { address: `mqtt://${opts.host}:${port}` });
+    }
+    if (opts.tls && secure) {
+      // 'secureConnection': the handshake is done, so a client certificate is known at CONNECT.
+      const server = tls.createServer(secure, handle);
+      server.on('tlsClientError', (err) => opts.log.debug('MQTT TLS handshake failed', { error: err.message }));
+      servers.push(server);
+      tlsPort = await listen(server, opts.host, opts.tls.port, 'MQTT_TLS_PORT');
+      opts.log.info('embedded MQTT broker listening', {
+        address: `mqtts://${opts.host}:${tlsPort}`,
+        clientCertificates: opts.tls.ca !== undefined,
+      });
+    }
+  } catch (err) {
+    for (const s of servers) s.close();
+    aedes.close();
+    throw err;
+  }
+  const closeServers = () => Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))));
   return {
     aedes,
     port,
-    stopAccepting: () => server.close(),
+    tlsPort,
+    stopAccepting: () => {
+      for (const s of servers) s.close();
+    },
     close: () =>
       new Promise<void>((resolve) => {
         // Close client connections too, or server.close() waits for them forever.
-        aedes.close(() => server.close(() => resolve()));
+        aedes.close(() => void closeServers().then(() => resolve()));
       }),
   };
 }
@@ -101,28 +180,34 @@ export class EmbeddedLink implements BrokerLink {
   private constructor(
     private readonly broker: EmbeddedBroker,
     private readonly auth: DeviceAuthorisation,
-    private readonly directory: DeviceDirectory,
   ) {}
 
-  get mqttPort(): number {
+  get mqttPort(): number | undefined {
     return this.broker.port;
+  }
+
+  get mqttTlsPort(): number | undefined {
+    return this.broker.tlsPort;
   }
 
   static async start(opts: {
     host: string;
     port: number;
-    pool: pg.Pool;
+    plain: boolean;
+    tls: TlsListener | undefined;
+    /** The registry's answer to each login (asked of the main thread). */
+    logins: LoginCheck;
+    deviceAuth: DeviceAuthMode;
     log: Logger;
     inbox: Inbox;
     maxMessageBytes: number;
-    /** The longest a device lookup is used (REGISTRY_CACHE_MAX_AGE_SECONDS). */
-    cacheMaxAgeMs: number;
   }): Promise<EmbeddedLink> {
-    const directory = new DeviceDirectory(opts.pool, opts.cacheMaxAgeMs);
-    const auth = new DeviceAuthorisation(directory, opts.inbox, opts.log);
+    const auth = new DeviceAuthorisation(opts.logins, opts.deviceAuth, opts.inbox, opts.log);
     const broker = await startEmbeddedBroker({
       host: opts.host,
       port: opts.port,
+      plain: opts.plain,
+      tls: opts.tls,
       log: opts.log,
       hooks: auth.hooks(),
       // Room for the largest topic (65,535 bytes) and MQTT 5 properties beside the payload; a
@@ -134,7 +219,7 @@ export class EmbeddedLink implements BrokerLink {
     const forget = (client: Client) => auth.disconnected(client);
     broker.aedes.on('clientDisconnect', forget);
     broker.aedes.on('clientError', forget);
-    return new EmbeddedLink(broker, auth, directory);
+    return new EmbeddedLink(broker, auth);
   }
 
   /** aedes reads a client's next packets only after its pending ones were acknowledged: no pause needed. */
@@ -143,8 +228,7 @@ export class EmbeddedLink implements BrokerLink {
   resume(): void {}
 
   registryChanged(event: RegistryEvent): void {
-    this.directory.invalidate(event);
-    if (event.type === 'devices.removed') for (const id of event.deviceIds) this.auth.closeDevice(event.tenant, id);
+    this.auth.registryChanged(event);
   }
 
   stopAccepting(): void {

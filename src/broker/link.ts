@@ -50,6 +50,8 @@ export interface LinkState {
 export interface BrokerLink {
   /** The embedded broker's port; undefined for an external broker. */
   readonly mqttPort: number | undefined;
+  /** The embedded broker's TLS port (MQTT_TLS_CERT); undefined otherwise. */
+  readonly mqttTlsPort?: number | undefined;
   /** Stop / restart reading device messages (ingest backpressure, shutdown); acks still go out. */
   pause(): void;
   resume(): void;

@@ -14,6 +14,7 @@ import { projectRoot } from '../paths.js';
 import { BrokerUnavailable } from '../errors.js';
 import type { LinkState } from '../broker/link.js';
 import { until } from '../shutdown.js';
+import type { LoginCheck } from '../registry/credentials/logins.js';
 import { IngestMetrics } from './metrics.js';
 import { INGEST_CONFIG_KEYS, type IngestSettings, type MainToRouter, type RouterToMain } from './protocol.js';
 
@@ -36,6 +37,8 @@ export interface Ingest {
   status(): IngestStatus;
   /** The embedded broker's port; undefined with MQTT_URL. */
   readonly mqttPort: number | undefined;
+  /** The embedded broker's TLS port (MQTT_TLS_CERT); undefined otherwise. */
+  readonly mqttTlsPort: number | undefined;
   /** Publishes QoS 1, not retained, to every topic; rejects with BrokerUnavailable. */
   publish(topics: string[], payload: string): Promise<void>;
   /**
@@ -54,9 +57,21 @@ export function ingestSettings(config: Config, databaseUrl: string): IngestSetti
   return { ...picked, databaseUrl, instanceId: crypto.randomUUID() };
 }
 
-export async function startIngest(opts: { config: Config; databaseUrl: string; metrics: Metrics; log: Logger }): Promise<Ingest> {
+export async function startIngest(opts: {
+  config: Config;
+  databaseUrl: string;
+  metrics: Metrics;
+  logins: LoginCheck;
+  log: Logger;
+}): Promise<Ingest> {
   if (!existsSync(ROUTER_THREAD_FILE)) throw new Error(`${ROUTER_THREAD_FILE} is missing; run "npm run build" first`);
-  const thread = new RouterThread(opts.config, ingestSettings(opts.config, opts.databaseUrl), new IngestMetrics(opts.metrics), opts.log);
+  const thread = new RouterThread(
+    opts.config,
+    ingestSettings(opts.config, opts.databaseUrl),
+    new IngestMetrics(opts.metrics),
+    opts.logins,
+    opts.log,
+  );
   await thread.launch();
   return thread;
 }
@@ -74,6 +89,7 @@ class RouterThread implements Ingest {
   private ready = false;
   private stopping = false;
   private port: number | undefined;
+  private tlsPort: number | undefined;
   private onStopped: (() => void) | undefined;
   private stopped: Promise<void> | undefined;
   private link: LinkState | undefined;
@@ -85,6 +101,7 @@ class RouterThread implements Ingest {
     private readonly config: Config,
     private readonly settings: IngestSettings,
     private readonly metrics: IngestMetrics,
+    private readonly logins: LoginCheck,
     private readonly log: Logger,
   ) {}
 
@@ -94,6 +111,10 @@ class RouterThread implements Ingest {
 
   status(): IngestStatus {
     return { link: this.ready ? this.link : undefined, pending: this.pending, progressAt: this.progressAt };
+  }
+
+  get mqttTlsPort(): number | undefined {
+    return this.tlsPort;
   }
 
   /** Starts the thread; resolves once its broker link runs, rejects if it cannot start. */
@@ -139,7 +160,15 @@ class RouterThread implements Ingest {
         launch.started = true;
         this.ready = true;
         this.port = m.mqttPort;
+        this.tlsPort = m.mqttTlsPort;
         launch.resolve();
+        break;
+      case 'login':
+        // The embedded broker asks; the registry answers (the password is never logged).
+        this.logins.check(m.login).then(
+          (verdict) => w.postMessage({ type: 'login-verdict', requestId: m.requestId, verdict } satisfies MainToRouter),
+          (err: Error) => w.postMessage({ type: 'login-verdict', requestId: m.requestId, error: err.message } satisfies MainToRouter),
+        );
         break;
       case 'failed':
         launch.reject(m.configVariable ? new ConfigError(m.configVariable, m.error) : new Error(`ingest could not start: ${m.error}`));

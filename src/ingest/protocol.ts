@@ -2,6 +2,7 @@
 // messages between the main thread and the ingest router thread.
 import type { Config } from '../config.js';
 import type { LinkState } from '../broker/link.js';
+import type { DeviceLogin, LoginVerdict } from '../registry/credentials/logins.js';
 import type { DropReason } from './drop-reasons.js';
 import type { LatencyCounts } from './latency.js';
 
@@ -66,6 +67,12 @@ export const INGEST_CONFIG_KEYS = [
   'registryCacheMaxAgeSeconds',
   'ingestMaxPending',
   'actuationTimeoutMs',
+  'mqttDeviceAuth',
+  'mqttPlain',
+  'mqttTlsPort',
+  'mqttTlsCert',
+  'mqttTlsKey',
+  'mqttTlsCa',
 ] as const satisfies ReadonlyArray<keyof Config>;
 
 /** The router thread's workerData: its part of the configuration, and the database URL (an embedded database's is known only once it runs). */
@@ -84,10 +91,16 @@ export type ShardWorkerSettings = Pick<
   copyTurn: SharedArrayBuffer;
 };
 
-export type MainToRouter = { type: 'publish'; requestId: number; topics: string[]; payload: string } | { type: 'stop'; timeoutMs: number };
+export type MainToRouter =
+  | { type: 'publish'; requestId: number; topics: string[]; payload: string }
+  /** The registry's answer to a device login the embedded broker asked about (`error`: it could not decide). */
+  | { type: 'login-verdict'; requestId: number; verdict?: LoginVerdict; error?: string }
+  | { type: 'stop'; timeoutMs: number };
 
 export type RouterToMain =
-  | { type: 'ready'; mqttPort: number | undefined; mode: string }
+  | { type: 'ready'; mqttPort: number | undefined; mqttTlsPort?: number | undefined; mode: string }
+  /** A device login to the embedded broker: the main thread holds the credential key and decides (src/registry/credentials/logins.ts). */
+  | { type: 'login'; requestId: number; login: DeviceLogin }
   | { type: 'failed'; error: string; configVariable?: string }
   | { type: 'published'; requestId: number; error?: string }
   | { type: 'metrics'; delta: IngestMetricsDelta; link: LinkState | undefined }

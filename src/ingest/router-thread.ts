@@ -14,6 +14,7 @@ import type { BrokerLink } from '../broker/link.js';
 import { IngestRouter } from './router.js';
 import { ShardPool } from './shard-pool.js';
 import { CopyTurn } from './copy-turn.js';
+import { LoginBridge } from './login-bridge.js';
 import type { IngestSettings, MainToRouter, RouterToMain } from './protocol.js';
 
 const settings = workerData as IngestSettings;
@@ -51,10 +52,13 @@ const router = new IngestRouter(shards, {
     }
   },
 });
-// The broker link's own connections: the embedded broker's device lookups, or the external
-// link's session leases (the shard workers have their own).
-const brokerPool = new pg.Pool({ connectionString: settings.databaseUrl, max: 2, connectionTimeoutMillis: 5000 });
-brokerPool.on('error', () => undefined);
+// The external link's session leases (the shard workers have their own connections); the
+// embedded broker's logins are decided by the main thread.
+const brokerPool = settings.mqttUrl
+  ? new pg.Pool({ connectionString: settings.databaseUrl, max: 2, connectionTimeoutMillis: 5000 })
+  : undefined;
+brokerPool?.on('error', () => undefined);
+const logins = new LoginBridge(post);
 
 const channel = new BroadcastChannel(REGISTRY_CHANNEL);
 channel.onmessage = (event) => link?.registryChanged((event as { data: RegistryEvent }).data);
@@ -76,7 +80,7 @@ function startLink(): Promise<BrokerLink> {
         receiveMaximum: settings.mqttReceiveMaximum,
         publishTimeoutMs: settings.actuationTimeoutMs,
         log,
-        leases: new SessionLeases(brokerPool, {
+        leases: new SessionLeases(brokerPool!, {
           base: settings.mqttClientId,
           shareGroup: settings.mqttShareGroup,
           connections: settings.mqttSubscriberConnections,
@@ -94,11 +98,16 @@ function startLink(): Promise<BrokerLink> {
   return EmbeddedLink.start({
     host: settings.mqttHost,
     port: settings.mqttPort,
-    pool: brokerPool,
+    plain: settings.mqttPlain,
+    tls:
+      settings.mqttTlsCert && settings.mqttTlsKey
+        ? { port: settings.mqttTlsPort, cert: settings.mqttTlsCert, key: settings.mqttTlsKey, ca: settings.mqttTlsCa }
+        : undefined,
+    logins,
+    deviceAuth: settings.mqttDeviceAuth,
     log,
     inbox: router,
     maxMessageBytes: settings.maxMessageBytes,
-    cacheMaxAgeMs: settings.registryCacheMaxAgeSeconds * 1000,
   });
 }
 
@@ -107,7 +116,7 @@ async function start(): Promise<void> {
     link = await startLink();
   } catch (err) {
     await shards.close().catch(() => undefined);
-    await brokerPool.end().catch(() => undefined);
+    await brokerPool?.end().catch(() => undefined);
     post(
       err instanceof ConfigError
         ? { type: 'failed', error: err.message.slice(err.variable.length + 1), configVariable: err.variable }
@@ -115,7 +124,7 @@ async function start(): Promise<void> {
     );
     return;
   }
-  post({ type: 'ready', mqttPort: link.mqttPort, mode: settings.mqttUrl ? 'external' : 'embedded' });
+  post({ type: 'ready', mqttPort: link.mqttPort, mqttTlsPort: link.mqttTlsPort, mode: settings.mqttUrl ? 'external' : 'embedded' });
 }
 
 async function stop(timeoutMs: number): Promise<void> {
@@ -140,7 +149,7 @@ async function stop(timeoutMs: number): Promise<void> {
   post({ type: 'metrics', delta: router.takeMetrics(), link: link?.state() });
   await link?.close().catch((err: Error) => log.warn('closing the broker link failed', { error: err.message }));
   await shards.close().catch(() => undefined);
-  await brokerPool.end().catch(() => undefined);
+  await brokerPool?.end().catch(() => undefined);
   channel.close();
   post({ type: 'stopped' });
 }
@@ -156,6 +165,9 @@ port.on('message', (m: MainToRouter) => {
         () => post({ type: 'published', requestId: m.requestId }),
         (err: Error) => post({ type: 'published', requestId: m.requestId, error: err.message }),
       );
+      break;
+    case 'login-verdict':
+      logins.answer(m.requestId, m.verdict, m.error);
       break;
     case 'stop':
       void stop(m.timeoutMs);

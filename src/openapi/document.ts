@@ -52,9 +52,15 @@ const TAGS = [
   { name: 'templates', description: 'Device models with typed attributes (interface.md §4.1).' },
   { name: 'devices', description: 'Devices built from templates (interface.md §4.2).' },
   { name: 'pre-shared keys', description: 'Keys of `psk` attributes (interface.md §4.3).' },
+  { name: 'credentials', description: 'Device credentials: the passwords devices log in to the broker with (docs/credentials.md).' },
   { name: 'actuation', description: 'Configuration messages to devices (interface.md §4.2, §6.2).' },
   { name: 'history', description: 'Stored attribute values (interface.md §4.5).' },
   { name: 'internal', description: 'Platform-internal endpoints, served on the internal listener only (interface.md §4.4).' },
+  {
+    name: 'broker',
+    description:
+      'External brokers (EMQX, VerneMQ) ask who may log in as a device and use which topic; internal listener, no token (docs/operations.md §2).',
+  },
   { name: 'operations', description: 'Health, metrics and this description; no token needed.' },
 ];
 
@@ -320,7 +326,7 @@ export function buildOpenApi(routes: readonly RouteDecl[], limits: DocumentLimit
       summary: 'IoT device registry: templates, devices, pre-shared keys, actuation, history.',
       description:
         'Every request and query is checked against the schemas of this document; error bodies are exact (components `Error.*`). ' +
-        'Every operation except POST /auth, /health, /health/live, /health/ready, /metrics and /openapi.json needs `Authorization: Bearer <jwt>` (from POST /auth). ' +
+        'Every operation except POST /auth, /health, /health/live, /health/ready, /metrics, /openapi.json and the broker hooks needs `Authorization: Bearer <jwt>` (from POST /auth). ' +
         'Operations tagged `internal` are served on the internal listener only. ' +
         'A path no operation has answers 404 `{"message": "Invalid endpoint requested", "status": 404}`, a known path with another method 405 with `Allow`. ' +
         'Every answer carries `X-Request-Id` (the one sent, or one made by the service). See docs/api.md.',

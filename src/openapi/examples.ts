@@ -2,7 +2,8 @@
 // tenant (test/openapi/examples.test.ts, docs/api.md): template 1 "Thermometer" (temperature:
 // dynamic float; serial: static string "SN-0" with metadata unit "C"; led: actuator bool; key
 // and spare: static psk), device a1b2c3 (from template 1, a generated key on `key`, two
-// temperature values in its history), device d4e5f6 (no templates). Template id 1 stands for the
+// temperature values in its history, credential CREDENTIAL_ID), device d4e5f6 (no templates,
+// no credentials). Template id 1 stands for the
 // fixture template's id. Ids 999999 and ffffff name nothing.
 import { errors, type ErrorKey } from '../errors.js';
 import { PAGE_ERRORS } from '../schemas/queries.js';
@@ -14,6 +15,8 @@ export const T = 1;
 export const DEV = 'a1b2c3';
 export const TIME = '2026-05-01T12:00:00.000000+00:00';
 export const KEY = '3f9a0c47e1b25d68a4c3f1e09b7d2a55';
+/** The credential of a1b2c3 (its secret logs nothing in). */
+export const CREDENTIAL_ID = '6f1c2a8e-3b4d-4e5f-8a9b-0c1d2e3f4a5b';
 
 const attr = (id: number, label: string, type: string, valueType: string, extra: Record<string, unknown> = {}) => ({
   id,

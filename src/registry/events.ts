@@ -21,6 +21,11 @@ export type RegistryEvent =
   | { type: 'devices.removed'; tenant: string; deviceIds: string[] }
   /** Templates changed or removed: every device built from them changed too. */
   | { type: 'templates.changed'; tenant: string; templateIds: number[] }
+  /**
+   * A device's credentials changed (one created, or `removedIds` deleted): login caches drop the
+   * device; the connections that logged in with a removed credential are closed.
+   */
+  | { type: 'credentials.changed'; tenant: string; deviceId: string; removedIds: string[] }
   /** Anything of the tenant may have changed (when a precise event would be too large); `*`: every tenant. */
   | { type: 'tenant.changed'; tenant: string };
 
@@ -49,6 +54,7 @@ interface Envelope {
 
 export class RegistryEvents {
   private readonly listeners = new Set<RegistryListener>();
+  private readonly localListeners = new Set<RegistryListener>();
   private readonly channel = new BroadcastChannel(REGISTRY_CHANNEL);
   private readonly origin = crypto.randomUUID();
   private listenClient: pg.Client | undefined;
@@ -74,6 +80,12 @@ export class RegistryEvents {
     return () => this.listeners.delete(listener);
   }
 
+  /** Events of changes made by this instance only (not other instances' through NOTIFY): for work that one instance must do once. */
+  onLocal(listener: RegistryListener): () => void {
+    this.localListeners.add(listener);
+    return () => this.localListeners.delete(listener);
+  }
+
   /**
    * Runs a registry change in one transaction. `fn` announces each event of the change with
    * `announce` (NOTIFY on the transaction's connection: other instances hear it at the commit,
@@ -88,7 +100,7 @@ export class RegistryEvents {
         announced.push(event);
       });
     });
-    for (const event of announced) this.deliver(event);
+    for (const event of announced) this.committed(event);
     return result;
   }
 
@@ -97,8 +109,20 @@ export class RegistryEvents {
    * process, then to the others. Rejects if the notification cannot be sent.
    */
   async publish(event: RegistryEvent): Promise<void> {
-    this.deliver(event);
+    this.committed(event);
     await this.pool.query('SELECT pg_notify($1, $2)', [NOTIFY_CHANNEL, this.payload(event)]);
+  }
+
+  /** A change of this instance, committed: this process's listeners, then the local-only ones. */
+  private committed(event: RegistryEvent): void {
+    this.deliver(event);
+    for (const l of this.localListeners) {
+      try {
+        l(event);
+      } catch (err) {
+        this.log.error('registry event listener failed', { error: err as Error });
+      }
+    }
   }
 
   async close(): Promise<void> {

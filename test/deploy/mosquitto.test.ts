@@ -46,7 +46,14 @@ describe('mosquitto.conf and acl', () => {
       0,
       service.findIndex((l) => l.startsWith('user ')),
     );
-    expect(serviceGrants).toEqual(['topic read +/attrs', 'topic read /+/+/attrs', 'topic write +/config', 'topic write /+/+/config']);
+    expect(serviceGrants).toEqual([
+      'topic read +/attrs',
+      'topic read /+/+/attrs',
+      'topic write +/config',
+      'topic write /+/+/config',
+      // MQTT_DYNAMIC_SECURITY: the device accounts follow the registry's credentials.
+      'topic readwrite $CONTROL/dynamic-security/#',
+    ]);
     // No grant before the first `user` line other than the patterns: those would apply to anonymous clients.
     const beforeUsers = aclLines.slice(
       0,

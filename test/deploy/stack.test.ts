@@ -1,6 +1,7 @@
 // The compose wiring without docker: the service with MQTT_URL carrying the broker account
-// `device-registry`, against the broker as deploy/mosquitto configures it (repo-mosquitto.ts),
-// with a device account added the way docs/operations.md tells operators to. A device message
+// `device-registry` and MQTT_DYNAMIC_SECURITY, against the broker as deploy/mosquitto configures
+// it (repo-mosquitto.ts), with device accounts made the way docs/operations.md tells operators
+// to: a credential through the API. A device message
 // reaches history through the ACL and the service's shared subscription; an actuation reaches
 // the device; what the ACL forbids never reaches the service.
 import crypto from 'node:crypto';
@@ -33,6 +34,7 @@ describe.skipIf(!mosquittoInstalled())('service + the compose broker configurati
     MQTT_URL: broker.url('device-registry', passwords.MQTT_SERVICE_PASSWORD),
     MQTT_SHARE_GROUP: 'device-registry',
     MQTT_SUBSCRIBER_CONNECTIONS: '2',
+    MQTT_DYNAMIC_SECURITY: 'true',
   }));
 
   beforeAll(async () => {
@@ -43,8 +45,13 @@ describe.skipIf(!mosquittoInstalled())('service + the compose broker configurati
     ]);
     device = await createDevice(svc.service.pool, tenant, [template], { events: svc.service.events });
     other = await createDevice(svc.service.pool, tenant, [template], { events: svc.service.events });
-    broker.addDevice(`${tenant}:${device}`, 'device-pw');
-    broker.addDevice(`${tenant}:${other}`, 'other-pw');
+    for (const [id, secret] of [
+      [device, 'device-password-1'],
+      [other, 'other-password-1'],
+    ] as const) {
+      const made = await http('POST', `${svc.base}/device/${id}/credentials`, { token, body: { type: 'password', secret } });
+      expect(made.status).toBe(201);
+    }
   });
 
   afterAll(() => {
@@ -61,7 +68,7 @@ describe.skipIf(!mosquittoInstalled())('service + the compose broker configurati
     http<HistoryRecord[]>('GET', `${svc.base}/history/device/${id}/history?attr=temperature&lastN=10`, { token });
 
   it('stores a device message that went through the broker ACL and the shared subscription', async () => {
-    const client = await connectAs(device, 'device-pw');
+    const client = await connectAs(device, 'device-password-1');
     await client.publishAsync(`${tenant}:${device}/attrs`, JSON.stringify({ temperature: 21.5 }), { qos: 1 });
     const rows = await eventually(async () => {
       const res = await history(device);
@@ -71,7 +78,7 @@ describe.skipIf(!mosquittoInstalled())('service + the compose broker configurati
   });
 
   it('sends an actuation to the device through the broker', async () => {
-    const client = await connectAs(device, 'device-pw');
+    const client = await connectAs(device, 'device-password-1');
     const received: string[] = [];
     client.on('message', (topic, payload) => received.push(`${topic} ${payload.toString()}`));
     await client.subscribeAsync(`${tenant}:${device}/config`, { qos: 1 });
@@ -84,7 +91,7 @@ describe.skipIf(!mosquittoInstalled())('service + the compose broker configurati
   it('never receives what a device may not publish: another device’s topic', async () => {
     const before = await historyCount(svc.service.pool, tenant, device);
     // MQTT 5, so that the broker says why in the PUBACK (3.1.1 acknowledges and drops silently).
-    const intruder = await connectAs(other, 'other-pw', { protocolVersion: 5 });
+    const intruder = await connectAs(other, 'other-password-1', { protocolVersion: 5 });
     await expect(intruder.publishAsync(`${tenant}:${device}/attrs`, JSON.stringify({ temperature: -99 }), { qos: 1 })).rejects.toThrow(
       /Not authorized/,
     );

@@ -183,3 +183,17 @@ export interface ReadinessAnswer {
   checks: Record<'database' | 'migrations' | 'broker' | 'ingest', string>;
   reasons?: string[];
 }
+
+/** A device credential's metadata (GET /device/{id}/credentials), never its secret. */
+export interface CredentialView {
+  id: string;
+  type: 'password';
+  created_at: string;
+  expires_at: string | null;
+  last_used_at: string | null;
+}
+
+/** POST /device/{id}/credentials: the metadata and, this once, the secret. */
+export interface CredentialCreated extends Omit<CredentialView, 'last_used_at'> {
+  secret: string;
+}

@@ -6,6 +6,7 @@
 // (src/openapi/examples.ts, docs/api.md); template id 1 in path parameters and in `templates`
 // of request bodies stands for the fixture template's id.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CREDENTIAL_ID } from '../../src/openapi/examples.js';
 import { insertHistory } from '../helpers/registry-fixtures.js';
 import type { TemplateCreated } from '../helpers/api.js';
 import { http, login, startTestService, tenantToken, type ApiResponse, type TestService } from '../helpers/service.js';
@@ -28,6 +29,7 @@ beforeAll(async () => {
 afterAll(() => svc?.stop());
 
 interface Fixture {
+  tenant: string;
   token: string;
   templateId: number;
 }
@@ -72,12 +74,25 @@ async function fixture(kind: string | undefined): Promise<Fixture> {
     );
     await ok(http('POST', `${svc.base}/device`, { token, body: { label: 'bare', templates: [], id: 'd4e5f6' } }), 'device d4e5f6');
     await ok(http('POST', `${svc.base}/device/gen_psk/a1b2c3?key_length=16&attrs=key`, { token }), 'key');
+    // A credential with a known id (its hash matches no secret).
+    await svc.service.pool.query(
+      "INSERT INTO device_credentials (tenant, device_id, id, type, secret_hash) VALUES ($1, 'a1b2c3', $2, 'password', 'hmac-sha256$AA==')",
+      [tenant, CREDENTIAL_ID],
+    );
     await insertHistory(svc.service.pool, [
       { tenant, device: 'a1b2c3', attr: 'temperature', ts: '2026-05-01T12:00:00Z', value: '21.5' },
       { tenant, device: 'a1b2c3', attr: 'temperature', ts: '2026-05-01T12:01:00Z', value: '22' },
     ]);
   }
-  return { token, templateId };
+  return { tenant, token, templateId };
+}
+
+/** The examples' tenant `acme` (broker hooks: usernames and topics) is the fixture's tenant. */
+function inTenant(v: unknown, tenant: string): unknown {
+  if (typeof v === 'string') return v.replace(/^acme:/, `${tenant}:`).replace(/^\/acme\//, `/${tenant}/`);
+  if (Array.isArray(v)) return v.map((x) => inTenant(x, tenant));
+  if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, inTenant(x, tenant)]));
+  return v;
 }
 
 const examples = () =>
@@ -111,6 +126,7 @@ function request(
     const b = body as { templates: unknown[] };
     body = { ...b, templates: b.templates.map((t) => (t === FIXTURE_TEMPLATE_ID ? f.templateId : t)) };
   }
+  body = inTenant(body, f.tenant);
   const qs = query.toString();
   // A bare flag (`?idsOnly`) is written without `=`.
   return { url: path + (qs ? '?' + qs.replace(/=(&|$)/g, '$1') : ''), body, headers: ex.request.headers ?? {} };
@@ -132,7 +148,8 @@ function comparable(v: unknown, key = ''): unknown {
   // (Before the numeric rule: a generated device id can be all digits.)
   if (key === 'id' && typeof v === 'string' && /^[0-9a-f]{6}$/.test(v) && !FIXTURE_DEVICES.includes(v)) return '<generated id>';
   if (['id', 'template_id'].includes(key) && /^\d+$/.test(String(v))) return '<numeric id>';
-  if (['created', 'updated', 'ts'].includes(key)) return '<time>';
+  if (['created', 'updated', 'ts', 'created_at', 'last_used_at'].includes(key)) return '<time>';
+  if (key === 'secret') return '<secret>';
   if (key === 'jwt') return '<token>';
   if (key === 'id' && typeof v === 'string' && !FIXTURE_DEVICES.includes(v)) return '<generated id>';
   if (typeof v === 'string' && /^[0-9a-f]{16,}$/.test(v)) return '<key>';
@@ -172,7 +189,7 @@ describe('documented examples against the running service', () => {
         );
       // Error bodies are exact: the documented one is the one answered. Success bodies too, but
       // for what the fixture cannot fix: numeric ids, times and keys (see `comparable`).
-      const documentedAnswer = answers?.[ex.name]?.value;
+      const documentedAnswer = inTenant(answers?.[ex.name]?.value, f.tenant);
       // (The document's own example and the metrics text are excerpts.)
       if (res.status === ex.status && documentedAnswer !== undefined && contentType === 'application/json' && o.path !== '/openapi.json') {
         const [got, documented] = res.status >= 400 ? [res.body, documentedAnswer] : [comparable(res.body), comparable(documentedAnswer)];
@@ -184,6 +201,6 @@ describe('documented examples against the running service', () => {
       }
     }
     expect(failures, failures.join('\n')).toEqual([]);
-    // Some 75 examples, each with a fixture of its own: minutes on a busy machine.
+    // Some 130 examples, each with a fixture of its own: minutes on a busy machine.
   }, 300_000);
 });

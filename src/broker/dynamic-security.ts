@@ -1,0 +1,304 @@
+// The shipped Mosquitto kept in step with the registry's credentials (MQTT_DYNAMIC_SECURITY,
+// docs/operations.md §2). Debian's Mosquitto has no HTTP authentication, but it has the
+// dynamic-security plugin, driven by JSON commands on `$CONTROL/dynamic-security/v1`:
+//   - a credential created: the device's client `<tenant>:<device_id>` is created (or its
+//     password set) with the new secret, before the creation commits; its role grants the
+//     legacy topics `/<tenant>/<device_id>/attrs|config` (the ACL file's `%u` patterns grant
+//     the default ones);
+//   - the credential the broker holds deleted (or expired), or the device removed: the client
+//     and its role are deleted; Mosquitto then closes the device's connections itself.
+//   - at start: clients of devices the registry no longer has (or whose credentials are gone)
+//     are removed, and devices with credentials the broker lacks are reported.
+// The plugin holds one password per client: the broker knows a device's newest credential only
+// (rotation on Mosquitto: docs/operations.md §2). Setting a password makes Mosquitto close the
+// device's connections, so none outlives the credential it logged in with.
+import crypto from 'node:crypto';
+import mqtt from 'mqtt';
+import type pg from 'pg';
+import type { Logger } from '../log.js';
+import * as repo from '../registry/credentials/repo.js';
+import type { BrokerAccounts } from '../registry/credentials/service.js';
+import type { RegistryEvent } from '../registry/events.js';
+import { parseDeviceName } from '../topics.js';
+
+const COMMANDS = '$CONTROL/dynamic-security/v1';
+const RESPONSES = `${COMMANDS}/response`;
+const CONNECT_MS = 10_000;
+const SWEEP_MS = 60_000;
+/** Devices per command message when many are removed at once (two commands each). */
+const REMOVAL_BATCH = 50;
+const ROLE_PREFIX = 'device:';
+
+interface Answer {
+  command: string;
+  error?: string;
+  data?: { clients?: string[]; roles?: string[] };
+}
+
+export interface DynamicSecurityOptions {
+  /** The broker, with the service's account (MQTT_URL); its ACL grants `$CONTROL/dynamic-security/#`. */
+  url: string;
+  clientId: string;
+  /** How long a command may wait for the broker's answer. */
+  timeoutMs: number;
+  pool: pg.Pool;
+  log: Logger;
+}
+
+/** What reconciliation found: clients removed, devices whose credentials the broker lacks (`<tenant>:<id>`). */
+export interface Reconciled {
+  removed: string[];
+  missing: string[];
+}
+
+const roleOf = (username: string) => ROLE_PREFIX + username;
+
+/** The legacy topics of a device; its default topics come from the ACL file's `%u` patterns. */
+function legacyAcls(tenant: string, deviceId: string): object[] {
+  const attrs = `/${tenant}/${deviceId}/attrs`;
+  const config = `/${tenant}/${deviceId}/config`;
+  return [
+    { acltype: 'publishClientSend', topic: attrs, allow: true },
+    { acltype: 'subscribeLiteral', topic: config, allow: true },
+    { acltype: 'publishClientReceive', topic: config, allow: true },
+  ];
+}
+
+const notFound = (a: Answer | undefined) => a?.error !== undefined && /not found/i.test(a.error);
+const exists = (a: Answer | undefined) => a?.error !== undefined && /already exists/i.test(a.error);
+
+export class DynamicSecurity implements BrokerAccounts {
+  private readonly waiting = new Map<string, (a: Answer) => void>();
+  private readonly prefix = crypto.randomBytes(6).toString('hex');
+  private sequence = 0;
+  private sweepTimer: NodeJS.Timeout | undefined;
+
+  private constructor(
+    private readonly client: mqtt.MqttClient,
+    private readonly opts: DynamicSecurityOptions,
+  ) {
+    client.on('message', (topic, payload) => {
+      if (topic === RESPONSES) this.answered(payload);
+    });
+  }
+
+  /** Connects, reconciles the broker with the registry, and sweeps expired credentials every minute. */
+  static async start(opts: DynamicSecurityOptions): Promise<DynamicSecurity> {
+    const client = mqtt.connect(opts.url, {
+      clientId: opts.clientId,
+      clean: true,
+      reconnectPeriod: 1000,
+      connectTimeout: 5000,
+      protocolVersion: 5,
+    });
+    client.on('error', (err) => opts.log.debug('dynamic-security connection error', { error: err.message }));
+    try {
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(
+          () => reject(new Error(`could not connect to the broker ${new URL(opts.url).host} to manage device accounts`)),
+          CONNECT_MS,
+        );
+        client.once('connect', () => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+      // A clean session: subscribe again after each reconnection.
+      const subscribe = () => client.subscribeAsync(RESPONSES, { qos: 1 });
+      const granted = await subscribe();
+      if (granted.some((g) => g.qos > 2))
+        throw new Error(`the broker refused ${RESPONSES}: its ACL must grant the service account $CONTROL/dynamic-security/#`);
+      client.on('connect', () => void subscribe().catch(() => undefined));
+    } catch (err) {
+      client.end(true);
+      throw err;
+    }
+    const accounts = new DynamicSecurity(client, opts);
+    const found = await accounts.reconcile();
+    opts.log.info('device accounts of the broker reconciled (dynamic-security)', {
+      removed: found.removed.length,
+      missing: found.missing.length,
+    });
+    accounts.sweepTimer = setInterval(
+      () =>
+        void accounts.sweepExpired().catch((err: Error) => opts.log.warn('expired device accounts not removed', { error: err.message })),
+      SWEEP_MS,
+    );
+    accounts.sweepTimer.unref();
+    return accounts;
+  }
+
+  async secretAdded(tenant: string, deviceId: string, secret: string): Promise<void> {
+    await this.logged('create the account of', tenant, deviceId, () => this.setSecret(tenant, deviceId, secret));
+  }
+
+  async accountRemoved(tenant: string, deviceId: string): Promise<void> {
+    await this.logged('remove the account of', tenant, deviceId, () => this.removeAccount(tenant, deviceId));
+  }
+
+  private async logged(what: string, tenant: string, deviceId: string, step: () => Promise<void>): Promise<void> {
+    try {
+      await step();
+    } catch (err) {
+      this.opts.log.warn(`the broker did not ${what} a device`, { tenant, device: deviceId, error: (err as Error).message });
+      throw err;
+    }
+  }
+
+  private async setSecret(tenant: string, deviceId: string, secret: string): Promise<void> {
+    const username = `${tenant}:${deviceId}`;
+    const [role, client] = await this.send([
+      { command: 'createRole', rolename: roleOf(username), acls: legacyAcls(tenant, deviceId) },
+      { command: 'createClient', username, password: secret, roles: [{ rolename: roleOf(username) }] },
+    ]);
+    this.check(role, exists);
+    if (!exists(client)) return this.check(client);
+    // An existing client: its password and role set at once (Mosquitto closes its connections).
+    const [modified] = await this.send([{ command: 'modifyClient', username, password: secret, roles: [{ rolename: roleOf(username) }] }]);
+    this.check(modified);
+  }
+
+  private async removeAccount(tenant: string, deviceId: string): Promise<void> {
+    const answers = await this.send(removal(`${tenant}:${deviceId}`));
+    for (const a of answers) this.check(a, notFound);
+  }
+
+  /** This instance's registry changes: a removed device's account goes (its rows are gone with it). */
+  registryChanged(event: RegistryEvent): void {
+    if (event.type !== 'devices.removed') return;
+    void (async () => {
+      for (let i = 0; i < event.deviceIds.length; i += REMOVAL_BATCH) {
+        const usernames = event.deviceIds.slice(i, i + REMOVAL_BATCH).map((id) => `${event.tenant}:${id}`);
+        const answers = await this.send(usernames.flatMap(removal));
+        for (const a of answers) this.check(a, notFound);
+      }
+    })().catch((err: Error) =>
+      this.opts.log.warn('the broker accounts of removed devices were not all deleted; the next start removes them', {
+        tenant: event.tenant,
+        devices: event.deviceIds.length,
+        error: err.message,
+      }),
+    );
+  }
+
+  /**
+   * The broker's device clients against the registry: a client of a device without an
+   * unexpired credential held by the broker is deleted; a device with credentials but no client
+   * is reported (its secrets are not kept, so only a new credential gives it an account again).
+   */
+  async reconcile(): Promise<Reconciled> {
+    await this.sweepExpired();
+    const [clients, roles] = await this.send([
+      { command: 'listClients', verbose: false, count: -1 },
+      { command: 'listRoles', verbose: false, count: -1 },
+    ]);
+    this.check(clients);
+    this.check(roles);
+    const present = new Set((clients!.data?.clients ?? []).filter((u) => parseDeviceName(u) !== undefined));
+    const wanted = await repo.brokerAccounts(this.opts.pool);
+    const held = new Set(wanted.filter((w) => w.in_broker).map((w) => `${w.tenant}:${w.device_id}`));
+    const removed = [...present].filter((u) => !held.has(u));
+    const orphanRoles = (roles!.data?.roles ?? []).filter(
+      (r) => r.startsWith(ROLE_PREFIX) && !held.has(r.slice(ROLE_PREFIX.length)) && !removed.includes(r.slice(ROLE_PREFIX.length)),
+    );
+    const commands = [...removed.flatMap(removal), ...orphanRoles.map((rolename) => ({ command: 'deleteRole', rolename }))];
+    for (let i = 0; i < commands.length; i += 2 * REMOVAL_BATCH) {
+      for (const a of await this.send(commands.slice(i, i + 2 * REMOVAL_BATCH))) this.check(a, notFound);
+    }
+    if (removed.length > 0)
+      this.opts.log.info('removed broker accounts of devices without credentials', {
+        accounts: removed.length,
+        first: removed.slice(0, 20),
+      });
+    const lost = wanted.filter((w) => w.in_broker && !present.has(`${w.tenant}:${w.device_id}`));
+    await repo.clearInBroker(
+      this.opts.pool,
+      lost.map((w) => ({ tenant: w.tenant, deviceId: w.device_id })),
+    );
+    const missing = wanted
+      .filter((w) => !w.in_broker || !present.has(`${w.tenant}:${w.device_id}`))
+      .map((w) => `${w.tenant}:${w.device_id}`);
+    if (missing.length > 0) {
+      this.opts.log.warn(
+        'the broker lacks the accounts of devices with credentials: create a new credential for each (POST /device/{id}/credentials)',
+        {
+          devices: missing.length,
+          first: missing.slice(0, 20),
+        },
+      );
+    }
+    return { removed, missing };
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.sweepTimer);
+    await new Promise<void>((resolve) => this.client.end(false, {}, () => resolve()));
+  }
+
+  /** Credentials the broker holds that have expired: their accounts go. */
+  private async sweepExpired(): Promise<void> {
+    for (const d of await repo.expiredInBroker(this.opts.pool)) {
+      await this.accountRemoved(d.tenant, d.device_id);
+      await repo.clearInBroker(this.opts.pool, [{ tenant: d.tenant, deviceId: d.device_id }]);
+      this.opts.log.info('removed the broker account of a device whose credential expired', { tenant: d.tenant, device: d.device_id });
+    }
+  }
+
+  /** Sends commands in one message; resolves with their answers, in order. */
+  private send(commands: object[]): Promise<Array<Answer | undefined>> {
+    if (commands.length === 0) return Promise.resolve([]);
+    if (!this.client.connected) return Promise.reject(new Error('not connected to the broker'));
+    const batch = `${this.prefix}:${++this.sequence}`;
+    const ids = commands.map((_, i) => `${batch}:${i}`);
+    return new Promise((resolve, reject) => {
+      const answers: Array<Answer | undefined> = new Array(commands.length);
+      let left = commands.length;
+      const timer = setTimeout(() => {
+        for (const id of ids) this.waiting.delete(id);
+        reject(new Error('the broker did not answer the dynamic-security commands in time'));
+      }, this.opts.timeoutMs);
+      ids.forEach((id, i) =>
+        this.waiting.set(id, (a) => {
+          this.waiting.delete(id);
+          answers[i] = a;
+          if (--left === 0) {
+            clearTimeout(timer);
+            resolve(answers);
+          }
+        }),
+      );
+      // Secrets travel in these commands only, to the broker; they are never logged.
+      const payload = JSON.stringify({ commands: commands.map((c, i) => ({ ...c, correlationData: ids[i] })) });
+      this.client.publish(COMMANDS, payload, { qos: 1 }, (err) => {
+        if (!err) return;
+        clearTimeout(timer);
+        for (const id of ids) this.waiting.delete(id);
+        reject(err);
+      });
+    });
+  }
+
+  private answered(payload: Buffer): void {
+    let parsed: { responses?: Array<Answer & { correlationData?: string }> };
+    try {
+      parsed = JSON.parse(payload.toString('utf8')) as typeof parsed;
+    } catch {
+      return;
+    }
+    for (const r of parsed.responses ?? []) if (r.correlationData) this.waiting.get(r.correlationData)?.(r);
+  }
+
+  /** Throws the broker's error, unless `fine` says it changes nothing ("not found" of a removal, "already exists"). */
+  private check(a: Answer | undefined, fine: (a: Answer | undefined) => boolean = () => false): void {
+    if (!a) throw new Error('the broker did not answer a dynamic-security command');
+    if (a.error !== undefined && !fine(a)) throw new Error(`the broker refused ${a.command}: ${a.error}`);
+  }
+}
+
+/** The commands that remove a device's client and its role. */
+function removal(username: string): object[] {
+  return [
+    { command: 'deleteClient', username },
+    { command: 'deleteRole', rolename: roleOf(username) },
+  ];
+}

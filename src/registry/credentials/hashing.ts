@@ -1,0 +1,107 @@
+// How a device credential's secret is kept: never in clear, only as a hash that cannot log a
+// device in by itself.
+//   - generated secrets (at least 128 random bits): a keyed hash, HMAC-SHA256 under the service's
+//     credential key, over the row's tenant, device and credential id and the secret. Random
+//     secrets need no salt or slowness; without the key a database dump is worthless; and a
+//     check costs a microsecond, so a reconnect storm of thousands of devices is cheap.
+//   - client-chosen secrets (people pick guessable ones): a salted slow hash (scrypt, as user
+//     passwords: src/auth/passwords.ts).
+import crypto from 'node:crypto';
+import { hashPassword, verifyPassword } from '../../auth/passwords.js';
+
+const KEYED = 'hmac-sha256$';
+/**
+ * Slow hashes computed at once. scrypt runs on libuv's thread pool (4 threads by default), which
+ * also serves PBKDF2 of new database connections (SCRAM): a burst of client-chosen secrets must
+ * not take every thread, or new connections time out behind it (seen: 32 concurrent creations
+ * at a load average of 25 answered 503 "Database unavailable").
+ */
+const SLOW_AT_ONCE = 2;
+
+/** At most `limit` of the given jobs run at once; the others wait in order. */
+class Gate {
+  private running = 0;
+  private readonly waiting: Array<() => void> = [];
+
+  constructor(private readonly limit: number) {}
+
+  async run<T>(job: () => Promise<T>): Promise<T> {
+    // A finished job hands its slot to the next waiting one.
+    if (this.running >= this.limit) await new Promise<void>((resolve) => this.waiting.push(resolve));
+    else this.running++;
+    try {
+      return await job();
+    } finally {
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.running--;
+    }
+  }
+}
+
+const slow = new Gate(SLOW_AT_ONCE);
+
+/** The row a hash belongs to: a keyed hash moved to another row no longer matches. */
+export interface CredentialPlace {
+  tenant: string;
+  deviceId: string;
+  credentialId: string;
+}
+
+/** A new generated secret: 192 random bits as URL-safe text (32 characters). */
+export function generateSecret(): string {
+  return crypto.randomBytes(24).toString('base64url');
+}
+
+export class CredentialHasher {
+  constructor(private readonly key: Buffer) {
+    if (key.length !== 32) throw new Error('the device credential key must be 32 bytes');
+  }
+
+  /** DEVICE_CREDENTIAL_KEY absent: a key of its own derived from the PSK key (HKDF-SHA256), so no second secret is needed. */
+  static derivedFrom(pskKey: Buffer): CredentialHasher {
+    return new CredentialHasher(Buffer.from(crypto.hkdfSync('sha256', pskKey, Buffer.alloc(0), 'device-registry device credentials', 32)));
+  }
+
+  /** The stored form of a generated secret. */
+  keyed(place: CredentialPlace, secret: string): string {
+    return KEYED + this.mac(place, secret).toString('base64');
+  }
+
+  /** The stored form of a client-chosen secret. */
+  salted(secret: string): Promise<string> {
+    return slow.run(() => hashPassword(secret));
+  }
+
+  /** Whether checking this stored hash is fast (keyed) or slow (scrypt). */
+  isKeyed(stored: string): boolean {
+    return stored.startsWith(KEYED);
+  }
+
+  /** True when `secret` is the secret `stored` was made from. */
+  async matches(stored: string, place: CredentialPlace, secret: string): Promise<boolean> {
+    if (this.isKeyed(stored)) {
+      const expected = Buffer.from(stored.slice(KEYED.length), 'base64');
+      const actual = this.mac(place, secret);
+      return expected.length === actual.length && crypto.timingSafeEqual(expected, actual);
+    }
+    return slow.run(() => verifyPassword(secret, stored)).catch(() => false);
+  }
+
+  /**
+   * A keyed digest of a secret that was checked against a slow hash, kept in memory only, so a
+   * device with a client-chosen secret pays scrypt once per process, not at every reconnect.
+   */
+  remembered(place: CredentialPlace, secret: string): Buffer {
+    return this.mac(place, '\u0000verified\u0000' + secret);
+  }
+
+  private mac(place: CredentialPlace, secret: string): Buffer {
+    return crypto
+      .createHmac('sha256', this.key)
+      .update(JSON.stringify([place.tenant, place.deviceId, place.credentialId]))
+      .update('\u0000')
+      .update(secret, 'utf8')
+      .digest();
+  }
+}

@@ -1,0 +1,239 @@
+// Device logins (docs/credentials.md): the one place that decides whether a client may log in
+// to a broker as a device, for every broker the service serves: the embedded broker (which asks
+// from its thread, src/ingest/login-bridge.ts) and external brokers calling the internal
+// listener (src/http/broker-auth-routes.ts). MQTT_DEVICE_AUTH sets the rule:
+//   required  the device must exist and present a valid, unexpired credential;
+//   optional  the same for a device that has credentials; one without any logs in as before;
+//   off       the device must exist.
+// A client certificate verified for the device (CN `<tenant>:<device_id>`) is a credential.
+// Devices and their credentials are cached (registry events drop them); lookups made at the
+// same moment share one query, so a storm of logins costs a few queries, not one each.
+// Secrets are compared, never kept (a keyed digest of a slow-hashed one is, in memory only).
+import type pg from 'pg';
+import type { DeviceAuthMode } from '../../config.js';
+import type { Logger } from '../../log.js';
+import type { RegistryEvent } from '../events.js';
+import type { CredentialHasher } from './hashing.js';
+import type { LoginMetrics } from './metrics.js';
+import * as repo from './repo.js';
+import { LoginThrottle } from './throttle.js';
+
+/** Why a login was refused: counted by reason in device_logins_refused_total. */
+export type LoginRefusal = 'unknown_device' | 'no_credential' | 'wrong' | 'expired' | 'throttled';
+export const LOGIN_REFUSALS: readonly LoginRefusal[] = ['unknown_device', 'no_credential', 'wrong', 'expired', 'throttled'];
+
+/** What a client presented. */
+export interface DeviceLogin {
+  /** The device it names (username, client id, certificate); absent: not known yet (a legacy client, named later by its first topic). */
+  device?: { tenant: string; id: string };
+  /** The MQTT password. */
+  password?: Uint8Array;
+  /** The broker verified a client certificate naming this device. */
+  certificate?: boolean;
+  /** The client's address (throttling, logs). */
+  address?: string;
+}
+
+export type LoginVerdict =
+  /** `credentialId`: the credential it logged in with (closed with it); `expiresMs`: when that credential expires. */
+  { ok: true; credentialId?: string; expiresMs?: number } | { ok: false; reason: LoginRefusal };
+
+/** How a broker asks. */
+export interface LoginCheck {
+  check(login: DeviceLogin): Promise<LoginVerdict>;
+}
+
+const RECORD_CAPACITY = 500_000;
+const REMEMBERED_CAPACITY = 100_000;
+const LOAD_BATCH = 1000;
+const LAST_USED_FLUSH_MS = 2000;
+
+type Record = repo.StoredCredential[] | null;
+
+interface Waiting {
+  tenant: string;
+  deviceId: string;
+  key: string;
+  resolve(r: Record): void;
+  reject(err: unknown): void;
+}
+
+export class DeviceLogins implements LoginCheck {
+  private readonly records = new Map<string, Record>();
+  private readonly loading = new Map<string, Promise<Record>>();
+  private queue: Waiting[] = [];
+  private generation = 0;
+  private readonly throttle = new LoginThrottle();
+  /** Slow-hashed secrets already checked: credential id -> keyed digest. */
+  private readonly remembered = new Map<string, Buffer>();
+  /** Slow checks under way, by credential id and digest: a device reconnecting meanwhile waits for the same one. */
+  private readonly slowChecks = new Map<string, Promise<boolean>>();
+  private readonly used = new Map<string, { tenant: string; deviceId: string; id: string }>();
+  private readonly usedTimer: NodeJS.Timeout;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly hasher: CredentialHasher,
+    readonly mode: DeviceAuthMode,
+    private readonly metrics: LoginMetrics,
+    private readonly log: Logger,
+  ) {
+    this.usedTimer = setInterval(() => void this.flushUsed(), LAST_USED_FLUSH_MS);
+    this.usedTimer.unref();
+  }
+
+  async check(login: DeviceLogin): Promise<LoginVerdict> {
+    const device = login.device;
+    if (!device) {
+      // Not named yet: a legacy client, checked again once its first topic names the device.
+      if (this.mode === 'required' && !login.password?.length && !login.certificate) return this.refuse(login, 'no_credential');
+      return { ok: true };
+    }
+    const guarded = this.mode !== 'off' && !login.certificate;
+    const keys = guarded ? [`u:${device.tenant}:${device.id}`, `a:${login.address ?? ''}`] : [];
+    if (guarded) {
+      const delay = this.throttle.delayFor(keys);
+      if (delay === undefined) return this.refuse(login, 'throttled');
+      if (delay > 0) await this.throttle.wait(keys, delay);
+    }
+    const verdict = await this.decide(device, login);
+    if (verdict.ok) {
+      if (guarded) this.throttle.succeeded(keys[0]!);
+      this.metrics.accepted(login.certificate ? 'certificate' : verdict.credentialId ? 'password' : 'none');
+      if (verdict.credentialId)
+        this.used.set(verdict.credentialId, { tenant: device.tenant, deviceId: device.id, id: verdict.credentialId });
+      return verdict;
+    }
+    if (guarded) this.throttle.failed(keys);
+    return this.refuse(login, verdict.reason);
+  }
+
+  /** Registry events: drop what they make stale (a lookup under way is not cached). */
+  invalidate(event: RegistryEvent): void {
+    this.generation++;
+    switch (event.type) {
+      case 'devices.changed':
+      case 'devices.removed':
+        for (const id of event.deviceIds) this.records.delete(repo.recordKey(event.tenant, id));
+        break;
+      case 'credentials.changed':
+        this.records.delete(repo.recordKey(event.tenant, event.deviceId));
+        for (const id of event.removedIds) this.remembered.delete(id);
+        break;
+      case 'tenant.changed':
+        if (event.tenant === '*') this.records.clear();
+        else for (const key of this.records.keys()) if (key.startsWith(repo.recordKey(event.tenant, ''))) this.records.delete(key);
+        break;
+    }
+  }
+
+  /** Writes the last logins and stops. */
+  async stop(): Promise<void> {
+    clearInterval(this.usedTimer);
+    await this.flushUsed();
+  }
+
+  private async decide(device: { tenant: string; id: string }, login: DeviceLogin): Promise<LoginVerdict> {
+    const credentials = await this.load(device.tenant, device.id);
+    if (credentials === null) return { ok: false, reason: 'unknown_device' };
+    if (this.mode === 'off' || login.certificate) return { ok: true };
+    if (credentials.length === 0) return this.mode === 'required' ? { ok: false, reason: 'no_credential' } : { ok: true };
+    if (!login.password?.length) return { ok: false, reason: 'no_credential' };
+    const secret = Buffer.from(login.password).toString('utf8');
+    const now = Date.now();
+    let expiredMatch = false;
+    // Keyed hashes first: a microsecond each. A slow hash only when none of them matched.
+    const ordered = [...credentials].sort((a, b) => Number(this.hasher.isKeyed(b.secretHash)) - Number(this.hasher.isKeyed(a.secretHash)));
+    for (const c of ordered) {
+      if (!(await this.matches(device, c, secret))) continue;
+      if (c.expiresMs !== null && c.expiresMs <= now) {
+        expiredMatch = true;
+        continue;
+      }
+      return { ok: true, credentialId: c.id, ...(c.expiresMs !== null ? { expiresMs: c.expiresMs } : {}) };
+    }
+    return { ok: false, reason: expiredMatch ? 'expired' : 'wrong' };
+  }
+
+  private async matches(device: { tenant: string; id: string }, c: repo.StoredCredential, secret: string): Promise<boolean> {
+    const place = { tenant: device.tenant, deviceId: device.id, credentialId: c.id };
+    if (this.hasher.isKeyed(c.secretHash)) return this.hasher.matches(c.secretHash, place, secret);
+    const digest = this.hasher.remembered(place, secret);
+    if (this.remembered.get(c.id)?.equals(digest)) return true;
+    const key = c.id + ':' + digest.toString('base64');
+    let check = this.slowChecks.get(key);
+    if (!check) {
+      check = this.hasher.matches(c.secretHash, place, secret).then((ok) => {
+        this.slowChecks.delete(key);
+        if (ok) {
+          if (this.remembered.size >= REMEMBERED_CAPACITY) this.remembered.clear();
+          this.remembered.set(c.id, digest);
+        }
+        return ok;
+      });
+      this.slowChecks.set(key, check);
+    }
+    return check;
+  }
+
+  private refuse(login: DeviceLogin, reason: LoginRefusal): LoginVerdict {
+    this.metrics.refused(reason);
+    // Never the password: what was presented is named, not shown.
+    this.log.info('device login refused', {
+      device: login.device ? `${login.device.tenant}:${login.device.id}` : undefined,
+      reason,
+      address: login.address,
+      presented: login.certificate ? 'certificate' : login.password?.length ? 'password' : 'nothing',
+    });
+    return { ok: false, reason };
+  }
+
+  /** The device's credentials (null: no such device), cached; concurrent lookups share one query. */
+  private load(tenant: string, deviceId: string): Promise<Record> {
+    const key = repo.recordKey(tenant, deviceId);
+    const hit = this.records.get(key);
+    if (hit !== undefined) return Promise.resolve(hit);
+    let p = this.loading.get(key);
+    if (!p) {
+      p = new Promise<Record>((resolve, reject) => {
+        if (this.queue.length === 0) setImmediate(() => void this.loadQueued());
+        this.queue.push({ tenant, deviceId, key, resolve, reject });
+      });
+      this.loading.set(key, p);
+    }
+    return p;
+  }
+
+  private async loadQueued(): Promise<void> {
+    const queued = this.queue;
+    this.queue = [];
+    for (let i = 0; i < queued.length; i += LOAD_BATCH) {
+      const batch = queued.slice(i, i + LOAD_BATCH);
+      const gen = this.generation;
+      try {
+        const found = await repo.loginRecords(this.pool, batch);
+        for (const w of batch) {
+          const record = found.get(w.key) ?? null;
+          this.loading.delete(w.key);
+          if (gen === this.generation) {
+            if (this.records.size >= RECORD_CAPACITY) this.records.delete(this.records.keys().next().value!);
+            this.records.set(w.key, record);
+          }
+          w.resolve(record);
+        }
+      } catch (err) {
+        for (const w of batch) {
+          this.loading.delete(w.key);
+          w.reject(err);
+        }
+      }
+    }
+  }
+
+  private async flushUsed(): Promise<void> {
+    if (this.used.size === 0) return;
+    const batch = [...this.used.values()];
+    this.used.clear();
+    await repo.touch(this.pool, batch).catch((err: Error) => this.log.warn('could not record credential use', { error: err.message }));
+  }
+}

@@ -1,0 +1,93 @@
+// Failed logins slow their guesser down, not the service (docs/credentials.md). Failures are
+// counted per key (a device name, a client address); past its free failures (a few for a device
+// name; more for an address, which a gateway or a NAT shares between many devices), each
+// further attempt by that key waits before it is checked, twice as long after every failure,
+// up to MAX_DELAY_MS. The wait costs the service a timer; a key with MAX_WAITING attempts
+// already waiting is refused at once, unchecked. A success forgives the device name, not the
+// address (an address with one good credential could otherwise reset itself between guesses).
+// Counts are forgotten FORGET_MS after a key's last failure.
+
+/** Failures without a wait: per key kind, by the key's prefix (`u:` device name, `a:` address). */
+export const FREE_FAILURES = { u: 3, a: 30 } as const;
+const BASE_DELAY_MS = 500;
+const MAX_DELAY_MS = 8000;
+const MAX_WAITING = 16;
+const FORGET_MS = 15 * 60_000;
+const CAPACITY = 100_000;
+
+const freeFailures = (key: string) => (key.startsWith('a:') ? FREE_FAILURES.a : FREE_FAILURES.u);
+
+interface Entry {
+  failures: number;
+  lastFailure: number;
+  waiting: number;
+}
+
+export class LoginThrottle {
+  private readonly entries = new Map<string, Entry>();
+
+  constructor(private readonly now: () => number = Date.now) {}
+
+  /** The wait before an attempt by these keys is checked (ms); undefined: refuse it unchecked. */
+  delayFor(keys: readonly string[]): number | undefined {
+    let delay = 0;
+    for (const key of keys) {
+      const e = this.current(key);
+      const free = freeFailures(key);
+      if (!e || e.failures < free) continue;
+      if (e.waiting >= MAX_WAITING) return undefined;
+      delay = Math.max(delay, Math.min(MAX_DELAY_MS, BASE_DELAY_MS * 2 ** Math.min(16, e.failures - free)));
+    }
+    return delay;
+  }
+
+  /** Waits `delayFor(keys)` (counted as waiting), then resolves. */
+  async wait(keys: readonly string[], ms: number): Promise<void> {
+    const entries = keys.map((k) => this.entries.get(k)).filter((e): e is Entry => e !== undefined);
+    for (const e of entries) e.waiting++;
+    try {
+      await new Promise((resolve) => setTimeout(resolve, ms).unref());
+    } finally {
+      for (const e of entries) e.waiting--;
+    }
+  }
+
+  failed(keys: readonly string[]): void {
+    const now = this.now();
+    for (const key of keys) {
+      let e = this.current(key);
+      if (!e) {
+        if (this.entries.size >= CAPACITY) this.forgetOld(now);
+        this.entries.set(key, (e = { failures: 0, lastFailure: now, waiting: 0 }));
+      }
+      e.failures++;
+      e.lastFailure = now;
+    }
+  }
+
+  succeeded(key: string): void {
+    const e = this.entries.get(key);
+    if (e && e.waiting === 0) this.entries.delete(key);
+    else if (e) e.failures = 0;
+  }
+
+  private current(key: string): Entry | undefined {
+    const e = this.entries.get(key);
+    if (e && e.waiting === 0 && this.now() - e.lastFailure > FORGET_MS) {
+      this.entries.delete(key);
+      return undefined;
+    }
+    return e;
+  }
+
+  /** At capacity: drop forgotten entries, then the oldest half. */
+  private forgetOld(now: number): void {
+    for (const [key, e] of this.entries) if (e.waiting === 0 && now - e.lastFailure > FORGET_MS) this.entries.delete(key);
+    if (this.entries.size < CAPACITY) return;
+    let drop = this.entries.size / 2;
+    for (const [key, e] of this.entries) {
+      if (drop-- <= 0) break;
+      if (e.waiting === 0) this.entries.delete(key);
+    }
+  }
+}

@@ -1,0 +1,219 @@
+// External brokers' authentication and authorisation calls on the internal listener
+// (docs/operations.md §2): EMQX 5's HTTP authenticator and authorizer, VerneMQ's webhooks, in
+// their own formats. No EMQX or VerneMQ runs here: the calls are made as those brokers document
+// them. The login rules are the embedded broker's (MQTT_DEVICE_AUTH=required here), the topic
+// rules the same module's.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { http, startTestService, type TestService } from '../helpers/service.js';
+import { metricValue, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
+
+let svc: TestService;
+let t: Tenant;
+let other: Tenant;
+
+beforeAll(async () => {
+  svc = await startTestService({ MQTT_DEVICE_AUTH: 'required' });
+  t = await newTenant(svc);
+  other = await newTenant(svc);
+});
+afterAll(() => svc?.stop());
+
+const emqx = async (hook: 'authenticate' | 'authorize', body: object) =>
+  (await http('POST', `${svc.internal}/broker/emqx/${hook}`, { body })).body;
+const verne = async (hook: string, body: object) => {
+  const res = await http('POST', `${svc.internal}/broker/vernemq/${hook}`, {
+    body,
+    headers: { 'vernemq-hook': hook, 'content-type': 'application/json' },
+  });
+  return res.body;
+};
+
+describe('EMQX HTTP authenticator', () => {
+  it('a device with its password: allow; wrong, none, unknown device: deny; counted like embedded logins', async () => {
+    const d = await newDevice(svc, t);
+    const cred = await newCredential(svc, t, d);
+    const before = await metricValue(svc, 'device_logins_refused_total{reason="wrong"}');
+    const username = `${t.name}:${d}`;
+    expect(await emqx('authenticate', { clientid: 'c1', username, password: cred.secret, peerhost: '10.1.0.1' })).toEqual({
+      result: 'allow',
+      is_superuser: false,
+    });
+    expect(await emqx('authenticate', { clientid: 'c1', username, password: 'wrong-password-1', peerhost: '10.1.0.1' })).toEqual({
+      result: 'deny',
+    });
+    expect(await emqx('authenticate', { clientid: 'c1', username, password: '', peerhost: '10.1.0.1' })).toEqual({ result: 'deny' });
+    expect(
+      await emqx('authenticate', { clientid: 'c1', username: `${t.name}:ffffff`, password: cred.secret, peerhost: '10.1.0.1' }),
+    ).toEqual({ result: 'deny' });
+    // Another tenant's device name with this device's secret.
+    expect(
+      await emqx('authenticate', { clientid: 'c1', username: `${other.name}:${d}`, password: cred.secret, peerhost: '10.1.0.1' }),
+    ).toEqual({ result: 'deny' });
+    expect(await metricValue(svc, 'device_logins_refused_total{reason="wrong"}')).toBe(before + 1);
+  });
+
+  it('an expiring credential tells EMQX when to end the session (expire_at, Unix seconds)', async () => {
+    const d = await newDevice(svc, t);
+    const cred = await newCredential(svc, t, d, { type: 'password', expires_at: '2099-01-01T00:00:00Z' });
+    expect(await emqx('authenticate', { username: `${t.name}:${d}`, password: cred.secret, peerhost: '10.1.0.2' })).toEqual({
+      result: 'allow',
+      is_superuser: false,
+      expire_at: Date.parse('2099-01-01T00:00:00Z') / 1000,
+    });
+  });
+
+  it('a client certificate EMQX verified (cert_common_name) logs its device in; a username must name the same device', async () => {
+    const d = await newDevice(svc, t);
+    const e = await newDevice(svc, t);
+    expect(
+      await emqx('authenticate', { clientid: 'c2', username: '', password: '', peerhost: '10.1.0.3', cert_common_name: `${t.name}:${d}` }),
+    ).toEqual({ result: 'allow', is_superuser: false });
+    expect(
+      await emqx('authenticate', {
+        clientid: 'c2',
+        username: `${t.name}:${e}`,
+        password: '',
+        peerhost: '10.1.0.3',
+        cert_common_name: `${t.name}:${d}`,
+      }),
+    ).toEqual({ result: 'deny' });
+  });
+
+  it('a username naming no device is left to the next authenticator (the service account), even with a device certificate', async () => {
+    const d = await newDevice(svc, t);
+    expect(
+      await emqx('authenticate', {
+        clientid: 'device-registry-ingest-0',
+        username: 'device-registry',
+        password: 'x',
+        peerhost: '10.1.0.4',
+      }),
+    ).toEqual({ result: 'ignore' });
+    expect(
+      await emqx('authenticate', {
+        clientid: 'c3',
+        username: 'device-registry',
+        password: '',
+        peerhost: '10.1.0.4',
+        cert_common_name: `${t.name}:${d}`,
+      }),
+    ).toEqual({ result: 'ignore' });
+  });
+
+  it('failures from one peerhost are throttled: its next login waits', async () => {
+    const d = await newDevice(svc, t);
+    const cred = await newCredential(svc, t, d);
+    const username = `${t.name}:${d}`;
+    for (let i = 0; i < 3; i++)
+      expect(await emqx('authenticate', { username, password: `guess-${i}`, peerhost: '10.1.0.5' })).toEqual({ result: 'deny' });
+    const started = Date.now();
+    expect(await emqx('authenticate', { username, password: cred.secret, peerhost: '10.1.0.5' })).toEqual({
+      result: 'allow',
+      is_superuser: false,
+    });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(450);
+  });
+});
+
+describe('EMQX HTTP authorizer', () => {
+  it('a device publishes to its attrs topic and subscribes to its config topic, in both layouts; nothing of other devices or tenants', async () => {
+    const d = await newDevice(svc, t);
+    const e = await newDevice(svc, t);
+    const username = `${t.name}:${d}`;
+    const cases: Array<[string, string, string]> = [
+      [`${t.name}:${d}/attrs`, 'publish', 'allow'],
+      [`/${t.name}/${d}/attrs`, 'publish', 'allow'],
+      [`${t.name}:${d}/config`, 'subscribe', 'allow'],
+      [`/${t.name}/${d}/config`, 'subscribe', 'allow'],
+      [`${t.name}:${d}/config`, 'publish', 'deny'],
+      [`${t.name}:${d}/attrs`, 'subscribe', 'deny'],
+      [`${t.name}:${e}/attrs`, 'publish', 'deny'],
+      [`${other.name}:${d}/attrs`, 'publish', 'deny'],
+      [`/${other.name}/${d}/attrs`, 'publish', 'deny'],
+      ['+/attrs', 'subscribe', 'deny'],
+      ['#', 'subscribe', 'deny'],
+      [`${t.name}:${d}/attrs`, 'all', 'deny'],
+    ];
+    for (const [topic, action, result] of cases) {
+      expect({ topic, action, answer: await emqx('authorize', { clientid: 'c', username, topic, action }) }).toEqual({
+        topic,
+        action,
+        answer: { result },
+      });
+    }
+    // Legacy: named by its client id.
+    expect(await emqx('authorize', { clientid: username, username: '', topic: `/${t.name}/${d}/attrs`, action: 'publish' })).toEqual({
+      result: 'allow',
+    });
+  });
+});
+
+describe('VerneMQ webhooks', () => {
+  it('auth_on_register: ok with the password, not_allowed without; next for a client naming no device', async () => {
+    const d = await newDevice(svc, t);
+    const cred = await newCredential(svc, t, d);
+    const reg = (username: string | null, password: string | null, client_id = 'c') =>
+      verne('auth_on_register', {
+        peer_addr: '10.2.0.1',
+        peer_port: 1,
+        username,
+        password,
+        mountpoint: '',
+        client_id,
+        clean_session: true,
+      });
+    expect(await reg(`${t.name}:${d}`, cred.secret)).toEqual({ result: 'ok' });
+    expect(await reg(`${t.name}:${d}`, 'wrong-password-2')).toEqual({ result: { error: 'not_allowed' } });
+    expect(await reg(`${t.name}:${d}`, null)).toEqual({ result: { error: 'not_allowed' } });
+    // Legacy: no username, the client id names the device.
+    expect(await reg(null, cred.secret, `${t.name}:${d}`)).toEqual({ result: 'ok' });
+    expect(await reg('device-registry', 'x', 'device-registry-ingest-1')).toEqual({ result: 'next' });
+  });
+
+  it('auth_on_publish and auth_on_subscribe: the topic rules', async () => {
+    const d = await newDevice(svc, t);
+    const username = `${t.name}:${d}`;
+    const pub = (topic: string) =>
+      verne('auth_on_publish', { username, client_id: 'c', mountpoint: '', qos: 1, topic, payload: 'e30=', retain: false });
+    expect(await pub(`${username}/attrs`)).toEqual({ result: 'ok' });
+    expect(await pub(`/${t.name}/${d}/attrs`)).toEqual({ result: 'ok' });
+    expect(await pub(`${other.name}:${d}/attrs`)).toEqual({ result: { error: 'not_allowed' } });
+    const sub = (topics: Array<{ topic: string; qos: number }>) =>
+      verne('auth_on_subscribe', { username, client_id: 'c', mountpoint: '', topics });
+    expect(await sub([{ topic: `${username}/config`, qos: 1 }])).toEqual({ result: 'ok' });
+    expect(
+      await sub([
+        { topic: `${username}/config`, qos: 1 },
+        { topic: `${other.name}:${d}/config`, qos: 1 },
+      ]),
+    ).toEqual({
+      result: 'ok',
+      topics: [
+        { topic: `${username}/config`, qos: 1 },
+        { topic: `${other.name}:${d}/config`, qos: 128 },
+      ],
+    });
+    expect(await sub([{ topic: '#', qos: 0 }])).toEqual({ result: { error: 'not_allowed' } });
+    expect(
+      await verne('auth_on_publish', {
+        username: 'device-registry',
+        client_id: 'device-registry-actuation',
+        mountpoint: '',
+        qos: 1,
+        topic: `${username}/config`,
+        payload: '',
+        retain: false,
+      }),
+    ).toEqual({
+      result: 'next',
+    });
+  });
+});
+
+describe('where they are served', () => {
+  it('the internal listener only, without a token', async () => {
+    const res = await http('POST', `${svc.base}/broker/emqx/authenticate`, { body: { username: 'x' } });
+    expect(res.status).toBe(401);
+    expect((await http('POST', `${svc.internal}/broker/emqx/authenticate`, { body: { username: 'x' } })).status).toBe(200);
+  });
+});

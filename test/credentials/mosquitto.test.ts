@@ -1,0 +1,160 @@
+// The shipped Mosquitto kept in step with the registry (MQTT_DYNAMIC_SECURITY,
+// docs/operations.md §2), against this machine's Mosquitto 2 with its dynamic-security plugin,
+// configured by deploy/mosquitto as the compose stack runs it (test/deploy/repo-mosquitto.ts: a
+// private process on a free port, its files in a temporary directory).
+import crypto from 'node:crypto';
+import { execFileSync } from 'node:child_process';
+import type mqtt from 'mqtt';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { http, loggedAddress, spawnService, startTestService, type TestService } from '../helpers/service.js';
+import { closedByPeer, eventually, historyCount } from '../helpers/registry-fixtures.js';
+import { mosquittoInstalled, RepoMosquitto } from '../deploy/repo-mosquitto.js';
+import { connackCode, connect, deleteCredential, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
+
+describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped Mosquitto', () => {
+  const passwords = {
+    MQTT_SERVICE_PASSWORD: crypto.randomBytes(12).toString('hex'),
+    MQTT_ADMIN_PASSWORD: crypto.randomBytes(12).toString('hex'),
+  };
+  let broker: RepoMosquitto;
+  let svc: TestService;
+  let a: Tenant;
+  let b: Tenant;
+  let url: string;
+  const clients: mqtt.MqttClient[] = [];
+
+  beforeAll(async () => {
+    broker = await RepoMosquitto.create(passwords);
+    await broker.start();
+    url = `mqtt://127.0.0.1:${broker.port}`;
+    svc = await startTestService({
+      MQTT_URL: broker.url('device-registry', passwords.MQTT_SERVICE_PASSWORD),
+      MQTT_SHARE_GROUP: 'device-registry',
+      MQTT_SUBSCRIBER_CONNECTIONS: '2',
+      MQTT_DYNAMIC_SECURITY: 'true',
+      MQTT_DEVICE_AUTH: 'required',
+    });
+    a = await newTenant(svc, 'mqa');
+    b = await newTenant(svc, 'mqb');
+  });
+
+  afterAll(async () => {
+    for (const c of clients) c.end(true);
+    await svc?.stop();
+    await broker?.dispose();
+  });
+
+  /** A device connection to the broker (MQTT 5: a refused publish says why). */
+  const device = async (t: Tenant, id: string, password: string) => {
+    const c = await connect(url, { username: `${t.name}:${id}`, password, protocolVersion: 5 });
+    clients.push(c);
+    return c;
+  };
+  const stored = (t: Tenant, id: string, n: number) =>
+    eventually(async () => (await historyCount(svc.service.pool, t.name, id)) === n || undefined, `${n} values of ${id}`);
+  const mosquittoCtrl = (...args: string[]) =>
+    execFileSync(
+      'mosquitto_ctrl',
+      ['-h', '127.0.0.1', '-p', String(broker.port), '-u', 'broker-admin', '-P', passwords.MQTT_ADMIN_PASSWORD, 'dynsec', ...args],
+      { encoding: 'utf8' },
+    );
+
+  it('a device with a fresh credential publishes, and its value is stored', async () => {
+    const d = await newDevice(svc, a);
+    const cred = await newCredential(svc, a, d);
+    const c = await device(a, d, cred.secret);
+    await c.publishAsync(`${a.name}:${d}/attrs`, JSON.stringify({ temperature: 19.5 }), { qos: 1 });
+    await stored(a, d, 1);
+    // Its legacy topics too: its role in the plugin grants them.
+    await c.publishAsync(`/${a.name}/${d}/attrs`, JSON.stringify({ temperature: 19.6 }), { qos: 1 });
+    await stored(a, d, 2);
+  });
+
+  it('after DELETE it cannot log in, and its live connection is gone', async () => {
+    const d = await newDevice(svc, a);
+    const cred = await newCredential(svc, a, d);
+    const c = await device(a, d, cred.secret);
+    const closed = closedByPeer(c);
+    const started = Date.now();
+    expect((await deleteCredential(svc, a, d, cred.id)).status).toBe(200);
+    await closed;
+    expect(Date.now() - started).toBeLessThan(1000);
+    expect(await connackCode(url, { username: `${a.name}:${d}`, password: cred.secret, protocolVersion: 5 })).toBe(0x87);
+    expect(await connackCode(url, { username: `${a.name}:${d}`, password: cred.secret })).toBe(5);
+  });
+
+  it("a device of tenant A cannot publish on tenant B's topics, in either layout", async () => {
+    const d = await newDevice(svc, a);
+    const theirs = await newDevice(svc, b);
+    const cred = await newCredential(svc, a, d);
+    const c = await device(a, d, cred.secret);
+    for (const topic of [`${b.name}:${theirs}/attrs`, `/${b.name}/${theirs}/attrs`, `${b.name}:${d}/attrs`]) {
+      await expect(c.publishAsync(topic, JSON.stringify({ temperature: -99 }), { qos: 1 })).rejects.toThrow(/Not authorized/);
+    }
+    await c.publishAsync(`${a.name}:${d}/attrs`, JSON.stringify({ temperature: 1 }), { qos: 1 });
+    await stored(a, d, 1);
+    expect(await historyCount(svc.service.pool, b.name, theirs)).toBe(0);
+  });
+
+  it('rotation: the broker holds the newest credential; creating it closes the connection that used the old one', async () => {
+    const d = await newDevice(svc, a);
+    const old = await newCredential(svc, a, d);
+    const c = await device(a, d, old.secret);
+    const closed = closedByPeer(c);
+    const next = await newCredential(svc, a, d);
+    await closed;
+    // (Mosquitto answers every refused login "not authorised", 0x87.)
+    expect(await connackCode(url, { username: `${a.name}:${d}`, password: old.secret, protocolVersion: 5 })).toBe(0x87);
+    const moved = await device(a, d, next.secret);
+    // Deleting the old one changes nothing at the broker.
+    expect((await deleteCredential(svc, a, d, old.id)).status).toBe(200);
+    await moved.publishAsync(`${a.name}:${d}/attrs`, JSON.stringify({ temperature: 2 }), { qos: 1 });
+    await stored(a, d, 1);
+  });
+
+  it('removing the device removes its broker account and closes its connection', async () => {
+    const d = await newDevice(svc, a);
+    const cred = await newCredential(svc, a, d);
+    const c = await device(a, d, cred.secret);
+    const closed = closedByPeer(c);
+    expect((await http('DELETE', `${svc.base}/device/${d}`, { token: a.token })).status).toBe(200);
+    await closed;
+    expect(await connackCode(url, { username: `${a.name}:${d}`, password: cred.secret, protocolVersion: 5 })).toBe(0x87);
+  });
+
+  it("the service's own account is unaffected", async () => {
+    expect(await connackCode(url, { username: 'device-registry', password: passwords.MQTT_SERVICE_PASSWORD, protocolVersion: 5 })).toBe(0);
+    expect(mosquittoCtrl('listClients')).not.toContain('device-registry');
+    const d = await newDevice(svc, a);
+    const cred = await newCredential(svc, a, d);
+    await (await device(a, d, cred.secret)).publishAsync(`${a.name}:${d}/attrs`, JSON.stringify({ temperature: 3 }), { qos: 1 });
+    await stored(a, d, 1);
+  });
+
+  it('at start: accounts the registry does not have are removed; credentials the broker lacks are reported', async () => {
+    const kept = await newDevice(svc, a);
+    const keptCred = await newCredential(svc, a, kept);
+    const lost = await newDevice(svc, a);
+    await newCredential(svc, a, lost);
+    await svc.stop();
+    // Behind the service's back: an account of no device, and a device's account deleted.
+    mosquittoCtrl('createClient', `${a.name}:5747a7`, '-p', 'stray-password');
+    mosquittoCtrl('deleteClient', `${a.name}:${lost}`);
+    const again = spawnService({ ...svc.env, LOG_LEVEL: 'info' });
+    try {
+      const base = loggedAddress(await again.waitFor(/public HTTP API listening/));
+      const report = JSON.parse(await again.waitFor(/the broker lacks the accounts/)) as { devices: number; first: string[] };
+      expect(report.first).toEqual([`${a.name}:${lost}`]);
+      await again.waitFor(/"ready"/);
+      expect(await connackCode(url, { username: `${a.name}:5747a7`, password: 'stray-password', protocolVersion: 5 })).toBe(0x87);
+      expect(await connackCode(url, { username: `${a.name}:${kept}`, password: keptCred.secret, protocolVersion: 5 })).toBe(0);
+      expect(again.output.join('\n')).not.toContain(keptCred.secret);
+      // A new credential gives the lost device an account again.
+      const fresh = await newCredential({ base }, a, lost);
+      expect(await connackCode(url, { username: `${a.name}:${lost}`, password: fresh.secret, protocolVersion: 5 })).toBe(0);
+    } finally {
+      again.child.kill('SIGTERM');
+      await again.exited;
+    }
+  });
+});

@@ -1,0 +1,114 @@
+// Repeated failed logins slow the guesser down (docs/credentials.md): the throttle's rule with a
+// clock of its own, then against the embedded broker.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LoginThrottle } from '../../src/registry/credentials/throttle.js';
+import { startTestService, type TestService } from '../helpers/service.js';
+import { connackCode, metricValue, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
+
+describe('LoginThrottle', () => {
+  it('a device name gets 3 free failures, then waits 0.5 s, 1 s, 2 s ... up to 8 s; a success forgives it', () => {
+    let now = 0;
+    const th = new LoginThrottle(() => now);
+    const keys = ['u:t:abc', 'a:10.0.0.1'];
+    const delays: number[] = [];
+    for (let i = 0; i < 9; i++) {
+      delays.push(th.delayFor(keys)!);
+      th.failed(keys);
+      now += 1000;
+    }
+    expect(delays).toEqual([0, 0, 0, 500, 1000, 2000, 4000, 8000, 8000]);
+    th.succeeded('u:t:abc');
+    expect(th.delayFor(['u:t:abc'])).toBe(0);
+    // The address is not forgiven by a success; its own allowance is larger (a gateway, a NAT).
+    expect(th.delayFor(['a:10.0.0.1'])).toBe(0);
+  });
+
+  it('an address gets 30 free failures, shared by every device name it tries', () => {
+    let now = 0;
+    const th = new LoginThrottle(() => now);
+    for (let i = 0; i < 30; i++) th.failed([`u:t:${i}`, 'a:10.0.0.2']);
+    expect(th.delayFor(['u:t:fresh', 'a:10.0.0.2'])).toBe(500);
+    expect(th.delayFor(['u:t:fresh', 'a:10.0.0.3'])).toBe(0);
+  });
+
+  it('failures are forgotten 15 minutes after the last one', () => {
+    let now = 0;
+    const th = new LoginThrottle(() => now);
+    for (let i = 0; i < 5; i++) th.failed(['u:t:x']);
+    expect(th.delayFor(['u:t:x'])).toBe(2000);
+    now += 15 * 60_000 + 1;
+    expect(th.delayFor(['u:t:x'])).toBe(0);
+  });
+
+  it('past 16 attempts waiting for one key, further ones are refused unchecked', async () => {
+    const th = new LoginThrottle();
+    for (let i = 0; i < 3; i++) th.failed(['u:t:y']);
+    const waits = Array.from({ length: 16 }, () => th.wait(['u:t:y'], th.delayFor(['u:t:y'])!));
+    expect(th.delayFor(['u:t:y'])).toBeUndefined();
+    await Promise.all(waits);
+    expect(th.delayFor(['u:t:y'])).toBe(500);
+  });
+});
+
+// Every test client comes from 127.0.0.1: each service below serves tests that leave that
+// address's failures below its allowance, but for the last one.
+function embedded() {
+  const ctx = { svc: undefined as unknown as TestService, t: undefined as unknown as Tenant, url: '' };
+  beforeAll(async () => {
+    ctx.svc = await startTestService({ MQTT_URL: undefined, MQTT_DEVICE_AUTH: 'required' });
+    ctx.url = `mqtt://127.0.0.1:${ctx.svc.service.mqttPort}`;
+    ctx.t = await newTenant(ctx.svc);
+  });
+  afterAll(() => ctx.svc?.stop());
+  const timed = async (opts: object) => {
+    const started = Date.now();
+    const code = await connackCode(ctx.url, opts);
+    return { code, ms: Date.now() - started };
+  };
+  return { ctx, timed };
+}
+
+describe('against the embedded broker (MQTT_DEVICE_AUTH=required): per device', () => {
+  const { ctx, timed } = embedded();
+
+  it('after 3 wrong passwords for a device, its next login waits before it is checked, even with the right password', async () => {
+    const { svc, t, url } = ctx;
+    const d = await newDevice(svc, t);
+    const cred = await newCredential(svc, t, d);
+    const username = `${t.name}:${d}`;
+    for (let i = 0; i < 3; i++) expect(await connackCode(url, { username, password: `guess-number-${i}` })).toBe(4);
+    const slowed = await timed({ username, password: cred.secret });
+    expect(slowed.code).toBe(0);
+    expect(slowed.ms).toBeGreaterThanOrEqual(450);
+    // The success forgave the device name.
+    expect((await timed({ username, password: cred.secret })).code).toBe(0);
+  });
+
+  it('a flood of guesses for one device: past 16 waiting, the rest are refused unchecked (throttled)', async () => {
+    const { svc, t, url } = ctx;
+    const d = await newDevice(svc, t);
+    await newCredential(svc, t, d);
+    const username = `${t.name}:${d}`;
+    for (let i = 0; i < 6; i++) expect(await connackCode(url, { username, password: `guess-number-${i}` })).toBe(4);
+    const before = await metricValue(svc, 'device_logins_refused_total{reason="throttled"}');
+    const codes = await Promise.all(Array.from({ length: 40 }, (_, i) => connackCode(url, { username, password: `flood-${i}` })));
+    expect(new Set(codes)).toEqual(new Set([4]));
+    expect(await metricValue(svc, 'device_logins_refused_total{reason="throttled"}')).toBeGreaterThan(before);
+  });
+});
+
+describe('against the embedded broker (MQTT_DEVICE_AUTH=required): per address', () => {
+  const { ctx, timed } = embedded();
+
+  it('after 30 failures from one address, that address waits, whatever device it names', async () => {
+    const { svc, t, url } = ctx;
+    const d = await newDevice(svc, t);
+    const cred = await newCredential(svc, t, d);
+    const fresh = await timed({ username: `${t.name}:${d}`, password: cred.secret });
+    expect(fresh.code).toBe(0);
+    for (let i = 0; i < 30; i++) expect(await connackCode(url, { username: `${t.name}:nodev${i}` })).toBe(4);
+    const slowed = await timed({ username: `${t.name}:${d}`, password: cred.secret });
+    expect(slowed.code).toBe(0);
+    expect(slowed.ms).toBeGreaterThanOrEqual(450);
+  });
+});

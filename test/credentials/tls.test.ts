@@ -1,0 +1,116 @@
+// MQTT over TLS on the embedded broker (docs/credentials.md): MQTT_TLS_CERT/MQTT_TLS_KEY open a
+// TLS listener, MQTT_PLAIN=false closes the plain one, and with MQTT_TLS_CA a device may log in
+// with a client certificate whose CN is `<tenant>:<device_id>` instead of a password. The
+// certificates are made by the test (openssl).
+import fs from 'node:fs';
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freePort } from '../../src/net.js';
+import { http, startTestService, type TestService } from '../helpers/service.js';
+import { closedByPeer, historyCount } from '../helpers/registry-fixtures.js';
+import { makePki, type Pki } from './certificates.js';
+import { connackCode, connect, metricValue, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
+
+let pki: Pki;
+let svc: TestService;
+let t: Tenant;
+let url: string;
+let plainPort: number;
+
+beforeAll(async () => {
+  pki = await makePki();
+  plainPort = await freePort();
+  svc = await startTestService({
+    MQTT_URL: undefined,
+    MQTT_DEVICE_AUTH: 'required',
+    MQTT_PORT: String(plainPort),
+    MQTT_PLAIN: 'false',
+    MQTT_TLS_PORT: '0',
+    MQTT_TLS_CERT: pki.serverCert,
+    MQTT_TLS_KEY: pki.serverKey,
+    MQTT_TLS_CA: pki.caCert,
+  });
+  url = `mqtts://127.0.0.1:${svc.service.mqttTlsPort}`;
+  t = await newTenant(svc);
+});
+afterAll(() => svc?.stop());
+
+const ca = () => fs.readFileSync(pki.caCert);
+const withCert = (files: { cert: string; key: string }) => ({ cert: fs.readFileSync(files.cert), key: fs.readFileSync(files.key) });
+const as = (device: string) => `${t.name}:${device}`;
+
+describe('listeners', () => {
+  it('MQTT_PLAIN=false: only the TLS listener; its certificate is the configured one', async () => {
+    expect(svc.service.mqttPort).toBeUndefined();
+    expect(svc.service.mqttTlsPort).toBeGreaterThan(0);
+    const refused = await new Promise<boolean>((resolve) => {
+      const s = net.connect(plainPort, '127.0.0.1', () => {
+        s.destroy();
+        resolve(false);
+      });
+      s.on('error', () => resolve(true));
+    });
+    expect(refused).toBe(true);
+    // A client that does not trust the CA does not get through the handshake.
+    await expect(connect(url, { rejectUnauthorized: true, connectTimeout: 5000 })).rejects.toThrow(
+      /self.signed|unable to verify|certificate/i,
+    );
+  });
+
+  it('a password logs in over TLS', async () => {
+    const d = await newDevice(svc, t);
+    const cred = await newCredential(svc, t, d);
+    const c = await connect(url, { ca: ca(), username: as(d), password: cred.secret });
+    await c.publishAsync(`${as(d)}/attrs`, JSON.stringify({ temperature: 20 }), { qos: 1 });
+    expect(await historyCount(svc.service.pool, t.name, d)).toBe(1);
+    await c.endAsync();
+    expect(await connackCode(url, { ca: ca(), username: as(d), password: 'wrong-password-123' })).toBe(4);
+  });
+});
+
+describe('client certificates (MQTT_TLS_CA)', () => {
+  it('a certificate with CN <tenant>:<device_id> logs that device in without a password', async () => {
+    const d = await newDevice(svc, t);
+    const before = await metricValue(svc, 'device_logins_accepted_total{credential="certificate"}');
+    const c = await connect(url, { ca: ca(), ...withCert(pki.client(as(d))) });
+    await c.publishAsync(`${as(d)}/attrs`, JSON.stringify({ temperature: 21 }), { qos: 1 });
+    // Legacy topics of the same device too.
+    await c.publishAsync(`/${t.name}/${d}/attrs`, JSON.stringify({ temperature: 22 }), { qos: 1 });
+    expect(await historyCount(svc.service.pool, t.name, d)).toBe(2);
+    await c.endAsync();
+    expect(await metricValue(svc, 'device_logins_accepted_total{credential="certificate"}')).toBe(before + 1);
+  });
+
+  it('with a username, it must name the same device', async () => {
+    const d = await newDevice(svc, t);
+    const other = await newDevice(svc, t);
+    const cert = withCert(pki.client(as(d)));
+    expect(await connackCode(url, { ca: ca(), ...cert, username: as(d) })).toBe(0);
+    expect(await connackCode(url, { ca: ca(), ...cert, username: as(other) })).toBe(4);
+  });
+
+  it('it may not publish as another device', async () => {
+    const d = await newDevice(svc, t);
+    const other = await newDevice(svc, t);
+    const c = await connect(url, { ca: ca(), ...withCert(pki.client(as(d))) });
+    const closed = closedByPeer(c);
+    c.publish(`${as(other)}/attrs`, JSON.stringify({ temperature: 1 }), { qos: 1 });
+    await closed;
+    c.end(true);
+    expect(await historyCount(svc.service.pool, t.name, other)).toBe(0);
+  });
+
+  it('refused: a certificate of another CA, or naming no device; a removed device', async () => {
+    const d = await newDevice(svc, t);
+    expect(await connackCode(url, { ca: ca(), ...withCert(pki.client(as(d), 'stranger')) })).toBe(4);
+    expect(await connackCode(url, { ca: ca(), ...withCert(pki.client(as('ffffff'))) })).toBe(4);
+    expect(await connackCode(url, { ca: ca(), ...withCert(pki.client('not a device name')) })).toBe(4);
+    const cert = withCert(pki.client(as(d)));
+    const c = await connect(url, { ca: ca(), ...cert });
+    const closed = closedByPeer(c);
+    expect((await http('DELETE', `${svc.base}/device/${d}`, { token: t.token })).status).toBe(200);
+    await closed;
+    c.end(true);
+    expect(await connackCode(url, { ca: ca(), ...cert })).toBe(4);
+  });
+});
