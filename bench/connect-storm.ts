@@ -52,7 +52,7 @@ async function tenantToken(svc: BenchService): Promise<string> {
 /** One credential a device through the API, CREATE_CONCURRENCY at a time; the secrets, and the time it took. */
 async function createCredentials(svc: BenchService, ids: string[]): Promise<{ secrets: string[]; seconds: number }> {
   const token = await tenantToken(svc);
-  const secrets: string[] = new Array(ids.length);
+  const secrets = new Array<string>(ids.length);
   const started = performance.now();
   let next = 0;
   const worker = async () => {
@@ -119,9 +119,7 @@ async function storms(label: string, cfg: FleetConfig): Promise<void> {
 
 async function bare(): Promise<void> {
   const proc = spawn(process.execPath, [path.join(projectRoot, 'dist/bench/lib/bare-broker.js')], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const port = await new Promise<string>((resolve) =>
-    proc.stdout!.once('data', (d: Buffer) => resolve(d.toString().trim().split(' ')[1]!)),
-  );
+  const port = await new Promise<string>((resolve) => proc.stdout.once('data', (d: Buffer) => resolve(d.toString().trim().split(' ')[1]!)));
   try {
     const ids = Array.from({ length: DEVICES }, (_, i) => i.toString(16).padStart(6, '0'));
     await storms('bare aedes', { url: `mqtt://127.0.0.1:${port}`, tenant: TENANT, devices: ids.map((id) => ({ id, secret: 'x' })) });

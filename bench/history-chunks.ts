@@ -41,7 +41,6 @@ import {
 const DEVICES = Number(process.env.BENCH_DEVICES ?? 2000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
-const DAY_MS = 86_400_000;
 
 async function main(): Promise<void> {
   const db = await openDatabase();
@@ -57,7 +56,7 @@ async function main(): Promise<void> {
     const timescale = await isTimescale(pool);
     results.layout = timescale ? 'TimescaleDB hypertable' : 'plain PostgreSQL partitions';
     const now = Date.now();
-    log(`seeding ${DEVICES} devices, ${(DEVICES * 3 * 432).toLocaleString('en')} values over 3 days (${results.layout})`);
+    log(`seeding ${DEVICES} devices, ${(DEVICES * 3 * 432).toLocaleString('en')} values over 3 days (${String(results.layout)})`);
     await seedDevices(pool, DEVICES);
     await seedValues(pool, { devices: DEVICES, perSeries: 432, stepSeconds: 600, endMs: now });
     await pool.query('VACUUM ANALYZE history');
@@ -66,8 +65,11 @@ async function main(): Promise<void> {
 
     const chunkCount = async () =>
       Number(
-        (await pool.query(timescale ? `SELECT count(*) FROM show_chunks('history')` : 'SELECT count(*) FROM history_partitions')).rows[0]
-          .count,
+        (
+          await pool.query<{ count: string }>(
+            timescale ? `SELECT count(*) FROM show_chunks('history')` : 'SELECT count(*) FROM history_partitions',
+          )
+        ).rows[0]!.count,
       );
     const addYear = async () => {
       await pool.query(`SELECT history_ensure_partition(now() - g * interval '1 day') FROM generate_series(4, 368) g`);
@@ -108,18 +110,22 @@ async function main(): Promise<void> {
     const sqlOnly = async () => {
       const series = seriesKey(tenant, '0001a4', 'temperature');
       const out: Record<string, unknown> = {};
-      const horizon = await pool.query(`SELECT closed_before FROM history_settings`).catch(() => undefined);
+      const horizon = await pool.query<{ closed_before: Date }>(`SELECT closed_before FROM history_settings`).catch(() => undefined);
       const statements: Array<[string, string]> = [
         ['unbounded', `SELECT ts, value FROM history WHERE series = ${series} ORDER BY ts DESC LIMIT 10`],
       ];
       if (horizon)
         statements.push([
           'open region',
-          `SELECT ts, value FROM history WHERE series = ${series} AND ts >= '${(horizon.rows[0].closed_before as Date).toISOString()}' ORDER BY ts DESC LIMIT 10`,
+          `SELECT ts, value FROM history WHERE series = ${series} AND ts >= '${horizon.rows[0]!.closed_before.toISOString()}' ORDER BY ts DESC LIMIT 10`,
         ]);
       for (const [name, sql] of statements) {
         await pool.query(`EXPLAIN ANALYZE ${sql}`); // catalog caches warm
-        const plan = (await pool.query(`EXPLAIN (ANALYZE, FORMAT JSON) ${sql}`)).rows[0]['QUERY PLAN'][0];
+        const plan = (
+          await pool.query<{ 'QUERY PLAN': Array<{ 'Planning Time': number; 'Execution Time': number }> }>(
+            `EXPLAIN (ANALYZE, FORMAT JSON) ${sql}`,
+          )
+        ).rows[0]!['QUERY PLAN'][0]!;
         out[name] = { planningMs: plan['Planning Time'], executionMs: plan['Execution Time'] };
       }
       return out;

@@ -111,13 +111,13 @@ async function main(): Promise<void> {
         `SELECT count(compress_chunk(c, if_not_compressed => true)) FROM history_settings s, show_chunks('history', older_than => now() - 2 * s.chunk_interval) c`,
       );
     }
-    results.storedValues = Number((await pool.query('SELECT count(*) FROM history')).rows[0].count);
+    results.storedValues = Number((await pool.query<{ count: string }>('SELECT count(*) FROM history')).rows[0]!.count);
     results.chunks = (
       await pool.query(
         `SELECT to_char(range_start, 'MM-DD') AS day, pg_size_pretty(index_bytes) AS index FROM history_chunk_sizes() WHERE index_bytes > 16384 ORDER BY range_start`,
       )
     ).rows;
-    results.sharedBuffers = (await pool.query(`SELECT current_setting('shared_buffers') AS s`)).rows[0].s;
+    results.sharedBuffers = (await pool.query<{ s: string }>(`SELECT current_setting('shared_buffers') AS s`)).rows[0]!.s;
 
     svc = await startService(db.url, serviceEnv);
     log('waiting for the service to write the spans (first pass)');
@@ -146,10 +146,10 @@ async function main(): Promise<void> {
       // Rows inserted into history's chunks, from the statistics (a count would scan the current chunk).
       const inserted = async () => {
         await sleep(1100); // statistics reach the shared counters within a second
-        const { rows } = await pool.query(
+        const { rows } = await pool.query<{ n: string }>(
           `SELECT coalesce(sum(n_tup_ins), 0)::int8::text AS n FROM pg_stat_user_tables s JOIN pg_inherits i ON i.inhrelid = s.relid WHERE i.inhparent = 'history'::regclass`,
         );
-        return Number(rows[0].n);
+        return Number(rows[0]!.n);
       };
       const rows0 = await inserted();
       const acked0 = gen.latest()?.acked ?? 0;
@@ -168,7 +168,7 @@ async function main(): Promise<void> {
       };
       log(`  ${JSON.stringify(results.duringIngest)}`);
       results.currentChunkIndex = (
-        await pool.query(
+        await pool.query<{ s: string }>(
           `SELECT pg_size_pretty(index_bytes) AS s FROM history_chunk_sizes() WHERE now() >= range_start AND now() < range_end`,
         )
       ).rows[0]?.s;

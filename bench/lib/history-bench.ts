@@ -110,7 +110,7 @@ export async function startService(databaseUrl: string, env: Record<string, stri
   const base = await new Promise<string>((resolve, reject) => {
     let buf = '';
     let address: string | undefined;
-    proc.stdout!.on('data', (d: Buffer) => {
+    proc.stdout.on('data', (d: Buffer) => {
       buf += d.toString();
       for (const line of buf.split('\n')) {
         if (line.includes('public HTTP API listening')) address = (JSON.parse(line) as { address: string }).address;

@@ -53,7 +53,7 @@ class AuthorisedPublish implements AckHandle {
 }
 
 function refused(returnCode: ReturnCode, message: string): AuthenticateError {
-  return Object.assign(new Error(message), { returnCode }) as unknown as AuthenticateError;
+  return Object.assign(new Error(message), { returnCode });
 }
 
 /** What a client presented in its CONNECT. */
@@ -96,7 +96,7 @@ export class DeviceAuthorisation {
   /** The aedes hooks. */
   hooks(): Partial<AedesOptions> {
     return {
-      preConnect: (client, packet, done) => this.preConnect(client, packet, done as PreConnectDone),
+      preConnect: (client, packet, done) => this.preConnect(client, packet, done),
       authenticate: (client, username, password, done) => this.authenticate(client, username, password, done),
       authorizePublish: (client, packet, done) => this.authorizePublish(client, packet, done),
       authorizeSubscribe: (client, sub, done) => this.authorizeSubscribe(client, sub, done),

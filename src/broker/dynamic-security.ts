@@ -251,7 +251,7 @@ export class DynamicSecurity implements BrokerAccounts {
     const batch = `${this.prefix}:${++this.sequence}`;
     const ids = commands.map((_, i) => `${batch}:${i}`);
     return new Promise((resolve, reject) => {
-      const answers: Array<Answer | undefined> = new Array(commands.length);
+      const answers = new Array<Answer | undefined>(commands.length);
       let left = commands.length;
       const timer = setTimeout(() => {
         for (const id of ids) this.waiting.delete(id);

@@ -128,7 +128,7 @@ export async function startEmbeddedBroker(opts: {
   const aedes = await Aedes.createBroker(opts.hooks ?? {});
   const { maxPacketBytes, onTooLarge = () => undefined } = opts;
   const handle = (socket: net.Socket) => {
-    const client = aedes.handle(socket) as unknown as Client;
+    const client = aedes.handle(socket);
     if (maxPacketBytes !== undefined) capPacketSize(client, maxPacketBytes, onTooLarge);
   };
   const servers: net.Server[] = [];

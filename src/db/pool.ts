@@ -25,7 +25,7 @@ export function createPool(url: string, max: number, log: Logger): pg.Pool {
   const clients = new Set<pg.PoolClient>();
   pool.on('acquire', (client) => clients.add(client));
   pool.on('release', (_err: Error | undefined, client: pg.PoolClient) => clients.delete(client));
-  pool.on('remove', (client) => clients.delete(client as pg.PoolClient));
+  pool.on('remove', (client) => clients.delete(client));
   inUse.set(pool, clients);
   return pool;
 }

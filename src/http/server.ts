@@ -165,7 +165,7 @@ function listen(site: Site, host: string, port: number): Promise<{ app: Closable
         reject(new Error(`cannot listen on ${host}:${port} (${names}); is the port taken?`));
         return;
       }
-      resolve({ app, socket, port: uWS.us_socket_local_port(socket as unknown as uWS.us_socket) });
+      resolve({ app, socket, port: uWS.us_socket_local_port(socket) });
     });
   });
 }

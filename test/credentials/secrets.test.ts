@@ -42,7 +42,8 @@ async function dump(): Promise<string> {
     "SELECT format('%I.%I', schemaname, tablename) AS name FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema')",
   );
   let text = '';
-  for (const { name } of rows) text += (await db.query(`SELECT t::text AS row FROM ${name} t`)).rows.map((r) => r.row).join('\n');
+  for (const { name } of rows)
+    text += (await db.query<{ row: string }>(`SELECT t::text AS row FROM ${name} t`)).rows.map((r) => r.row).join('\n');
   return text;
 }
 

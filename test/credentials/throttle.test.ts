@@ -24,7 +24,7 @@ describe('LoginThrottle', () => {
   });
 
   it('an address gets 30 free failures, shared by every device name it tries', () => {
-    let now = 0;
+    const now = 0;
     const th = new LoginThrottle(() => now);
     for (let i = 0; i < 30; i++) th.failed([`u:t:${i}`, 'a:10.0.0.2']);
     expect(th.delayFor(['u:t:fresh', 'a:10.0.0.2'])).toBe(500);

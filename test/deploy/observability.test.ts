@@ -65,7 +65,7 @@ export function metricNames(expr: string): string[] {
     .replace(/\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)/g, ' ');
   const names = new Set<string>();
   for (const m of bare.matchAll(/[A-Za-z_:][A-Za-z0-9_:]*/g)) {
-    const rest = bare.slice(m.index! + m[0].length);
+    const rest = bare.slice(m.index + m[0].length);
     if (/^\s*\(/.test(rest) || KEYWORDS.has(m[0]) || /^\d/.test(m[0])) continue;
     names.add(m[0]);
   }

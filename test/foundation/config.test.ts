@@ -1,3 +1,4 @@
+import { stripVTControlCharacters } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, readConfig } from '../../src/config.js';
 import { spawnService, startFailure, tempDir } from '../helpers/service.js';
@@ -79,9 +80,9 @@ describe('configuration', () => {
     const lines = svc.output.filter((l) => l.trim() !== '');
     expect(lines).toHaveLength(1);
     // Colour codes aside: time, level, message.
-    const plain = lines[0]!.replace(/\x1b\[[0-9;]*m/g, '');
+    const plain = stripVTControlCharacters(lines[0]!);
     expect(plain).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] ERROR: configuration error: PORT must be an integer between 0 and 65535, got "http"/);
-    expect(() => JSON.parse(lines[0]!)).toThrow();
+    expect((): unknown => JSON.parse(lines[0]!)).toThrow();
   });
 
   it('a bad LOG_FORMAT is a configuration error too (written as JSON)', async () => {

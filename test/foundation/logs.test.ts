@@ -2,6 +2,7 @@
 // format on one line; and over HTTP, the request id: taken from X-Request-Id or made, echoed in
 // the answer, and on the request's log lines.
 import crypto from 'node:crypto';
+import { stripVTControlCharacters } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createLogger, REDACT_PATHS, REDACTED, type LogFormat } from '../../src/log.js';
 import { http, loggedAddress, spawnService, testEnv, type SpawnedService } from '../helpers/service.js';
@@ -16,7 +17,7 @@ function at(path: string, value: string): Record<string, unknown> {
   const parts = path.split('.').map((p) => (p === '*' ? 'anything' : p));
   const out: Record<string, unknown> = {};
   let node = out;
-  for (const p of parts.slice(0, -1)) node = (node[p] = {}) as Record<string, unknown>;
+  for (const p of parts.slice(0, -1)) node = node[p] = {};
   node[parts.at(-1)!] = value;
   return out;
 }
@@ -31,7 +32,7 @@ describe('log redaction', () => {
       expect(lines).toHaveLength(1);
       expect(lines[0], path).not.toContain(secret);
       expect(lines[0], path).toContain(REDACTED);
-      expect(JSON.parse(lines[0]!).kept).toBe('visible');
+      expect((JSON.parse(lines[0]!) as { kept: unknown }).kept).toBe('visible');
     }
   });
 
@@ -69,7 +70,7 @@ describe('log lines', () => {
   it('JSON: ts (ISO 8601), level by name, msg, then the fields; errors with message and stack', () => {
     const { log, lines } = capture();
     log.error('failed', { error: new Error('boom'), tenant: 't1' });
-    const line = JSON.parse(lines[0]!);
+    const line = JSON.parse(lines[0]!) as { ts: string; error: { stack: string } };
     expect(line).toMatchObject({
       level: 'error',
       msg: 'failed',
@@ -85,7 +86,7 @@ describe('log lines', () => {
     const { log, lines } = capture('pretty');
     log.info('hello there', { tenant: 't1', device: 'a1b2c3' });
     expect(lines).toHaveLength(1);
-    const plain = lines[0]!.replace(/\x1b\[[0-9;]*m/g, '');
+    const plain = stripVTControlCharacters(lines[0]!);
     expect(plain.trimEnd().split('\n')).toHaveLength(1);
     expect(plain).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: hello there/);
     expect(plain).toContain('"a1b2c3"');

@@ -134,8 +134,9 @@ describe('SIGTERM', () => {
       const during = await reused.request('GET', '/health/ready', { headers: { 'x-request-id': 'during-drain' } });
       expect([during.status, during.headers.connection, during.headers['x-request-id']]).toEqual([503, 'close', 'during-drain']);
       // (The ingest flush runs meanwhile: its broker link may be gone already, a second reason.)
-      expect(JSON.parse(during.body)).toMatchObject({ status: 'not ready', reasons: expect.arrayContaining(['shutting down']) });
-      expect(JSON.parse(during.body).reasons[0]).toBe('shutting down');
+      const answer = JSON.parse(during.body) as { reasons: string[] };
+      expect(answer).toMatchObject({ status: 'not ready', reasons: expect.arrayContaining(['shutting down']) as unknown });
+      expect(answer.reasons[0]).toBe('shutting down');
       await reused.closed;
       // The idle one stays open while a request is in flight.
       expect(idle.isClosed).toBe(false);
@@ -144,7 +145,7 @@ describe('SIGTERM', () => {
       lockHeld = false;
       const done = await inFlight;
       expect([done.status, done.headers.connection]).toEqual([200, 'close']);
-      expect(JSON.parse(done.body).devices).toHaveLength(3);
+      expect((JSON.parse(done.body) as { devices: unknown[] }).devices).toHaveLength(3);
       // Nothing in flight: the idle connection is ended by the service, and it exits.
       await idle.closed;
       expect(await svc.exited).toBe(0);

@@ -13,6 +13,14 @@ import { createDevice, createTemplate, insertHistory } from '../helpers/registry
 import { timescaleLayout, timescaleOnly } from '../helpers/history-layout.js';
 import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
 
+/** The part of an EXPLAIN (FORMAT JSON) node these tests read. */
+interface PlanNode {
+  'Relation Name'?: string;
+  'Subplans Removed'?: number;
+  'Chunks excluded during startup'?: number;
+  Plans?: PlanNode[];
+}
+
 const TIMESCALE = await timescaleLayout();
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
@@ -30,8 +38,8 @@ async function closeBefore(s: TestService, t: string): Promise<void> {
 /** Waits for the service's first move of the open region (at start, not waited for) and makes reads use it. */
 async function openRegionSet(s: TestService): Promise<void> {
   for (let i = 0; ; i++) {
-    const { rows } = await s.service.pool.query(`SELECT closed_before > '-infinity' AS set FROM history_settings`);
-    if (rows[0].set) break;
+    const { rows } = await s.service.pool.query<{ set: boolean }>(`SELECT closed_before > '-infinity' AS set FROM history_settings`);
+    if (rows[0]!.set) break;
     if (i > 200) throw new Error('the service did not move the open region at start');
     await new Promise((r) => setTimeout(r, 50));
   }
@@ -83,7 +91,7 @@ describe('every query answers the same wherever its rows are', () => {
         ORDER BY ts ${q.order} LIMIT $6`,
       [tenant, device, label, q.from ?? null, q.to ?? null, q.limit],
     );
-    return rows.map((r) => ({ device_id: device, ts: r.ts, value: JSON.parse(r.value), attr: label }));
+    return rows.map((r) => ({ device_id: device, ts: r.ts, value: JSON.parse(r.value) as unknown, attr: label }));
   }
 
   /** Every operator combination, for one label, several and all. */
@@ -119,14 +127,14 @@ describe('every query answers the same wherever its rows are', () => {
         const want: Record<string, unknown[]> = {};
         for (const label of LABELS) want[label] = await expected(label, q);
         for (const label of LABELS) {
-          const res = await http('GET', `${svc.base}/history/device/${device}/history?${params}&attr=${label}`, { token });
+          const res = await http('GET', `${svc.base}/history/device/${device}/history?${params.toString()}&attr=${label}`, { token });
           expect(res.status).toBe(200);
-          expect(res.body, `attr=${label}&${params}`).toEqual(want[label]);
+          expect(res.body, `attr=${label}&${params.toString()}`).toEqual(want[label]);
         }
-        const several = await http('GET', `${svc.base}/history/device/${device}/history?${params}&attr=d,b,a`, { token });
-        expect(several.body, `attr=d,b,a&${params}`).toEqual({ d: want.d, b: want.b, a: want.a });
-        const all = await http('GET', `${svc.base}/history/device/${device}/history?${params}`, { token });
-        expect(all.body, `no attr, ${params}`).toEqual(want);
+        const several = await http('GET', `${svc.base}/history/device/${device}/history?${params.toString()}&attr=d,b,a`, { token });
+        expect(several.body, `attr=d,b,a&${params.toString()}`).toEqual({ d: want.d, b: want.b, a: want.a });
+        const all = await http('GET', `${svc.base}/history/device/${device}/history?${params.toString()}`, { token });
+        expect(all.body, `no attr, ${params.toString()}`).toEqual(want);
         checked += LABELS.length + 2;
       }
     }
@@ -135,17 +143,19 @@ describe('every query answers the same wherever its rows are', () => {
 
   it('with the open region the service set at start (rows before it were noted as they came)', async () => {
     await openRegionSet(svc);
-    const { rows } = await svc.service.pool.query(`SELECT closed_before, noted_before FROM history_settings`);
+    const { rows } = await svc.service.pool.query<{ closed_before: Date; noted_before: Date }>(
+      `SELECT closed_before, noted_before FROM history_settings`,
+    );
     // The start of the previous chunk (daily chunks aligned to the epoch).
-    expect(rows[0].closed_before.getTime()).toBe(Math.floor(now / DAY) * DAY - DAY);
-    expect(rows[0].noted_before.getTime()).toBe(rows[0].closed_before.getTime());
+    expect(rows[0]!.closed_before.getTime()).toBe(Math.floor(now / DAY) * DAY - DAY);
+    expect(rows[0]!.noted_before.getTime()).toBe(rows[0]!.closed_before.getTime());
     expect(await checkAll()).toBeGreaterThan(300);
   });
 
   it('after the horizon moved past rows written before it (their spans come from the rows themselves)', async () => {
     await closeBefore(svc, at(now - HOUR));
-    const span = await svc.service.pool.query(`SELECT count(*)::int AS n FROM history_series_span`);
-    expect(span.rows[0].n).toBeGreaterThanOrEqual(4);
+    const span = await svc.service.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM history_series_span`);
+    expect(span.rows[0]!.n).toBeGreaterThanOrEqual(4);
     await checkAll();
   });
 
@@ -163,14 +173,14 @@ describe('every query answers the same wherever its rows are', () => {
     `with every chunk compressed, and a row written into a compressed chunk afterwards ${timescaleOnly('chunks.test.ts', TIMESCALE)}`,
     async () => {
       const pool = svc.service.pool;
-      const { rows } = await pool.query(
+      const { rows } = await pool.query<{ n: number }>(
         `SELECT count(compress_chunk(c, if_not_compressed => true))::int AS n FROM show_chunks('history') c`,
       );
-      expect(rows[0].n).toBeGreaterThan(10);
-      const compressed = await pool.query(
+      expect(rows[0]!.n).toBeGreaterThan(10);
+      const compressed = await pool.query<{ n: number }>(
         `SELECT count(*)::int AS n FROM timescaledb_information.chunks WHERE hypertable_name = 'history' AND NOT is_compressed`,
       );
-      expect(compressed.rows[0].n).toBe(0);
+      expect(compressed.rows[0]!.n).toBe(0);
       await checkAll();
       await insertHistory(pool, [
         { tenant, device, attr: 'b', ts: at(now - 26 * DAY), value: '2001' },
@@ -219,10 +229,10 @@ describe('each statement of a read plans only the chunks of its range (a year of
   });
 
   /** The chunks a plan holds: scans of history's chunks, plus those pruned only at execution. */
-  function chunksIn(plan: any): string[] {
+  function chunksIn(plan: PlanNode): string[] {
     const out: string[] = [];
-    const walk = (node: any) => {
-      const rel: string | undefined = node['Relation Name'];
+    const walk = (node: PlanNode) => {
+      const rel = node['Relation Name'];
       if (rel && /^(history_\d|_hyper_|compress_hyper_)/.test(rel)) out.push(rel);
       const late = (node['Subplans Removed'] ?? 0) + (node['Chunks excluded during startup'] ?? 0);
       for (let i = 0; i < late; i++) out.push('(pruned at execution)');
@@ -238,7 +248,7 @@ describe('each statement of a read plans only the chunks of its range (a year of
     const pool = svc.service.pool;
     const recording = new Proxy(pool, {
       get(target, prop, receiver) {
-        if (prop !== 'query') return Reflect.get(target, prop, receiver);
+        if (prop !== 'query') return Reflect.get(target, prop, receiver) as unknown;
         return (config: { name?: string; text: string; values: unknown[] }) => {
           seen.push(config);
           return target.query(config as never);
@@ -251,8 +261,11 @@ describe('each statement of a read plans only the chunks of its range (a year of
       // Named statements are prepared and reused (a generic plan, parameters unknown); unnamed
       // ones are planned with their values.
       await admin.query(`SET plan_cache_mode = ${s.name ? 'force_generic_plan' : 'force_custom_plan'}`);
-      const { rows } = await admin.query({ text: `EXPLAIN (FORMAT JSON) ${s.text}`, values: s.values });
-      counts.push(chunksIn(rows[0]['QUERY PLAN'][0].Plan).length);
+      const { rows } = await admin.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>({
+        text: `EXPLAIN (FORMAT JSON) ${s.text}`,
+        values: s.values,
+      });
+      counts.push(chunksIn(rows[0]!['QUERY PLAN'][0]!.Plan).length);
     }
     return counts;
   }
@@ -271,8 +284,8 @@ describe('each statement of a read plans only the chunks of its range (a year of
   const range = (fromMs: number, toMs: number) => ({ from: at(fromMs), to: at(toMs), fromUs: fromMs * 1000, toUs: toMs * 1000 });
 
   it('the table has a year of chunks', async () => {
-    const { rows } = await svc.service.pool.query('SELECT count(*)::int AS n FROM history_chunk_sizes()');
-    expect(rows[0].n).toBeGreaterThan(360);
+    const { rows } = await svc.service.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM history_chunk_sizes()');
+    expect(rows[0]!.n).toBeGreaterThan(360);
   });
 
   it('lastN of a series written now: one statement with the open chunks only', async () => {
@@ -305,7 +318,7 @@ describe('each statement of a read plans only the chunks of its range (a year of
         await readOneSeriesOfDevice(one, tenant, device, 'a', q({ limit: 9 + (i % 3) }));
         await readSeries(one, tenant, device, ['a', 'b'], q({ limit: 10, single: false }));
       }
-      const { rows } = await one.query(
+      const { rows } = await one.query<{ name: string; generic: number; custom: number }>(
         `SELECT name, generic_plans::int AS generic, custom_plans::int AS custom FROM pg_prepared_statements WHERE name LIKE 'history-%' AND name <> 'history-horizon'`,
       );
       expect(rows.length).toBeGreaterThanOrEqual(2);

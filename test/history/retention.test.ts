@@ -42,7 +42,7 @@ async function tableExists(s: TestService, name: string): Promise<boolean> {
 /** TimescaleDB: the hypertable's chunks with their ranges. */
 async function chunks(s: TestService): Promise<Array<{ name: string; range_start: Date; range_end: Date; compressed: boolean }>> {
   return (
-    await s.service.pool.query(
+    await s.service.pool.query<{ name: string; range_start: Date; range_end: Date; compressed: boolean }>(
       `SELECT chunk_name AS name, range_start, range_end, is_compressed AS compressed FROM timescaledb_information.chunks
         WHERE hypertable_name = 'history' ORDER BY range_start`,
     )
@@ -51,7 +51,7 @@ async function chunks(s: TestService): Promise<Array<{ name: string; range_start
 
 /** TimescaleDB: the policy jobs of the history table by kind, with their configuration. */
 async function policies(s: TestService): Promise<Record<string, { id: number; config: Record<string, string> }>> {
-  const { rows } = await s.service.pool.query(
+  const { rows } = await s.service.pool.query<{ job_id: number; proc_name: string; config: Record<string, string> }>(
     `SELECT job_id, proc_name, config FROM timescaledb_information.jobs WHERE hypertable_name = 'history'`,
   );
   return Object.fromEntries(rows.map((r) => [r.proc_name, { id: r.job_id, config: r.config }]));
@@ -62,11 +62,15 @@ const layout = TIMESCALE ? 'TimescaleDB: a hypertable' : 'plain PostgreSQL: a pa
 describe(`the table (${layout})`, () => {
   it('is laid out by HISTORY_CHUNK_INTERVAL: plain, with the previous, current and next two partitions ready; TimescaleDB, chunks of that interval', async () => {
     const s = await start({ HISTORY_CHUNK_INTERVAL: '1 hour' });
-    const settings = (await s.service.pool.query('SELECT timescale, extract(epoch FROM chunk_interval) AS secs FROM history_settings'))
-      .rows[0];
+    const settings = (
+      await s.service.pool.query<{ timescale: boolean; secs: string }>(
+        'SELECT timescale, extract(epoch FROM chunk_interval) AS secs FROM history_settings',
+      )
+    ).rows[0]!;
     expect(settings.timescale).toBe(TIMESCALE);
     expect(Number(settings.secs)).toBe(3600);
-    const kind = (await s.service.pool.query("SELECT relkind FROM pg_class WHERE relname = 'history'")).rows[0].relkind;
+    const kind = (await s.service.pool.query<{ relkind: string }>("SELECT relkind FROM pg_class WHERE relname = 'history'")).rows[0]!
+      .relkind;
     if (TIMESCALE) {
       expect(kind).toBe('r');
       const dim = (
@@ -119,8 +123,9 @@ describe(`the table (${layout})`, () => {
       await insertHistory(first.service.pool, [{ tenant: 'chg', device: 'd', attr: 'v', ts: '2024-03-05T10:20:00Z', value: '1' }]);
       await first.stop();
       const second = await start({ DATABASE_URL: db, HISTORY_CHUNK_INTERVAL: '6 hours' });
-      const secs = (await second.service.pool.query('SELECT extract(epoch FROM chunk_interval) AS secs FROM history_settings')).rows[0]
-        .secs;
+      const secs = (
+        await second.service.pool.query<{ secs: string }>('SELECT extract(epoch FROM chunk_interval) AS secs FROM history_settings')
+      ).rows[0]!.secs;
       if (!TIMESCALE) {
         expect(Number(secs)).toBe(86400);
         return;
@@ -171,9 +176,9 @@ describe(`retention (HISTORY_RETENTION_DAYS), ${TIMESCALE ? 'TimescaleDB: a rete
       const remaining = (await partitions(second)).map((p) => p.name);
       for (const name of old) expect(remaining).not.toContain(name);
     }
-    const values = (await second.service.pool.query('SELECT value FROM history WHERE tenant = $1 ORDER BY ts', [tenant])).rows.map(
-      (r) => r.value,
-    );
+    const values = (
+      await second.service.pool.query<{ value: string }>('SELECT value FROM history WHERE tenant = $1 ORDER BY ts', [tenant])
+    ).rows.map((r) => r.value);
     expect(values).toEqual(['3', '4']);
     // Every history query answers from what is left.
     const t = await createTemplate(second.service.pool, tenant, 't', [{ label: 'v', type: 'dynamic', value_type: 'float' }]);
@@ -203,7 +208,12 @@ describe(`compression ${timescaleOnly('retention.test.ts', TIMESCALE)}`, () => {
       const s = await start({ HISTORY_CHUNK_INTERVAL: '1 day' });
       const pool = s.service.pool;
       const settings = (
-        await pool.query(
+        await pool.query<{
+          segmentby_column_index: number | null;
+          orderby_column_index: number | null;
+          orderby_asc: boolean | null;
+          attname: string;
+        }>(
           `SELECT segmentby_column_index, orderby_column_index, orderby_asc, attname FROM timescaledb_information.compression_settings WHERE hypertable_name = 'history' ORDER BY attname`,
         )
       ).rows;

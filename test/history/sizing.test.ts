@@ -121,7 +121,11 @@ describe('the service warns at start', () => {
     const second = await run(env);
     const [warning, ...more] = sizingWarnings(second.warnings);
     expect(more).toEqual([]);
-    expect(warning).toMatchObject({ chunkInterval: '1 hour', sharedBuffersMB: 2, suggestedInterval: expect.stringMatching(/minute/) });
+    expect(warning).toMatchObject({
+      chunkInterval: '1 hour',
+      sharedBuffersMB: 2,
+      suggestedInterval: expect.stringMatching(/minute/) as unknown,
+    });
     expect(warning!.predictedIndexMB).toBeGreaterThan(2);
   }, 120_000);
 
@@ -142,8 +146,8 @@ describe('the service warns at start', () => {
       const [warning] = sizingWarnings(longer.warnings);
       expect(warning).toMatchObject({
         chunkInterval: '366 days',
-        sharedBuffersMB: expect.any(Number),
-        suggestedInterval: expect.any(String),
+        sharedBuffersMB: expect.any(Number) as unknown,
+        suggestedInterval: expect.any(String) as unknown,
       });
       expect(warning!.predictedIndexMB).toBeGreaterThan(warning!.sharedBuffersMB as number);
     },

@@ -52,7 +52,7 @@ describe('the shard actor', () => {
     expect(written.map((l) => l.split('\t')[1] + '=' + l.trim().split('\t').at(-1))).toEqual(['good=1', 'good=3']);
     expect(delta.dropped).toEqual({ unprocessable: 1 });
     expect(delta.messagesStored).toBe(2);
-    expect(lines.map((l) => JSON.parse(l))).toEqual([
+    expect(lines.map((l) => JSON.parse(l) as unknown)).toEqual([
       expect.objectContaining({
         level: 'error',
         msg: 'a message could not be processed; dropped',
