@@ -80,7 +80,7 @@ export async function startBenchService(env: Record<string, string> = {}, nodeAr
   const addressOf = (line: string) => (JSON.parse(line) as { address: string }).address;
   const publicLine = waitForLine(child, /public HTTP API listening/);
   const internalLine = waitForLine(child, /internal HTTP API listening/);
-  const mqttLine = env.MQTT_URL ? undefined : waitForLine(child, /embedded MQTT broker listening.*mqtt:/);
+  const mqttLine = env.MQTT_URL ? undefined : waitForLine(child, /^(?=.*embedded MQTT broker listening)(?=.*"address":"mqtt:\/\/)/);
   let base: string;
   let internal: string;
   let mqtt: string | undefined;
