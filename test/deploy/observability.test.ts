@@ -5,9 +5,9 @@
 // named by Prometheus conventions.
 import crypto from 'node:crypto';
 import { parse } from 'yaml';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { deviceClient, eventually } from '../helpers/registry-fixtures.js';
-import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
+import { http, tenantToken, useService } from '../helpers/service.js';
 import { readRepoFile, yamlBlock, yamlList } from './files.js';
 import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';
 
@@ -207,14 +207,13 @@ describe('the files and their wiring', () => {
 });
 
 describe('after a short ingest', () => {
-  let svc: TestService;
+  // The embedded broker: the devices' PUBACK waits for the commit, so ack latency is measured.
+  const svc = useService({ MQTT_URL: undefined });
   let scrape = '';
   const tenant = `obs${crypto.randomBytes(3).toString('hex')}`;
 
   beforeAll(async () => {
-    // The embedded broker: the devices' PUBACK waits for the commit, so ack latency is measured.
-    svc = await startTestService({ MQTT_URL: undefined });
-    const token = await tenantToken(svc.base, await login(svc.base), tenant);
+    const token = await tenantToken(svc.base, svc.token, tenant);
     const t = await http<TemplateCreated>('POST', `${svc.base}/template`, {
       token,
       body: { label: 'meter', attrs: [{ label: 'power', type: 'dynamic', value_type: 'float' }] },
@@ -238,7 +237,6 @@ describe('after a short ingest', () => {
         : undefined;
     }, 'the ingest figures');
   }, 60_000);
-  afterAll(() => svc?.stop());
 
   it('every metric the dashboard and the rules use is in /metrics (with the label values they select)', () => {
     const fams = families(scrape);
