@@ -6,10 +6,10 @@
 import crypto from 'node:crypto';
 import { parse } from 'yaml';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { createDevices, createTemplate } from '../helpers/registry-api.js';
 import { deviceClient, eventually } from '../helpers/registry-fixtures.js';
 import { http, tenantToken, useService } from '../helpers/service.js';
 import { readRepoFile, yamlBlock, yamlList } from './files.js';
-import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';
 
 interface Target {
   expr: string;
@@ -214,15 +214,11 @@ describe('after a short ingest', () => {
 
   beforeAll(async () => {
     const token = await tenantToken(svc.base, svc.token, tenant);
-    const t = await http<TemplateCreated>('POST', `${svc.base}/template`, {
-      token,
-      body: { label: 'meter', attrs: [{ label: 'power', type: 'dynamic', value_type: 'float' }] },
+    const t = await createTemplate(svc.base, token, {
+      label: 'meter',
+      attrs: [{ label: 'power', type: 'dynamic', value_type: 'float' }],
     });
-    const d = await http<DevicesCreated>('POST', `${svc.base}/device?count=3`, {
-      token,
-      body: { label: 'meter', templates: [t.body.template.id] },
-    });
-    const ids = d.body.devices.map((x) => x.id);
+    const ids = (await createDevices(svc.base, token, { label: 'meter', templates: [t.id] }, '?count=3')).map((x) => x.id);
     for (const id of ids) {
       const device = await deviceClient(`mqtt://127.0.0.1:${svc.service.mqttPort}`, { username: `${tenant}:${id}` });
       for (let i = 0; i < 20; i++) await device.publishAsync(`${tenant}:${id}/attrs`, JSON.stringify({ power: i, unknown: 1 }), { qos: 1 });
