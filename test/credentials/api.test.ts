@@ -1,22 +1,20 @@
 // The credentials API (docs/credentials.md): create (generated or chosen secret, expiry), list
 // (metadata only), delete; the bound per device; tenant scoping; errors in `{message, status}`.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, startTestService, type TestService } from '../helpers/service.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { http, useService } from '../helpers/service.js';
 import { deleteCredential, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
 import type { CredentialCreated, CredentialView } from '../helpers/api.js';
-
-let svc: TestService;
-let t: Tenant;
 
 const MAX = 3;
 const TIME = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}\+00:00$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
+const svc = useService({ MAX_DEVICE_CREDENTIALS: String(MAX) });
+let t: Tenant;
+
 beforeAll(async () => {
-  svc = await startTestService({ MAX_DEVICE_CREDENTIALS: String(MAX) });
   t = await newTenant(svc);
 });
-afterAll(() => svc?.stop());
 
 const url = (device: string, id?: string) => `${svc.base}/device/${device}/credentials${id ? `/${id}` : ''}`;
 

@@ -3,20 +3,18 @@
 // their own formats. No EMQX or VerneMQ runs here: the calls are made as those brokers document
 // them. The login rules are the embedded broker's (MQTT_DEVICE_AUTH=required here), the topic
 // rules the same module's.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, startTestService, type TestService } from '../helpers/service.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { http, useService } from '../helpers/service.js';
 import { metricValue, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
 
-let svc: TestService;
+const svc = useService({ MQTT_DEVICE_AUTH: 'required' });
 let t: Tenant;
 let other: Tenant;
 
 beforeAll(async () => {
-  svc = await startTestService({ MQTT_DEVICE_AUTH: 'required' });
   t = await newTenant(svc);
   other = await newTenant(svc);
 });
-afterAll(() => svc?.stop());
 
 const emqx = async (hook: 'authenticate' | 'authorize', body: object) =>
   (await http('POST', `${svc.internal}/broker/emqx/${hook}`, { body })).body;

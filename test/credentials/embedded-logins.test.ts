@@ -2,8 +2,8 @@
 // what gets in, what is refused and how (CONNACK 4, MQTT 5 0x86, a metric by reason), legacy
 // layouts with credentials, rotation, and the connections a deletion, an expiry or a device
 // removal ends.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, startTestService, type TestService } from '../helpers/service.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { http, useService } from '../helpers/service.js';
 import { closedByPeer, eventually, historyCount } from '../helpers/registry-fixtures.js';
 import { connackCode, connect, deleteCredential, metricValue, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
 import type { CredentialView } from '../helpers/api.js';
@@ -11,16 +11,14 @@ import type { CredentialView } from '../helpers/api.js';
 const refusedMetric = (reason: string) => `device_logins_refused_total{reason="${reason}"}`;
 
 describe('MQTT_DEVICE_AUTH=required', () => {
-  let svc: TestService;
+  const svc = useService({ MQTT_URL: undefined, MQTT_DEVICE_AUTH: 'required' });
   let t: Tenant;
   let url: string;
 
   beforeAll(async () => {
-    svc = await startTestService({ MQTT_URL: undefined, MQTT_DEVICE_AUTH: 'required' });
     url = `mqtt://127.0.0.1:${svc.service.mqttPort}`;
     t = await newTenant(svc);
   });
-  afterAll(() => svc?.stop());
 
   const as = (device: string) => `${t.name}:${device}`;
 
@@ -153,16 +151,14 @@ describe('MQTT_DEVICE_AUTH=required', () => {
 });
 
 describe('MQTT_DEVICE_AUTH=optional (the embedded database default)', () => {
-  let svc: TestService;
+  const svc = useService({ MQTT_URL: undefined, MQTT_DEVICE_AUTH: 'optional' });
   let t: Tenant;
   let url: string;
 
   beforeAll(async () => {
-    svc = await startTestService({ MQTT_URL: undefined, MQTT_DEVICE_AUTH: 'optional' });
     url = `mqtt://127.0.0.1:${svc.service.mqttPort}`;
     t = await newTenant(svc);
   });
-  afterAll(() => svc?.stop());
 
   const as = (device: string) => `${t.name}:${device}`;
 
@@ -199,16 +195,14 @@ describe('MQTT_DEVICE_AUTH=optional (the embedded database default)', () => {
 });
 
 describe('MQTT_DEVICE_AUTH=off: as before, credentials are not asked for', () => {
-  let svc: TestService;
+  const svc = useService({ MQTT_URL: undefined, MQTT_DEVICE_AUTH: 'off' });
   let t: Tenant;
   let url: string;
 
   beforeAll(async () => {
-    svc = await startTestService({ MQTT_URL: undefined, MQTT_DEVICE_AUTH: 'off' });
     url = `mqtt://127.0.0.1:${svc.service.mqttPort}`;
     t = await newTenant(svc);
   });
-  afterAll(() => svc?.stop());
 
   it('a device with a credential connects without it, or with anything', async () => {
     const d = await newDevice(svc, t);

@@ -5,8 +5,8 @@ import mqtt from 'mqtt';
 import { http, login, tenantToken, type TestService } from '../helpers/service.js';
 import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';
 
-/** What the fixtures need of a service: its public address. */
-type Api = Pick<TestService, 'base'>;
+/** What the fixtures need of a service: its public address (and its admin's token, when it has one). */
+type Api = Pick<TestService, 'base'> & { readonly token?: string };
 
 export interface Tenant {
   name: string;
@@ -16,7 +16,7 @@ export interface Tenant {
 
 export async function newTenant(svc: Api, prefix = 'cred'): Promise<Tenant> {
   const name = `${prefix}${crypto.randomBytes(3).toString('hex')}`;
-  const token = await tenantToken(svc.base, await login(svc.base), name, 'admin');
+  const token = await tenantToken(svc.base, svc.token ?? (await login(svc.base)), name, 'admin');
   const res = await http<TemplateCreated>('POST', `${svc.base}/template`, {
     token,
     body: { label: 'sensor', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }] },

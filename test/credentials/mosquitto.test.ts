@@ -6,7 +6,7 @@ import crypto from 'node:crypto';
 import { execFileSync } from 'node:child_process';
 import type mqtt from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, loggedAddress, spawnService, startTestService, type TestService } from '../helpers/service.js';
+import { http, loggedAddress, spawnService, useService } from '../helpers/service.js';
 import { closedByPeer, eventually, historyCount } from '../helpers/registry-fixtures.js';
 import { mosquittoInstalled, RepoMosquitto } from '../deploy/repo-mosquitto.js';
 import { connackCode, connect, deleteCredential, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
@@ -17,31 +17,31 @@ describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped M
     MQTT_ADMIN_PASSWORD: crypto.randomBytes(12).toString('hex'),
   };
   let broker: RepoMosquitto;
-  let svc: TestService;
   let a: Tenant;
   let b: Tenant;
   let url: string;
   const clients: mqtt.MqttClient[] = [];
 
+  // The broker starts before the service and stops after it (afterAll hooks run last first).
   beforeAll(async () => {
     broker = await RepoMosquitto.create(passwords);
     await broker.start();
     url = `mqtt://127.0.0.1:${broker.port}`;
-    svc = await startTestService({
-      MQTT_URL: broker.url('device-registry', passwords.MQTT_SERVICE_PASSWORD),
-      MQTT_SHARE_GROUP: 'device-registry',
-      MQTT_SUBSCRIBER_CONNECTIONS: '2',
-      MQTT_DYNAMIC_SECURITY: 'true',
-      MQTT_DEVICE_AUTH: 'required',
-    });
+  });
+  afterAll(() => broker?.dispose());
+  const svc = useService(() => ({
+    MQTT_URL: broker.url('device-registry', passwords.MQTT_SERVICE_PASSWORD),
+    MQTT_SHARE_GROUP: 'device-registry',
+    MQTT_SUBSCRIBER_CONNECTIONS: '2',
+    MQTT_DYNAMIC_SECURITY: 'true',
+    MQTT_DEVICE_AUTH: 'required',
+  }));
+  beforeAll(async () => {
     a = await newTenant(svc, 'mqa');
     b = await newTenant(svc, 'mqb');
   });
-
-  afterAll(async () => {
+  afterAll(() => {
     for (const c of clients) c.end(true);
-    await svc?.stop();
-    await broker?.dispose();
   });
 
   /** A device connection to the broker (MQTT 5: a refused publish says why). */

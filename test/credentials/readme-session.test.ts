@@ -5,7 +5,7 @@
 import { execFileSync, spawnSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readRepoFile } from '../deploy/files.js';
-import { loggedAddress, spawnService, tempDir, type SpawnedService } from '../helpers/service.js';
+import { loggedAddress, tempDir, useSpawnedServices, type SpawnedService } from '../helpers/service.js';
 
 const readme = readRepoFile('README.md');
 const section = readme.slice(readme.indexOf('## A first session'), readme.indexOf('\n## ', readme.indexOf('## A first session') + 1));
@@ -17,12 +17,17 @@ describe.skipIf(!hasTools)('README: a first session', () => {
   let http: URL;
   let mqtt: URL;
 
+  const spawned = useSpawnedServices();
   beforeAll(async () => {
-    proc = spawnService({ DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', LOG_LEVEL: 'info' });
-    http = new URL(loggedAddress(await proc.waitFor(/public HTTP API listening/, 120_000)));
-    mqtt = new URL(loggedAddress(await proc.waitFor(/embedded MQTT broker listening/, 120_000)));
-    await proc.waitFor(/"ready"/, 120_000);
+    const started = await spawned.ready(
+      { DATA_DIR: await tempDir(), PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0', LOG_LEVEL: 'info' },
+      120_000,
+    );
+    proc = started.svc;
+    http = new URL(started.base);
+    mqtt = new URL(loggedAddress(await proc.waitFor(/embedded MQTT broker listening/)));
   });
+  // SIGTERM, so that the embedded PostgreSQL stops too (useSpawnedServices only kills what is left).
   afterAll(async () => {
     proc?.child.kill('SIGTERM');
     await proc?.exited;

@@ -3,7 +3,7 @@
 // an error message. The service runs as a process of its own, logging everything (debug).
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, loggedAddress, spawnService, testEnv, type SpawnedService } from '../helpers/service.js';
+import { http, loggedAddress, testEnv, useSpawnedServices, type SpawnedService } from '../helpers/service.js';
 import { connackCode, deleteCredential, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
 
 let proc: SpawnedService;
@@ -14,12 +14,11 @@ let listener: pg.Client;
 const notifications: string[] = [];
 let t: Tenant;
 
+const spawned = useSpawnedServices();
 beforeAll(async () => {
   const env = await testEnv({ MQTT_URL: undefined, MQTT_DEVICE_AUTH: 'required', LOG_LEVEL: 'debug' });
-  proc = spawnService(env);
-  base = loggedAddress(await proc.waitFor(/public HTTP API listening/));
+  ({ svc: proc, base } = await spawned.ready(env));
   mqttUrl = loggedAddress(await proc.waitFor(/embedded MQTT broker listening/));
-  await proc.waitFor(/"ready"/);
   db = new pg.Client({ connectionString: env.DATABASE_URL });
   await db.connect();
   listener = new pg.Client({ connectionString: env.DATABASE_URL });
@@ -29,6 +28,7 @@ beforeAll(async () => {
   t = await newTenant({ base });
 });
 
+// Stopped cleanly here (useSpawnedServices only kills what is still running after this).
 afterAll(async () => {
   await listener?.end();
   await db?.end();

@@ -1,8 +1,8 @@
 // Repeated failed logins slow the guesser down (docs/credentials.md): the throttle's rule with a
 // clock of its own, then against the embedded broker.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { LoginThrottle } from '../../src/registry/credentials/throttle.js';
-import { startTestService, type TestService } from '../helpers/service.js';
+import { useService } from '../helpers/service.js';
 import { connackCode, metricValue, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
 
 describe('LoginThrottle', () => {
@@ -53,13 +53,11 @@ describe('LoginThrottle', () => {
 // Every test client comes from 127.0.0.1: each service below serves tests that leave that
 // address's failures below its allowance, but for the last one.
 function embedded() {
-  const ctx = { svc: undefined as unknown as TestService, t: undefined as unknown as Tenant, url: '' };
+  const ctx = { svc: useService({ MQTT_URL: undefined, MQTT_DEVICE_AUTH: 'required' }), t: undefined as unknown as Tenant, url: '' };
   beforeAll(async () => {
-    ctx.svc = await startTestService({ MQTT_URL: undefined, MQTT_DEVICE_AUTH: 'required' });
     ctx.url = `mqtt://127.0.0.1:${ctx.svc.service.mqttPort}`;
     ctx.t = await newTenant(ctx.svc);
   });
-  afterAll(() => ctx.svc?.stop());
   const timed = async (opts: object) => {
     const started = Date.now();
     const code = await connackCode(ctx.url, opts);

@@ -4,36 +4,37 @@
 // certificates are made by the test (openssl).
 import fs from 'node:fs';
 import net from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../src/net.js';
-import { http, startTestService, type TestService } from '../helpers/service.js';
+import { http, useService } from '../helpers/service.js';
 import { closedByPeer, historyCount } from '../helpers/registry-fixtures.js';
 import { makePki, type Pki } from './certificates.js';
 import { connackCode, connect, metricValue, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
 
 let pki: Pki;
-let svc: TestService;
 let t: Tenant;
 let url: string;
 let plainPort: number;
 
+// The certificates and the plain port, before the service starts with them.
 beforeAll(async () => {
   pki = await makePki();
   plainPort = await freePort();
-  svc = await startTestService({
-    MQTT_URL: undefined,
-    MQTT_DEVICE_AUTH: 'required',
-    MQTT_PORT: String(plainPort),
-    MQTT_PLAIN: 'false',
-    MQTT_TLS_PORT: '0',
-    MQTT_TLS_CERT: pki.serverCert,
-    MQTT_TLS_KEY: pki.serverKey,
-    MQTT_TLS_CA: pki.caCert,
-  });
+});
+const svc = useService(() => ({
+  MQTT_URL: undefined,
+  MQTT_DEVICE_AUTH: 'required',
+  MQTT_PORT: String(plainPort),
+  MQTT_PLAIN: 'false',
+  MQTT_TLS_PORT: '0',
+  MQTT_TLS_CERT: pki.serverCert,
+  MQTT_TLS_KEY: pki.serverKey,
+  MQTT_TLS_CA: pki.caCert,
+}));
+beforeAll(async () => {
   url = `mqtts://127.0.0.1:${svc.service.mqttTlsPort}`;
   t = await newTenant(svc);
 });
-afterAll(() => svc?.stop());
 
 const ca = () => fs.readFileSync(pki.caCert);
 const withCert = (files: { cert: string; key: string }) => ({ cert: fs.readFileSync(files.cert), key: fs.readFileSync(files.key) });

@@ -5,11 +5,11 @@
 // named by Prometheus conventions.
 import crypto from 'node:crypto';
 import { parse } from 'yaml';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { createDevices, createTemplate } from '../helpers/registry-api.js';
 import { deviceClient, eventually } from '../helpers/registry-fixtures.js';
-import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
+import { http, tenantToken, useService } from '../helpers/service.js';
 import { readRepoFile, yamlBlock, yamlList } from './files.js';
-import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';
 
 interface Target {
   expr: string;
@@ -207,23 +207,18 @@ describe('the files and their wiring', () => {
 });
 
 describe('after a short ingest', () => {
-  let svc: TestService;
+  // The embedded broker: the devices' PUBACK waits for the commit, so ack latency is measured.
+  const svc = useService({ MQTT_URL: undefined });
   let scrape = '';
   const tenant = `obs${crypto.randomBytes(3).toString('hex')}`;
 
   beforeAll(async () => {
-    // The embedded broker: the devices' PUBACK waits for the commit, so ack latency is measured.
-    svc = await startTestService({ MQTT_URL: undefined });
-    const token = await tenantToken(svc.base, await login(svc.base), tenant);
-    const t = await http<TemplateCreated>('POST', `${svc.base}/template`, {
-      token,
-      body: { label: 'meter', attrs: [{ label: 'power', type: 'dynamic', value_type: 'float' }] },
+    const token = await tenantToken(svc.base, svc.token, tenant);
+    const t = await createTemplate(svc.base, token, {
+      label: 'meter',
+      attrs: [{ label: 'power', type: 'dynamic', value_type: 'float' }],
     });
-    const d = await http<DevicesCreated>('POST', `${svc.base}/device?count=3`, {
-      token,
-      body: { label: 'meter', templates: [t.body.template.id] },
-    });
-    const ids = d.body.devices.map((x) => x.id);
+    const ids = (await createDevices(svc.base, token, { label: 'meter', templates: [t.id] }, '?count=3')).map((x) => x.id);
     for (const id of ids) {
       const device = await deviceClient(`mqtt://127.0.0.1:${svc.service.mqttPort}`, { username: `${tenant}:${id}` });
       for (let i = 0; i < 20; i++) await device.publishAsync(`${tenant}:${id}/attrs`, JSON.stringify({ power: i, unknown: 1 }), { qos: 1 });
@@ -238,7 +233,6 @@ describe('after a short ingest', () => {
         : undefined;
     }, 'the ingest figures');
   }, 60_000);
-  afterAll(() => svc?.stop());
 
   it('every metric the dashboard and the rules use is in /metrics (with the label values they select)', () => {
     const fams = families(scrape);

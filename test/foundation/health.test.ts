@@ -14,7 +14,7 @@ import { createLogger } from '../../src/log.js';
 import { createMetrics } from '../../src/metrics.js';
 import { freePort } from '../../src/net.js';
 import { eventually } from '../helpers/registry-fixtures.js';
-import { freshDatabase, http, startTestService, type TestService } from '../helpers/service.js';
+import { freshDatabase, http, useService } from '../helpers/service.js';
 import type { ReadinessAnswer } from '../helpers/api.js';
 
 const ALL_OK = { database: 'ok', migrations: 'ok', broker: 'ok', ingest: 'ok' };
@@ -32,16 +32,13 @@ async function privateBroker() {
 }
 
 describe('over HTTP, on both listeners', () => {
-  let svc: TestService;
   let broker: Awaited<ReturnType<typeof privateBroker>>;
+  // The broker starts before the service and stops after it (afterAll hooks run last first).
   beforeAll(async () => {
     broker = await privateBroker();
-    svc = await startTestService({ MQTT_URL: broker.url });
   });
-  afterAll(async () => {
-    await svc?.stop();
-    await broker?.stop().catch(() => undefined);
-  });
+  afterAll(() => broker?.stop().catch(() => undefined));
+  const svc = useService(() => ({ MQTT_URL: broker.url }));
 
   it('/health/live, /health/ready and /health answer 200', async () => {
     for (const base of [svc.base, svc.internal]) {

@@ -9,22 +9,22 @@ import net from 'node:net';
 import type mqtt from 'mqtt';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { http, login, startTestService, testEnv, type TestService } from '../helpers/service.js';
+import { http, testEnv, useService, type ServiceForFile } from '../helpers/service.js';
 import { createDevice, createTemplate, deviceClient, eventually, historyCount, metric, notifySink } from '../helpers/registry-fixtures.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** A device's label as GET /device/{id} answers it (from the view cache when it is there). */
-async function label(svc: TestService, token: string, id: string): Promise<string> {
-  const res = await http<{ label: string }>('GET', `${svc.base}/device/${id}`, { token });
+/** A device's label as GET /device/{id} answers it to the admin (from the view cache when it is there). */
+async function label(svc: ServiceForFile, id: string): Promise<string> {
+  const res = await http<{ label: string }>('GET', `${svc.base}/device/${id}`, { token: svc.token });
   expect(res.status).toBe(200);
   return res.body.label;
 }
 
-/** A device created through the API (its view is cached at creation); its id. */
-async function newDevice(svc: TestService, token: string, labelled: string): Promise<string> {
+/** A device of the admin created through the API (its view is cached at creation); its id. */
+async function newDevice(svc: ServiceForFile, labelled: string): Promise<string> {
   const res = await http<{ devices: Array<{ id: string }> }>('POST', `${svc.base}/device`, {
-    token,
+    token: svc.token,
     body: { label: labelled, templates: [] },
   });
   expect(res.status).toBe(200);
@@ -38,16 +38,13 @@ async function relabel(db: pg.Pool, tenant: string, id: string, to: string, anno
 }
 
 describe('a registry change and its notification', () => {
-  let svc: TestService;
-  let token: string;
+  const svc = useService();
   let listener: pg.Client;
   const heard: string[] = [];
   // eslint-disable-next-line @typescript-eslint/unbound-method -- kept to be put back, and called with its client as `this`
   const realQuery = pg.Client.prototype.query;
 
   beforeAll(async () => {
-    svc = await startTestService();
-    token = await login(svc.base);
     listener = new pg.Client({ connectionString: svc.env.DATABASE_URL });
     await listener.connect();
     listener.on('notification', (n) => heard.push(n.payload ?? ''));
@@ -56,10 +53,7 @@ describe('a registry change and its notification', () => {
   afterEach(() => {
     pg.Client.prototype.query = realQuery;
   });
-  afterAll(async () => {
-    await listener?.end();
-    await svc?.stop();
-  });
+  afterAll(() => listener?.end());
 
   it('are one: a change whose notification cannot be sent is not made', async () => {
     // The notification fails (on whichever connection sends it); everything else works.
@@ -68,7 +62,7 @@ describe('a registry change and its notification', () => {
       if (text?.includes('pg_notify')) throw new Error('injected: the notification cannot be sent');
       return (realQuery as (...a: unknown[]) => unknown).apply(this, args);
     } as typeof pg.Client.prototype.query;
-    const res = await http('POST', `${svc.base}/template`, { token, body: { label: 'never-announced', attrs: [] } });
+    const res = await http('POST', `${svc.base}/template`, { token: svc.token, body: { label: 'never-announced', attrs: [] } });
     pg.Client.prototype.query = realQuery;
     // Made without a word to the other instances, their caches would never learn of it.
     expect(res.status).toBeGreaterThanOrEqual(500);
@@ -80,7 +74,7 @@ describe('a registry change and its notification', () => {
 
   it('a change that is made is heard by the other instances', async () => {
     const res = await http<{ template: { id: number } }>('POST', `${svc.base}/template`, {
-      token,
+      token: svc.token,
       body: { label: 'announced', attrs: [] },
     });
     expect(res.status).toBe(200);
@@ -140,63 +134,56 @@ class SilencingProxy {
 }
 
 describe('a listening connection that goes silent', () => {
-  let svc: TestService;
   let proxy: SilencingProxy;
   let db: pg.Pool;
-  let token: string;
+  let env: Record<string, string | undefined>;
+  let via: URL;
 
+  // The proxy is there before the service and closes after it (afterAll hooks run last first).
   beforeAll(async () => {
-    const env = await testEnv();
+    env = await testEnv();
     const direct = new URL(env.DATABASE_URL!);
     proxy = new SilencingProxy(direct);
-    const via = new URL(direct);
+    via = new URL(direct);
     via.host = `127.0.0.1:${await proxy.listen()}`;
-    // Cached entries would live an hour: only the watch on the connection can bring the change.
-    svc = await startTestService({ ...env, DATABASE_URL: via.toString(), REGISTRY_CACHE_MAX_AGE_SECONDS: '3600' });
     db = new pg.Pool({ connectionString: direct.toString(), max: 2 });
-    token = await login(svc.base);
   });
   afterAll(async () => {
-    await svc?.stop();
     await db?.end();
     await proxy?.close();
   });
+  // Cached entries would live an hour: only the watch on the connection can bring the change.
+  const svc = useService(() => ({ ...env, DATABASE_URL: via.toString(), REGISTRY_CACHE_MAX_AGE_SECONDS: '3600' }));
 
   it('is replaced, and the caches are read again: a change announced meanwhile shows', async () => {
-    const id = await newDevice(svc, token, 'before');
-    expect(await label(svc, token, id)).toBe('before_0'); // cached now
+    const id = await newDevice(svc, 'before');
+    expect(await label(svc, id)).toBe('before_0'); // cached now
     expect(proxy.silenceListeners()).toBe(1);
     await relabel(db, 'admin', id, 'after', true); // announced, but this instance does not hear it
     await sleep(300);
-    expect(await label(svc, token, id)).toBe('before_0');
-    await eventually(async () => (await label(svc, token, id)) === 'after' || undefined, 'the change, once listening again', 30_000);
+    expect(await label(svc, id)).toBe('before_0');
+    await eventually(async () => (await label(svc, id)) === 'after' || undefined, 'the change, once listening again', 30_000);
     expect(proxy.openListeners).toBe(1);
   }, 60_000);
 });
 
 describe('cached entries with no notification at all', () => {
-  let svc: TestService;
-  let token: string;
+  const svc = useService({ REGISTRY_CACHE_MAX_AGE_SECONDS: '1' });
   let device: mqtt.MqttClient;
   const tenant = `rc${crypto.randomBytes(3).toString('hex')}`;
 
   beforeAll(async () => {
-    svc = await startTestService({ REGISTRY_CACHE_MAX_AGE_SECONDS: '1' });
-    token = await login(svc.base);
     device = await deviceClient(svc.env.MQTT_URL!);
   });
-  afterAll(async () => {
-    await device?.endAsync();
-    await svc?.stop();
-  });
+  afterAll(() => device?.endAsync());
 
   it('a device view is read again once older than REGISTRY_CACHE_MAX_AGE_SECONDS', async () => {
-    const id = await newDevice(svc, token, 'first');
-    expect(await label(svc, token, id)).toBe('first_0');
+    const id = await newDevice(svc, 'first');
+    expect(await label(svc, id)).toBe('first_0');
     await relabel(svc.service.pool, 'admin', id, 'second', false);
-    expect(await label(svc, token, id)).toBe('first_0'); // from the cache
+    expect(await label(svc, id)).toBe('first_0'); // from the cache
     await sleep(1200);
-    expect(await label(svc, token, id)).toBe('second');
+    expect(await label(svc, id)).toBe('second');
   });
 
   it('a device model in the ingest cache is read again once older than REGISTRY_CACHE_MAX_AGE_SECONDS', async () => {
@@ -222,19 +209,15 @@ describe('cached entries with no notification at all', () => {
 });
 
 describe('a value the cached device model does not know', () => {
-  let svc: TestService;
+  // Entries would live an hour, and no notification comes: only the re-check can save the values.
+  const svc = useService({ REGISTRY_CACHE_MAX_AGE_SECONDS: '3600' });
   let device: mqtt.MqttClient;
   const tenant = `rk${crypto.randomBytes(3).toString('hex')}`;
 
   beforeAll(async () => {
-    // Entries would live an hour, and no notification comes: only the re-check can save the values.
-    svc = await startTestService({ REGISTRY_CACHE_MAX_AGE_SECONDS: '3600' });
     device = await deviceClient(svc.env.MQTT_URL!);
   });
-  afterAll(async () => {
-    await device?.endAsync();
-    await svc?.stop();
-  });
+  afterAll(() => device?.endAsync());
 
   const values = async (d: string) =>
     (

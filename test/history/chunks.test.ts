@@ -11,7 +11,7 @@ import type { HistoryQuery } from '../../src/history/query.js';
 import { openLimit, readOneSeriesOfDevice, readSeries } from '../../src/history/repo.js';
 import { createDevice, createTemplate, insertHistory } from '../helpers/registry-fixtures.js';
 import { timescaleLayout, timescaleOnly } from '../helpers/history-layout.js';
-import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
+import { http, useService, type TestService } from '../helpers/service.js';
 
 /** The part of an EXPLAIN (FORMAT JSON) node these tests read. */
 interface PlanNode {
@@ -47,17 +47,16 @@ async function openRegionSet(s: TestService): Promise<void> {
 }
 
 describe('every query answers the same wherever its rows are', () => {
-  let svc: TestService;
+  const svc = useService({ HISTORY_MAX_RESULTS: '500' });
   let token: string;
-  const tenant = `chk${crypto.randomBytes(3).toString('hex')}`;
+  let tenant: string;
   let device: string;
   let other: string;
   const now = Date.now();
   const LABELS = ['a', 'b', 'c', 'd'];
 
   beforeAll(async () => {
-    svc = await startTestService({ HISTORY_MAX_RESULTS: '500' });
-    token = await tenantToken(svc.base, await login(svc.base), tenant);
+    ({ tenant, token } = await svc.freshTenant('chk'));
     const pool = svc.service.pool;
     const t = await createTemplate(
       pool,
@@ -81,7 +80,6 @@ describe('every query answers the same wherever its rows are', () => {
     for (const ago of [200, 120, 45, 3]) rows.push({ tenant, device, attr: 'd', ts: at(now - ago * DAY), value: `${n++}.5` });
     await insertHistory(pool, rows);
   });
-  afterAll(() => svc?.stop());
 
   /** One series as one SQL query over the whole table: the answer every read must give. */
   async function expected(label: string, q: { order: 'asc' | 'desc'; limit: number; from?: string; to?: string }) {
@@ -193,14 +191,13 @@ describe('every query answers the same wherever its rows are', () => {
 });
 
 describe('each statement of a read plans only the chunks of its range (a year of daily chunks)', () => {
-  let svc: TestService;
+  const svc = useService();
   const tenant = `pln${crypto.randomBytes(3).toString('hex')}`;
   let device: string;
   let admin: pg.Client;
   const now = Date.now();
 
   beforeAll(async () => {
-    svc = await startTestService({});
     const pool = svc.service.pool;
     const t = await createTemplate(pool, tenant, 'sensor', [
       { label: 'a', type: 'dynamic', value_type: 'float' },
@@ -223,10 +220,7 @@ describe('each statement of a read plans only the chunks of its range (a year of
     admin = new pg.Client({ connectionString: svc.env.DATABASE_URL });
     await admin.connect();
   }, 120_000);
-  afterAll(async () => {
-    await admin?.end();
-    await svc?.stop();
-  });
+  afterAll(() => admin?.end());
 
   /** The chunks a plan holds: scans of history's chunks, plus those pruned only at execution. */
   function chunksIn(plan: PlanNode): string[] {

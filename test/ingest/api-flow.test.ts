@@ -3,21 +3,19 @@
 // once (the registry's own event), actuation received, and the device's deletion closing its
 // MQTT session.
 import crypto from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { DevicesCreated, HistoryRecord, TemplateCreated } from '../helpers/api.js';
 import { anyString } from '../helpers/matchers.js';
-import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
+import { http, tenantToken, useService } from '../helpers/service.js';
 import { closedByPeer, deviceClient, eventually } from '../helpers/registry-fixtures.js';
 
-let svc: TestService;
+const svc = useService({ MQTT_URL: undefined });
 let token: string;
 const tenant = `flow${crypto.randomBytes(3).toString('hex')}`;
 
 beforeAll(async () => {
-  svc = await startTestService({ MQTT_URL: undefined });
-  token = await tenantToken(svc.base, await login(svc.base), tenant);
+  token = await tenantToken(svc.base, svc.token, tenant);
 });
-afterAll(() => svc?.stop());
 
 describe('through the public API', () => {
   it('template and device over HTTP, telemetry, template change, actuation, deletion', async () => {

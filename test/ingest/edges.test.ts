@@ -7,7 +7,7 @@ import crypto from 'node:crypto';
 import type mqtt from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { HistoryByLabel, HistoryRecord } from '../helpers/api.js';
-import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
+import { http, tenantToken, useService } from '../helpers/service.js';
 import {
   createDevice,
   createTemplate,
@@ -41,22 +41,18 @@ function payloadOf(bytes: number, temperature: number): Buffer {
 const dropped = (text: string, reason: string) => metric(text, `ingest_dropped_total{reason="${reason}"}`);
 
 describe('through the run broker (MQTT_URL), MAX_MESSAGE_BYTES=256', () => {
-  let svc: TestService;
+  const svc = useService({ MAX_MESSAGE_BYTES: String(MAX) });
   let token: string;
   let publisher: mqtt.MqttClient;
   let templateId: number;
 
   beforeAll(async () => {
-    svc = await startTestService({ MAX_MESSAGE_BYTES: String(MAX) });
     expect(svc.service.config.maxMessageBytes).toBe(MAX);
-    token = await tenantToken(svc.base, await login(svc.base), tenant);
+    token = await tenantToken(svc.base, svc.token, tenant);
     templateId = await createTemplate(svc.service.pool, tenant, 'sensor', ATTRS);
     publisher = await deviceClient(svc.env.MQTT_URL!);
   });
-  afterAll(async () => {
-    await publisher?.endAsync();
-    await svc?.stop();
-  });
+  afterAll(() => publisher?.endAsync());
 
   async function newDevice(extra: AttrSpec[] = []): Promise<string> {
     const templates = [templateId];
@@ -233,16 +229,14 @@ describe('through the run broker (MQTT_URL), MAX_MESSAGE_BYTES=256', () => {
 });
 
 describe('through the embedded broker, MAX_MESSAGE_BYTES=256', () => {
-  let svc: TestService;
+  const svc = useService({ MQTT_URL: undefined, MAX_MESSAGE_BYTES: String(MAX) });
   let url: string;
   let templateId: number;
 
   beforeAll(async () => {
-    svc = await startTestService({ MQTT_URL: undefined, MAX_MESSAGE_BYTES: String(MAX) });
     url = `mqtt://127.0.0.1:${svc.service.mqttPort}`;
     templateId = await createTemplate(svc.service.pool, tenant, 'sensor', ATTRS);
   });
-  afterAll(() => svc?.stop());
 
   it('exactly MAX_MESSAGE_BYTES is stored, one byte more is acknowledged and counted once as oversized', async () => {
     const d = await createDevice(svc.service.pool, tenant, [templateId]);

@@ -5,11 +5,11 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { Validator } from '@seriousme/openapi-schema-validator';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { projectRoot } from '../../src/paths.js';
 import { operationKey } from '../../src/http/route.js';
 import type { ErrorBody } from '../helpers/api.js';
-import { http, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
+import { http, tenantToken, useService } from '../helpers/service.js';
 import { operationsOf, schemaValidators, type Doc, type ServerDoc } from './helpers.js';
 
 /** The document without its `servers` (top level and per operation). */
@@ -26,18 +26,14 @@ function withoutServers(value: unknown): unknown {
 /** Where the document places an operation: its own servers, else the document's. */
 const serversOf = (op: { servers?: ServerDoc[] }) => (op.servers ?? doc.servers).map((s) => s.url);
 
-let svc: TestService;
-let token: string;
+const svc = useService();
 let served: { status: number; text: string; headers: Headers };
 let doc: Doc;
 
 beforeAll(async () => {
-  svc = await startTestService();
-  token = await login(svc.base);
   served = await http('GET', `${svc.base}/openapi.json`);
   doc = JSON.parse(served.text) as Doc;
 });
-afterAll(() => svc?.stop());
 
 describe('GET /openapi.json', () => {
   it('is served without a token, as JSON', () => {
@@ -131,7 +127,7 @@ describe('routes', () => {
 
   it('over HTTP: each described operation answers at the servers the document names, and is unknown at the others', async () => {
     // A tenant of its own: the probes may delete what they find.
-    const probeToken = await tenantToken(svc.base, token, 'probe', 'admin');
+    const probeToken = await tenantToken(svc.base, svc.token, 'probe', 'admin');
     for (const { method, path: p, op } of operationsOf(doc)) {
       const url = p.replace(/\{[^}]+\}/g, 'probe');
       const named = serversOf(op);
@@ -150,7 +146,10 @@ describe('routes', () => {
 
   it('a path that is not described is unknown on both listeners', async () => {
     for (const base of [svc.base, svc.internal]) {
-      expect((await http('GET', `${base}/not/described`, { token })).body).toEqual({ message: 'Invalid endpoint requested', status: 404 });
+      expect((await http('GET', `${base}/not/described`, { token: svc.token })).body).toEqual({
+        message: 'Invalid endpoint requested',
+        status: 404,
+      });
     }
   });
 });

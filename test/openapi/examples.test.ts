@@ -5,15 +5,14 @@
 // Each example runs in a fresh tenant holding the fixture the examples are written against
 // (src/openapi/examples.ts, docs/api.md); template id 1 in path parameters and in `templates`
 // of request bodies stands for the fixture template's id.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { CREDENTIAL_ID } from '../../src/openapi/examples.js';
 import { insertHistory } from '../helpers/registry-fixtures.js';
 import type { TemplateCreated } from '../helpers/api.js';
-import { http, login, startTestService, tenantToken, type ApiResponse, type TestService } from '../helpers/service.js';
+import { http, tenantToken, useService, type ApiResponse } from '../helpers/service.js';
 import { operationsOf, schemaValidators, type Doc, type DocOperation } from './helpers.js';
 
-let svc: TestService;
-let adminToken: string;
+const svc = useService();
 let doc: Doc;
 let compile: ReturnType<typeof schemaValidators>;
 let tenants = 0;
@@ -21,12 +20,9 @@ let tenants = 0;
 const FIXTURE_TEMPLATE_ID = 1;
 
 beforeAll(async () => {
-  svc = await startTestService();
-  adminToken = await login(svc.base);
   doc = (await http<Doc>('GET', `${svc.base}/openapi.json`)).body;
   compile = schemaValidators(doc);
 });
-afterAll(() => svc?.stop());
 
 interface Fixture {
   tenant: string;
@@ -43,7 +39,7 @@ async function ok<T>(res: Promise<ApiResponse<T>>, what: string): Promise<T> {
 /** The fixture of the examples, in a tenant of its own. */
 async function fixture(kind: string | undefined): Promise<Fixture> {
   const tenant = `examples-${++tenants}`;
-  const token = await tenantToken(svc.base, adminToken, tenant, 'admin');
+  const token = await tenantToken(svc.base, svc.token, tenant, 'admin');
   const created = await ok(
     http<TemplateCreated>('POST', `${svc.base}/template`, {
       token,
