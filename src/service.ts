@@ -4,7 +4,7 @@ import crypto from 'node:crypto';
 import type pg from 'pg';
 import type { Config } from './config.js';
 import type { Logger } from './log.js';
-import { startEmbeddedDatabase, type EmbeddedDatabase } from './db/embedded.js';
+import { startEmbeddedDatabase } from './db/embedded.js';
 import { createPool, endPool } from './db/pool.js';
 import { loadMigrations, migrate } from './db/migrate.js';
 import { Readiness } from './health.js';
@@ -12,7 +12,7 @@ import { ensureAdmin } from './auth/bootstrap.js';
 import { Tokens } from './auth/tokens.js';
 import { loadOrCreateKey, prepareDataDir } from './secrets.js';
 import { createMetrics, type Metrics } from './metrics.js';
-import { startIngest } from './ingest/index.js';
+import { startIngest, type Ingest } from './ingest/index.js';
 import { startHistoryMaintenance } from './history/maintenance.js';
 import { ActuationService } from './registry/actuation/service.js';
 import { apiRoutes } from './api.js';
@@ -71,169 +71,260 @@ export class StartAborted extends Error {
   }
 }
 
+/** What has started so far, to be stopped in reverse order; each stop step gets the shutdown's clock. */
+class Started {
+  private readonly stops: Array<(clock: ShutdownClock) => Promise<unknown>> = [];
+
+  constructor(
+    private readonly config: Config,
+    private readonly log: Logger,
+    private readonly abort: AbortSignal | undefined,
+  ) {}
+
+  /** Registers how to stop what just started. */
+  onStop(stop: (clock: ShutdownClock) => Promise<unknown>): void {
+    this.stops.push(stop);
+  }
+
+  /** Between steps: a cancelled start goes no further. */
+  checkpoint(): void {
+    if (this.abort?.aborted) throw new StartAborted();
+  }
+
+  async stopAll(clock = shutdownClock(this.config.shutdownTimeoutMs)): Promise<void> {
+    for (const stop of this.stops.reverse()) {
+      await stop(clock).catch((err: Error) => this.log.warn('shutdown step failed', { error: err.message }));
+    }
+    this.stops.length = 0;
+  }
+}
+
+interface Database {
+  url: string;
+  pool: pg.Pool;
+}
+
+/** The embedded PostgreSQL unless DATABASE_URL, the pool, the migrations and the first admin. */
+async function openDatabase(config: Config, log: Logger, started: Started): Promise<Database> {
+  // Needed for the embedded database and for any key the configuration does not give.
+  if (!config.databaseUrl || !config.jwtSecret || !config.pskEncryptionKey) await prepareDataDir(config.dataDir);
+  let url = config.databaseUrl;
+  if (!url) {
+    const embedded = await startEmbeddedDatabase({
+      dataDir: config.dataDir,
+      port: config.embeddedPgPort,
+      settings: config.embeddedPgSettings,
+      log,
+    });
+    started.onStop(() => embedded.stop());
+    started.checkpoint();
+    url = embedded.url;
+  }
+  const pool = createPool(url, config.pgPoolSize, log);
+  // pool.end() waits for connections in use: a request cut off by the shutdown may hold one.
+  started.onStop((clock) => until(endPool(pool), clock.deadline));
+  if (config.databaseUrl) await checkDatabase(pool, config.databaseUrl);
+  await migrate(pool, log, { history_chunk_interval: config.historyChunkInterval });
+  started.checkpoint();
+  await ensureAdmin(pool, config, log);
+  return { url, pool };
+}
+
+interface Messaging {
+  ingest: Ingest;
+  logins: DeviceLogins;
+  hasher: CredentialHasher;
+  pskKey: Buffer;
+}
+
+/**
+ * History partitions/retention, device logins, then the broker link (embedded broker unless
+ * MQTT_URL) with the ingest router and shard workers. Stopped after HTTP: flush, commit,
+ * acknowledge, close; the logins after ingest, so its last logins are recorded.
+ */
+async function startMessaging(config: Config, db: Database, core: Core, log: Logger, started: Started): Promise<Messaging> {
+  const historyMaintenance = await startHistoryMaintenance({
+    pool: db.pool,
+    chunkInterval: config.historyChunkInterval,
+    retentionDays: config.historyRetentionDays,
+    log,
+  });
+  started.onStop(() => Promise.resolve(historyMaintenance.stop()));
+  // DATABASE_URL without PSK_ENCRYPTION_KEY is refused by config; the embedded database keeps a generated key.
+  const pskKey = config.pskEncryptionKey ?? (await loadOrCreateKey(config.dataDir, 'psk-key'));
+  // Device logins, decided here for the embedded broker (which asks from its thread) and for
+  // external brokers (internal listener).
+  const hasher = config.deviceCredentialKey ? new CredentialHasher(config.deviceCredentialKey) : CredentialHasher.derivedFrom(pskKey);
+  const logins = new DeviceLogins(
+    db.pool,
+    hasher,
+    config.mqttDeviceAuth,
+    new LoginMetrics(core.metrics),
+    log.child({ component: 'logins' }),
+  );
+  core.events.on((e) => logins.invalidate(e));
+  started.onStop(() => logins.stop());
+  const ingest = await startIngest({ config, databaseUrl: db.url, metrics: core.metrics, logins, log });
+  started.onStop((clock) => ingest.stop(clock.drainUntil));
+  started.checkpoint();
+  return { ingest, logins, hasher, pskKey };
+}
+
+interface Core {
+  tokens: Tokens;
+  metrics: Metrics;
+  events: RegistryEvents;
+}
+
+/** Token signing, the metrics registry and the registry's change feed (LISTEN). */
+async function startCore(config: Config, db: Database, log: Logger, started: Started): Promise<Core> {
+  const tokenKey = config.jwtSecret ?? (await loadOrCreateKey(config.dataDir, 'jwt-secret'));
+  const tokens = new Tokens(tokenKey, config.jwtIssuer, config.tokenTtlSeconds);
+  const metrics = createMetrics();
+  metrics.watchPool(db.pool, config.pgPoolSize);
+  const events = new RegistryEvents(db.pool, db.url, log);
+  await events.start();
+  started.onStop(() => events.close());
+  started.checkpoint();
+  return { tokens, metrics, events };
+}
+
+/** MQTT_DYNAMIC_SECURITY: the external Mosquitto's device accounts follow the credentials. */
+async function startBrokerAccounts(
+  config: Config,
+  db: Database,
+  core: Core,
+  log: Logger,
+  started: Started,
+): Promise<DynamicSecurity | undefined> {
+  if (!config.mqttDynamicSecurity || !config.mqttUrl) return undefined;
+  const accounts = await DynamicSecurity.start({
+    url: config.mqttUrl,
+    // A clean session of this instance alone (two instances sharing an id would take it from each other).
+    clientId: `${config.mqttClientId}-accounts-${crypto.randomBytes(4).toString('hex')}`,
+    timeoutMs: config.actuationTimeoutMs,
+    pool: db.pool,
+    log: log.child({ component: 'dynamic-security' }),
+  });
+  started.onStop(() => accounts.close());
+  core.events.onLocal((e) => accounts.registryChanged(e));
+  started.checkpoint();
+  return accounts;
+}
+
+/** The registry's services (templates, devices, keys, credentials), their caches bounded in size and age. */
+function registryServices(config: Config, db: Database, core: Core, messaging: Messaging, accounts: DynamicSecurity | undefined) {
+  const cacheMaxAgeMs = config.registryCacheMaxAgeSeconds * 1000;
+  const psk = new PskService(core.events, new KeySealer(messaging.pskKey));
+  return {
+    templates: new TemplateService(db.pool, core.events, { cacheSize: config.templateCacheSize, cacheMaxAgeMs }),
+    credentials: new CredentialService(db.pool, core.events, messaging.hasher, config.maxDeviceCredentials, accounts),
+    psk,
+    devices: new DeviceService(db.pool, core.events, {
+      cacheSize: config.deviceCacheSize,
+      cacheMaxAgeMs,
+      openKey: (sealed, place) => psk.open(sealed, place),
+    }),
+  };
+}
+
+interface Api {
+  http: HttpServer;
+  routes: Route[];
+  readiness: Readiness;
+}
+
+/**
+ * The routes bound to the services, and the two listeners. The API description (built here) and
+ * the query checks (compiled by startHttp) use the configured limits; both are made once, at start.
+ */
+async function startApi(
+  config: Config,
+  db: Database,
+  core: Core,
+  messaging: Messaging,
+  registry: ReturnType<typeof registryServices>,
+  log: Logger,
+  started: Started,
+): Promise<Api> {
+  const readiness = new Readiness({
+    pool: db.pool,
+    migrations: await loadMigrations(),
+    ingest: () => messaging.ingest.status(),
+    stallMs: config.ingestStallSeconds * 1000,
+    metrics: core.metrics,
+  });
+  const openApi = new ServedOpenApi(apiRoutes, config);
+  const routes: Route[] = bindRoutes(apiRoutes, {
+    ...registry,
+    pool: db.pool,
+    metrics: core.metrics,
+    readiness,
+    tokens: core.tokens,
+    logins: messaging.logins,
+    actuation: new ActuationService(db.pool, messaging.ingest),
+    historyMaxResults: config.historyMaxResults,
+    openApi,
+  });
+  const http = await startHttp({
+    publicHost: config.host,
+    publicPort: config.port,
+    internalHost: config.internalHost,
+    internalPort: config.internalPort,
+    maxBodyBytes: config.maxBodyBytes,
+    routes,
+    queryLimits: config,
+    tokens: core.tokens,
+    metrics: core.metrics,
+    log,
+  });
+  openApi.listening({
+    public: { host: config.host, port: http.publicPort },
+    internal: { host: config.internalHost, port: http.internalPort },
+  });
+  started.onStop(async (clock) => {
+    const cutOff = await http.close(clock.drainUntil);
+    // A request answered 503 must change nothing afterwards: its transaction is rolled back now.
+    if (cutOff > 0) void endPool(db.pool, { abortInUse: true });
+  });
+  started.checkpoint();
+  return { http, routes, readiness };
+}
+
 /**
  * Starts every part in order. `abort` cancels the start between steps (a step under way, such
  * as initdb, is let finish), and everything started so far is stopped before the rejection.
  */
 export async function startService(config: Config, log: Logger, abort?: AbortSignal): Promise<Service> {
-  // What started, to stop in reverse order; each step is given the shutdown's clock.
-  const cleanup: Array<(clock: ShutdownClock) => Promise<unknown>> = [];
-  const checkpoint = () => {
-    if (abort?.aborted) throw new StartAborted();
-  };
-  const stopAll = async (clock = shutdownClock(config.shutdownTimeoutMs)) => {
-    for (const step of cleanup.reverse()) {
-      await step(clock).catch((err: Error) => log.warn('shutdown step failed', { error: err.message }));
-    }
-    cleanup.length = 0;
-  };
+  const started = new Started(config, log, abort);
   try {
-    // Needed for the embedded database and for any key the configuration does not give.
-    if (!config.databaseUrl || !config.jwtSecret || !config.pskEncryptionKey) await prepareDataDir(config.dataDir);
-    let embeddedDb: EmbeddedDatabase | undefined;
-    if (!config.databaseUrl) {
-      embeddedDb = await startEmbeddedDatabase({
-        dataDir: config.dataDir,
-        port: config.embeddedPgPort,
-        settings: config.embeddedPgSettings,
-        log,
-      });
-      cleanup.push(() => embeddedDb!.stop());
-      checkpoint();
-    }
-    const databaseUrl = config.databaseUrl ?? embeddedDb!.url;
-    const pool = createPool(databaseUrl, config.pgPoolSize, log);
-    // pool.end() waits for connections in use: a request cut off by the shutdown may hold one.
-    cleanup.push((clock) => until(endPool(pool), clock.deadline));
-    if (config.databaseUrl) await checkDatabase(pool, config.databaseUrl);
-    await migrate(pool, log, { history_chunk_interval: config.historyChunkInterval });
-    checkpoint();
-    await ensureAdmin(pool, config, log);
-
-    const tokenKey = config.jwtSecret ?? (await loadOrCreateKey(config.dataDir, 'jwt-secret'));
-    const tokens = new Tokens(tokenKey, config.jwtIssuer, config.tokenTtlSeconds);
-    const metrics = createMetrics();
-    metrics.watchPool(pool, config.pgPoolSize);
-    const events = new RegistryEvents(pool, databaseUrl, log);
-    await events.start();
-    cleanup.push(() => events.close());
-    checkpoint();
-
-    // Device messaging: history partitions/retention, then the broker link (embedded broker
-    // unless MQTT_URL) with the ingest router and shard workers. Stopped after HTTP: flush,
-    // commit, acknowledge, close.
-    const historyMaintenance = await startHistoryMaintenance({
-      pool,
-      chunkInterval: config.historyChunkInterval,
-      retentionDays: config.historyRetentionDays,
-      log,
-    });
-    cleanup.push(() => Promise.resolve(historyMaintenance.stop()));
-    // DATABASE_URL without PSK_ENCRYPTION_KEY is refused by config; the embedded database keeps a generated key.
-    const pskKey = config.pskEncryptionKey ?? (await loadOrCreateKey(config.dataDir, 'psk-key'));
-    // Device logins, decided here for the embedded broker (which asks from its thread) and for
-    // external brokers (internal listener). Stopped after ingest: its last logins are recorded.
-    const hasher = config.deviceCredentialKey ? new CredentialHasher(config.deviceCredentialKey) : CredentialHasher.derivedFrom(pskKey);
-    const logins = new DeviceLogins(pool, hasher, config.mqttDeviceAuth, new LoginMetrics(metrics), log.child({ component: 'logins' }));
-    events.on((e) => logins.invalidate(e));
-    cleanup.push(() => logins.stop());
-    const ingest = await startIngest({ config, databaseUrl, metrics, logins, log });
-    cleanup.push((clock) => ingest.stop(clock.drainUntil));
-    checkpoint();
-
-    const cacheMaxAgeMs = config.registryCacheMaxAgeSeconds * 1000;
-    const templates = new TemplateService(pool, events, { cacheSize: config.templateCacheSize, cacheMaxAgeMs });
-    // MQTT_DYNAMIC_SECURITY: the external Mosquitto's device accounts follow the credentials.
-    let accounts: DynamicSecurity | undefined;
-    if (config.mqttDynamicSecurity && config.mqttUrl) {
-      const started = await DynamicSecurity.start({
-        url: config.mqttUrl,
-        // A clean session of this instance alone (two instances sharing an id would take it from each other).
-        clientId: `${config.mqttClientId}-accounts-${crypto.randomBytes(4).toString('hex')}`,
-        timeoutMs: config.actuationTimeoutMs,
-        pool,
-        log: log.child({ component: 'dynamic-security' }),
-      });
-      cleanup.push(() => started.close());
-      events.onLocal((e) => started.registryChanged(e));
-      accounts = started;
-      checkpoint();
-    }
-    const credentials = new CredentialService(pool, events, hasher, config.maxDeviceCredentials, accounts);
-    const psk = new PskService(events, new KeySealer(pskKey));
-    const devices = new DeviceService(pool, events, {
-      cacheSize: config.deviceCacheSize,
-      cacheMaxAgeMs,
-      openKey: (sealed, place) => psk.open(sealed, place),
-    });
-    // The API description (built here) and the query checks (compiled by startHttp) use the
-    // configured limits; both are made once, at start.
-    const readiness = new Readiness({
-      pool,
-      migrations: await loadMigrations(),
-      ingest: () => ingest.status(),
-      stallMs: config.ingestStallSeconds * 1000,
-      metrics,
-    });
-    const openApi = new ServedOpenApi(apiRoutes, config);
-    const routes: Route[] = bindRoutes(apiRoutes, {
-      pool,
-      metrics,
-      readiness,
-      tokens,
-      templates,
-      devices,
-      psk,
-      credentials,
-      logins,
-      actuation: new ActuationService(pool, ingest),
-      historyMaxResults: config.historyMaxResults,
-      openApi,
-    });
-    const http: HttpServer = await startHttp({
-      publicHost: config.host,
-      publicPort: config.port,
-      internalHost: config.internalHost,
-      internalPort: config.internalPort,
-      maxBodyBytes: config.maxBodyBytes,
-      routes,
-      queryLimits: config,
-      tokens,
-      metrics,
-      log,
-    });
-    openApi.listening({
-      public: { host: config.host, port: http.publicPort },
-      internal: { host: config.internalHost, port: http.internalPort },
-    });
-    cleanup.push(async (clock) => {
-      const cutOff = await http.close(clock.drainUntil);
-      // A request answered 503 must change nothing afterwards: its transaction is rolled back now.
-      if (cutOff > 0) void endPool(pool, { abortInUse: true });
-    });
-    checkpoint();
-
+    const db = await openDatabase(config, log, started);
+    const core = await startCore(config, db, log, started);
+    const messaging = await startMessaging(config, db, core, log, started);
+    const accounts = await startBrokerAccounts(config, db, core, log, started);
+    const registry = registryServices(config, db, core, messaging, accounts);
+    const api = await startApi(config, db, core, messaging, registry, log, started);
     return {
       config,
-      pool,
-      metrics,
-      databaseUrl,
-      events,
-      publicPort: http.publicPort,
-      internalPort: http.internalPort,
-      mqttPort: ingest.mqttPort,
-      mqttTlsPort: ingest.mqttTlsPort,
-      routes,
+      pool: db.pool,
+      metrics: core.metrics,
+      databaseUrl: db.url,
+      events: core.events,
+      publicPort: api.http.publicPort,
+      internalPort: api.http.internalPort,
+      mqttPort: messaging.ingest.mqttPort,
+      mqttTlsPort: messaging.ingest.mqttTlsPort,
+      routes: api.routes,
       async stop() {
         const clock = shutdownClock(config.shutdownTimeoutMs);
-        readiness.draining = true;
-        // The ingest flush starts now, beside the HTTP drain (its step below then waits for it).
-        void ingest.stop(clock.drainUntil);
-        await stopAll(clock);
+        api.readiness.draining = true;
+        // The ingest flush starts now, beside the HTTP drain (its step then waits for it).
+        void messaging.ingest.stop(clock.drainUntil);
+        await started.stopAll(clock);
       },
     };
   } catch (err) {
-    await stopAll();
+    await started.stopAll();
     throw err;
   }
 }
