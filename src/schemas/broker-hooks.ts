@@ -104,8 +104,9 @@ export const emqxAnswer = object(
   ['result'],
 );
 
+// anyOf: `{"result": "ok"}` also matches the topics form's required fields but one.
 export const vernemqAnswer = {
-  oneOf: [
+  anyOf: [
     object({ result: { enum: ['ok', 'next'] } }, ['result']),
     object({ result: object({ error: { const: 'not_allowed' } }, ['error']) }, ['result']),
     object(

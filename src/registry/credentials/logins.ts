@@ -15,12 +15,9 @@ import type { Logger } from '../../log.js';
 import type { RegistryEvent } from '../events.js';
 import type { CredentialHasher } from './hashing.js';
 import type { LoginMetrics } from './metrics.js';
+import type { LoginRefusal } from './refusals.js';
 import * as repo from './repo.js';
 import { LoginThrottle } from './throttle.js';
-
-/** Why a login was refused: counted by reason in device_logins_refused_total. */
-export type LoginRefusal = 'unknown_device' | 'no_credential' | 'wrong' | 'expired' | 'throttled';
-export const LOGIN_REFUSALS: readonly LoginRefusal[] = ['unknown_device', 'no_credential', 'wrong', 'expired', 'throttled'];
 
 /** What a client presented. */
 export interface DeviceLogin {

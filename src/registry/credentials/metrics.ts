@@ -2,7 +2,7 @@
 // presented) or refused (by reason).
 import client from 'prom-client';
 import type { Metrics } from '../../metrics.js';
-import { LOGIN_REFUSALS, type LoginRefusal } from './logins.js';
+import { LOGIN_REFUSALS, type LoginRefusal } from './refusals.js';
 
 export type LoginKind = 'password' | 'certificate' | 'none';
 
