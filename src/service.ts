@@ -31,6 +31,8 @@ import { DeviceLogins } from './registry/credentials/logins.js';
 import { LoginMetrics } from './registry/credentials/metrics.js';
 import { CredentialService } from './registry/credentials/service.js';
 import { DynamicSecurity } from './broker/dynamic-security.js';
+import { DeviceStatusBook } from './registry/devices/status.js';
+import { LiveFeed } from './live/feed.js';
 
 export interface Service {
   config: Config;
@@ -137,6 +139,22 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     const logins = new DeviceLogins(pool, hasher, config.mqttDeviceAuth, new LoginMetrics(metrics), log.child({ component: 'logins' }));
     events.on((e) => logins.invalidate(e));
     cleanup.push(() => logins.stop());
+    // Device status and committed telemetry (docs/live.md): listening before ingest starts, and
+    // stopped after it (cleanup runs in reverse), so the last commits are recorded.
+    const deviceStatus = new DeviceStatusBook(pool, events, {
+      offlineAfterSeconds: config.deviceOfflineAfterSeconds,
+      flushMs: config.deviceStatusFlushMs,
+      log: log.child({ component: 'device-status' }),
+    });
+    await deviceStatus.start();
+    cleanup.push(() => deviceStatus.stop());
+    const feed = new LiveFeed({ databaseUrl, fanout: config.liveFanout, metrics, log: log.child({ component: 'live' }) });
+    feed.on((b) => {
+      for (let i = 0; i < b.ids.length; i++) deviceStatus.seen(b.tenants[i]!, b.ids[i]!, b.received[i]!);
+    });
+    await feed.start();
+    cleanup.push(() => feed.close());
+    checkpoint();
     const ingest = await startIngest({ config, databaseUrl, metrics, logins, log });
     cleanup.push((clock) => ingest.stop(clock.drainUntil));
     checkpoint();
@@ -165,6 +183,8 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       cacheSize: config.deviceCacheSize,
       cacheMaxAgeMs,
       openKey: (sealed, place) => psk.open(sealed, place),
+      status: deviceStatus,
+      offlineAfterSeconds: config.deviceOfflineAfterSeconds,
     });
     // The API description (built here) and the query checks (compiled by startHttp) use the
     // configured limits; both are made once, at start.

@@ -25,8 +25,9 @@ const idsOnly = {
 async function listHandler(devices: DeviceService, req: Request, internal: boolean) {
   const page = req.values.idsOnly ? undefined : pageOf(req.values);
   const filters = listFiltersOf(req.values); // the internal listing's schema has no attr_type
-  if (!page) return { status: 200, body: await devices.listIds(req.tenant, { filters }) };
-  if (!internal) return publicPage(devices, req.tenant, { filters }, page);
+  const status = internal ? undefined : await devices.statusQuery(req.values.status as string | undefined);
+  if (!page) return { status: 200, body: await devices.listIds(req.tenant, { filters, status }) };
+  if (!internal) return publicPage(devices, req.tenant, { filters, status }, page);
   const { devices: found, matches } = await devices.listInternal(req.tenant, { filters }, page);
   return { status: 200, body: { devices: found.map((d) => deviceView(d, 'internal')), pagination: pagination(page, matches) } };
 }
@@ -36,6 +37,16 @@ async function publicPage(devices: DeviceService, tenant: string, q: DeviceQuery
   const { views, matches } = await devices.listJson(tenant, q, page);
   return { status: 200, raw: `{"devices":[${views.join(',')}],"pagination":${JSON.stringify(pagination(page, matches))}}` };
 }
+
+/** GET /device?status= (docs/live.md). */
+const statusParam = {
+  type: 'string',
+  enum: ['online', 'offline'],
+  'x-error': { enum: { error: 'badQuery', message: 'status must be online or offline, got "{input}"' } },
+  description:
+    'Only devices `online` (a stored message within their inactivity timeout: the largest `offline_after` of their templates, ' +
+    'else DEVICE_OFFLINE_AFTER_SECONDS) or `offline`. The views of GET answers carry `last_seen` and `status`.',
+};
 
 const noFilters = () => ({ label: undefined, attrs: [], attrTypes: [], sortByLabel: false });
 
@@ -165,12 +176,12 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
     tag: 'devices',
     query: (l) => ({
       type: 'object',
-      properties: { ...pageParams(l), idsOnly, ...filterParams(true) },
+      properties: { ...pageParams(l), idsOnly, ...filterParams(true), status: statusParam },
       'x-error-order': [...PAGE_ERRORS, ...FILTER_ERRORS],
     }),
     responses: {
       200: { description: 'One page, or with idsOnly every matching id.', schema: { oneOf: [ref('DeviceList'), ref('DeviceIds')] } },
-      400: { description: 'Bad paging or filter parameters, checked in this order.', errors: LIST_ERRORS },
+      400: { description: 'Bad paging or filter parameters, checked in this order.', errors: [...LIST_ERRORS, 'badQuery'] },
     },
     examples: [
       {

@@ -13,6 +13,7 @@ import { parseDeviceBody } from './input.js';
 import * as repo from './repo.js';
 import type { CreateOptions, DeviceInput, DeviceQuery, DeviceRecord, OverrideRow } from './types.js';
 import { deviceView } from './views.js';
+import type { DeviceStatusBook } from './status.js';
 
 const ID_TRIES = 10;
 // Up to this many matches an attr= filter collects its devices as a set (docs/registry.md).
@@ -32,6 +33,10 @@ export interface DeviceOptions {
   openKey?: (sealed: Buffer, place: { tenant: string; deviceId: string; attrId: number }) => string;
   /** Id generator; tests replace it to force collisions. */
   randomId?: () => string;
+  /** last_seen and status of the GET views, and the status filter (docs/live.md). */
+  status?: DeviceStatusBook;
+  /** DEVICE_OFFLINE_AFTER_SECONDS, for the status filter. */
+  offlineAfterSeconds?: number;
 }
 
 interface CachedView {
@@ -104,12 +109,28 @@ export class DeviceService {
 
   /** The public view of one device as JSON text, from the cache when it is there. */
   async viewJson(tenant: string, id: string): Promise<string> {
+    return this.withStatus(tenant, id, await this.storedViewJson(tenant, id));
+  }
+
+  private async storedViewJson(tenant: string, id: string): Promise<string> {
     const hit = this.views.get(tenant, id);
     if (hit !== undefined) return hit.json;
     const stamp = this.views.stamp(tenant);
     const view = cachedView(await this.find(tenant, id, false));
     this.views.set(tenant, id, view, stamp);
     return view.json;
+  }
+
+  /** A GET view with `last_seen` and `status` (they change with every message: never cached). */
+  private withStatus(tenant: string, id: string, json: string): string {
+    return this.opts.status ? this.opts.status.decorate(tenant, id, json) : json;
+  }
+
+  /** `status=online|offline` of a list request as a query condition; the book's pending times are written first. */
+  async statusQuery(status: string | undefined): Promise<DeviceQuery['status']> {
+    if (status !== 'online' && status !== 'offline') return undefined;
+    await this.opts.status?.flush();
+    return { online: status === 'online', offlineAfterSeconds: this.opts.offlineAfterSeconds ?? 600 };
   }
 
   /**
@@ -132,7 +153,10 @@ export class DeviceService {
         found.set(d.id, view.json);
       }
     }
-    return ids.flatMap((id) => found.get(id) ?? []);
+    return ids.flatMap((id) => {
+      const json = found.get(id);
+      return json === undefined ? [] : [this.withStatus(tenant, id, json)];
+    });
   }
 
   /** One device with its keys opened (internal view). */
@@ -146,9 +170,10 @@ export class DeviceService {
    */
   async listJson(tenant: string, q: DeviceQuery, page: Page): Promise<{ views: string[]; matches: number }> {
     if (!filtersCanMatch(q.filters)) return { views: [], matches: 0 };
-    const { items, matches } = await this.findPage(tenant, q, page, true, (plan) =>
-      repo.listDevicePageIds(this.pool, tenant, q, page, plan),
-    );
+    // A status filter's answer changes with time, not with registry events: never cached.
+    const { items, matches } = q.status
+      ? { items: await repo.listDevicePageIds(this.pool, tenant, q, page, 'set'), matches: await repo.countDevices(this.pool, tenant, q) }
+      : await this.findPage(tenant, q, page, true, (plan) => repo.listDevicePageIds(this.pool, tenant, q, page, plan));
     return { views: await this.viewsJson(tenant, items), matches };
   }
 

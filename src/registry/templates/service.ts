@@ -65,7 +65,7 @@ export class TemplateService {
     const input = parseTemplateInput(body);
     const stamp = this.views.stamp(tenant);
     const created = await this.events.change(async (c, announce) => {
-      const id = await repo.insertTemplate(c, tenant, input.label);
+      const id = await repo.insertTemplate(c, tenant, input.label, input.offlineAfter);
       await repo.insertAttrs(c, tenant, id, await newRows(c, input.attrs, []));
       await announce(changedEvent(tenant, [id]));
       return (await repo.getTemplates(c, tenant, [id]))[0]!;
@@ -173,7 +173,7 @@ export class TemplateService {
       await repo.deleteKeysOf(c, tenant, keysDropped);
       await repo.changeAttrs(c, tenant, changes);
       await repo.insertAttrs(c, tenant, id, await newRows(c, added, metaOfKept));
-      await repo.setTemplateLabel(c, tenant, id, input.label);
+      await repo.setTemplateLabel(c, tenant, id, input.label, input.offlineAfter);
       await announce(changedEvent(tenant, [id]));
       return (await repo.getTemplates(c, tenant, [id]))[0]!;
     });
