@@ -33,6 +33,7 @@ import { CredentialService } from './registry/credentials/service.js';
 import { DynamicSecurity } from './broker/dynamic-security.js';
 import { DeviceStatusBook } from './registry/devices/status.js';
 import { LiveFeed } from './live/feed.js';
+import { LiveHub } from './live/stream.js';
 
 export interface Service {
   config: Config;
@@ -210,6 +211,11 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       historyMaxResults: config.historyMaxResults,
       openApi,
     });
+    // The live stream (GET /stream): committed telemetry, registry changes, status changes.
+    const live = new LiveHub({ pool, tokens, metrics, log: log.child({ component: 'live' }), bufferBytes: config.liveClientBufferBytes });
+    feed.on((b) => live.committed(b));
+    deviceStatus.onChange((s) => live.statusChanged(s));
+    events.on((e) => live.registryChanged(e));
     const http: HttpServer = await startHttp({
       publicHost: config.host,
       publicPort: config.port,
@@ -221,6 +227,7 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       tokens,
       metrics,
       log,
+      publicApp: (app) => live.attach(app),
     });
     openApi.listening({
       public: { host: config.host, port: http.publicPort },
@@ -231,6 +238,8 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       // A request answered 503 must change nothing afterwards: its transaction is rolled back now.
       if (cutOff > 0) void endPool(pool, { abortInUse: true });
     });
+    // Run before the HTTP drain (cleanup runs in reverse): streams end with a close reason.
+    cleanup.push(() => Promise.resolve(live.close()));
     checkpoint();
 
     return {

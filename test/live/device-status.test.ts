@@ -4,7 +4,7 @@
 // are written in batches and read back after a restart. Runs the embedded broker.
 import { describe, expect, it } from 'vitest';
 import pg from 'pg';
-import type { DeviceList, DevicesCreated, TemplateCreated } from '../helpers/api.js';
+import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';
 import { deviceClient, eventually } from '../helpers/registry-fixtures.js';
 import { http, startTestService, login, tenantToken } from '../helpers/service.js';
 
@@ -60,14 +60,14 @@ describe('device status', () => {
         expect(Date.parse(seen.last_seen!)).toBeGreaterThanOrEqual(before - 1000);
         expect(seen.last_seen).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00$/);
       }
-      const online = await http<DeviceList & { devices: StatusView[] }>('GET', `${svc.base}/device?status=online`, { token });
+      const online = await http<{ devices: StatusView[] }>('GET', `${svc.base}/device?status=online`, { token });
       expect(online.body.devices.map((d) => d.id).sort()).toEqual([quick, slow].sort());
       expect(online.body.devices.every((d) => d.status === 'online')).toBe(true);
 
       // After 2 s the device of the short template is offline, the other still online.
       await eventually(async () => ((await view(quick)).status === 'offline' ? true : undefined), 'the device offline');
       expect((await view(slow)).status).toBe('online');
-      const offline = await http<DeviceList & { devices: StatusView[] }>('GET', `${svc.base}/device?status=offline`, { token });
+      const offline = await http<{ devices: StatusView[] }>('GET', `${svc.base}/device?status=offline`, { token });
       expect(offline.body.devices.map((d) => d.id).sort()).toEqual([quick, never].sort());
       expect((await http<string[]>('GET', `${svc.base}/device?status=online&idsOnly`, { token })).body).toEqual([slow]);
       const wrong = await http('GET', `${svc.base}/device?status=sleeping`, { token });

@@ -75,7 +75,7 @@ export class DeviceService {
     const result = await this.events.change(async (c, announce): Promise<CreateResult> => {
       const { templates, overrides } = await this.resolve(c, tenant, input);
       const ids = await this.insertWithIds(c, tenant, input, opts.count, templates, overrides);
-      await announce(changedEvent(tenant, ids));
+      await announce(changedEvent(tenant, ids, 'created'));
       if (opts.verbose) return { verbose: true as const, devices: await repo.getDevices(c, tenant, ids) };
       return { verbose: false as const, devices: ids.map((id, i) => ({ id, label: `${input.label}_${i}` })) };
     });
@@ -221,7 +221,7 @@ export class DeviceService {
       if (id.includes('\0') || !(await repo.lockDevice(c, tenant, id))) throw errors.noSuchDevice(id);
       const { templates, overrides } = await this.resolve(c, tenant, input);
       await repo.replaceDevice(c, tenant, id, input.label, templates, overrides);
-      await announce(changedEvent(tenant, [id]));
+      await announce(changedEvent(tenant, [id], 'updated'));
       return (await repo.getDevices(c, tenant, [id]))[0]!;
     });
   }
@@ -381,8 +381,8 @@ export class DeviceService {
   }
 }
 
-const changedEvent = (tenant: string, deviceIds: string[]): RegistryEvent =>
-  deviceIds.length > MAX_EVENT_IDS ? { type: 'tenant.changed', tenant } : { type: 'devices.changed', tenant, deviceIds };
+const changedEvent = (tenant: string, deviceIds: string[], action: 'created' | 'updated'): RegistryEvent =>
+  deviceIds.length > MAX_EVENT_IDS ? { type: 'tenant.changed', tenant } : { type: 'devices.changed', tenant, deviceIds, action };
 
 /** Always precise: the MQTT sessions of exactly these devices are closed. */
 const removedEvent = (tenant: string, deviceIds: string[]): RegistryEvent => ({ type: 'devices.removed', tenant, deviceIds });
