@@ -34,7 +34,7 @@ describe('device status', () => {
       // A bad offline_after is a 400 that changes nothing.
       const bad = await http('POST', `${svc.base}/template`, { token, body: { label: 'bad', attrs, offline_after: 0 } });
       expect(bad.status).toBe(400);
-      expect(bad.body).toMatchObject({ message: 'failed to parse input', errors: { offline_after: expect.anything() } });
+      expect(bad.body).toMatchObject({ message: 'failed to parse input', errors: { offline_after: expect.anything() as unknown } });
 
       const create = async (label: string, templateId: number) =>
         (await http<DevicesCreated>('POST', `${svc.base}/device`, { token, body: { label, templates: [templateId] } })).body.devices[0]!.id;

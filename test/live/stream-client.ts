@@ -95,8 +95,9 @@ export async function openSse(url: string, token?: string): Promise<SseStream> {
     let buf = '';
     try {
       for (;;) {
-        const { value, done } = await reader.read();
-        if (done) return;
+        const chunk = (await reader.read()) as { done: boolean; value?: Uint8Array };
+        if (chunk.done) return;
+        const value = chunk.value;
         buf += decoder.decode(value, { stream: true });
         let end: number;
         while ((end = buf.indexOf('\n\n')) >= 0) {

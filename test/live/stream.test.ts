@@ -10,6 +10,7 @@ import { describe, expect, it } from 'vitest';
 import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';
 import { deviceClient, eventually, metric } from '../helpers/registry-fixtures.js';
 import { http, tenantToken, useService } from '../helpers/service.js';
+import { stringMatching } from '../helpers/matchers.js';
 import { openSse, openWs, type LiveMessage } from './stream-client.js';
 
 const JWT_SECRET = crypto.randomBytes(24).toString('hex');
@@ -73,7 +74,7 @@ describe('GET /stream over WebSocket', () => {
 
       await publish(a, d0, { temperature: 21.5, humidity: 40, ignored: 1 });
       const got = await all.next(attrsOf(d0), 'the message of d0');
-      expect(got).toEqual({ type: 'attrs', device_id: d0, ts: expect.stringMatching(/Z$/), attrs: { temperature: 21.5, humidity: 40 } });
+      expect(got).toEqual({ type: 'attrs', device_id: d0, ts: stringMatching(/Z$/), attrs: { temperature: 21.5, humidity: 40 } });
       // Committed before it was sent: history has it.
       const history = await http<Array<{ value: unknown }>>('GET', `${svc.base}/history/device/${d0}/history?attr=temperature`, {
         token: a.token,
@@ -84,7 +85,7 @@ describe('GET /stream over WebSocket', () => {
         type: 'status',
         device_id: d0,
         status: 'online',
-        last_seen: expect.stringMatching(/\+00:00$/),
+        last_seen: stringMatching(/\+00:00$/),
       });
 
       // The filtered client sees d1 only; a new subscription (attrs only humidity) applies at once.
