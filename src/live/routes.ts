@@ -31,6 +31,11 @@ export const liveRoutes: RouteSpec<object>[] = [
         template: filter('Only devices built from these template ids.'),
         attr: filter('Only these attribute labels in `attrs` messages (a message without any of them is not sent).'),
         token: { type: 'string', description: 'The token, for clients that cannot set a header.' },
+        max_messages: {
+          type: 'integer',
+          minimum: 1,
+          description: 'End the stream after this many messages (the first is `subscribed`): WebSocket close 1000, SSE a `closed` event.',
+        },
       },
     }),
     responses: {
@@ -40,9 +45,30 @@ export const liveRoutes: RouteSpec<object>[] = [
         contentType: 'text/event-stream',
         schema: { type: 'string' },
       },
-      400: { description: 'A bad filter, or neither a WebSocket upgrade nor `Accept: text/event-stream`.', errors: ['badQuery'] },
+      400: {
+        description: 'A bad filter or max_messages, or neither a WebSocket upgrade nor `Accept: text/event-stream`.',
+        errors: ['badQuery'],
+      },
     },
-    examples: [],
+    examples: [
+      {
+        name: 'sse',
+        summary: 'Server-Sent Events, ended after the first message',
+        query: { max_messages: 1 },
+        headers: { Accept: 'text/event-stream' },
+        status: 200,
+        response:
+          'data: {"type":"subscribed","devices":null,"templates":null,"attrs":null}\n\nevent: closed\ndata: {"type":"closed","reason":"max_messages reached"}\n\n',
+      },
+      {
+        name: 'badTemplate',
+        summary: 'A template filter that is no template id',
+        query: { template: 'abc' },
+        headers: { Accept: 'text/event-stream' },
+        status: 400,
+        response: { message: 'templates must be template ids, got "abc"', status: 400 },
+      },
+    ],
     handler() {
       throw errors.badQuery('GET /stream is a WebSocket (Upgrade) or Server-Sent Events (Accept: text/event-stream)');
     },

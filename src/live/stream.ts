@@ -62,6 +62,14 @@ function subscriptionOfQuery(query: URLSearchParams): Subscription {
   return parseSubscription({ devices: values('device'), templates: values('template'), attrs: values('attr') });
 }
 
+/** `max_messages`: a positive integer, or absent. */
+function maxMessagesOf(query: URLSearchParams): number | undefined {
+  const v = query.get('max_messages');
+  if (v === null) return undefined;
+  if (!/^[0-9]{1,9}$/.test(v) || Number(v) < 1) throw new BadSubscription(`max_messages must be a positive integer, got "${v}"`);
+  return Number(v);
+}
+
 const describe = (s: Subscription) =>
   JSON.stringify({
     type: 'subscribed',
@@ -78,6 +86,8 @@ abstract class Client {
   dropped = 0;
   closed = false;
   expiry: NodeJS.Timeout | undefined;
+  /** `max_messages`: how many more messages it gets before its stream ends; undefined: no end. */
+  remaining: number | undefined;
 
   constructor(
     readonly tenant: string,
@@ -99,9 +109,24 @@ abstract class Client {
     this.dropped += n;
     this.hub.counters.dropped.inc(n);
   }
+
+  /** The texts `max_messages` still allows. */
+  protected allowed(texts: string[]): string[] {
+    if (this.remaining === undefined) return texts;
+    const kept = texts.length <= this.remaining ? texts : texts.slice(0, this.remaining);
+    this.remaining -= kept.length;
+    return kept;
+  }
+
+  /** Ends the stream once `max_messages` were sent. */
+  protected finishIfDone(): void {
+    if (this.remaining !== 0 || this.closed) return;
+    this.end(1000, 'max_messages reached');
+    this.hub.forget(this);
+  }
 }
 
-type WsData = { client?: WsClient; tenant: string; claims: Claims; sub: Subscription };
+type WsData = { client?: WsClient; tenant: string; claims: Claims; sub: Subscription; maxMessages: number | undefined };
 
 class WsClient extends Client {
   constructor(
@@ -113,8 +138,9 @@ class WsClient extends Client {
     super(tenant, hub);
   }
 
-  send(texts: string[]): void {
+  send(all: string[]): void {
     if (this.closed) return;
+    const texts = this.allowed(all);
     let i = 0;
     this.ws.cork(() => {
       for (; i < texts.length; i++) {
@@ -124,6 +150,7 @@ class WsClient extends Client {
     });
     this.hub.counters.sent.inc(i);
     if (i < texts.length) this.dropping(texts.length - i);
+    this.finishIfDone();
   }
 
   /** uWS's drain: the buffer went down; a client that lost messages is told how many. */
@@ -166,13 +193,12 @@ class SseClient extends Client {
     this.keepAlive.unref();
   }
 
-  send(texts: string[]): void {
+  send(all: string[]): void {
     if (this.closed) return;
-    if (this.choked) {
-      this.dropping(texts.length);
-      return;
-    }
-    this.write(texts);
+    const texts = this.allowed(all);
+    if (this.choked) this.dropping(texts.length);
+    else this.write(texts);
+    this.finishIfDone();
   }
 
   private write(texts: string[]): void {
@@ -258,7 +284,7 @@ export class LiveHub {
         const data = ws.getUserData();
         const c = new WsClient(data.tenant, this, ws, this.opts.bufferBytes);
         data.client = c;
-        this.add(c, data.claims, data.sub);
+        this.add(c, data.claims, data.sub, data.maxMessages);
       },
       message: (ws, message) => {
         const c = ws.getUserData().client;
@@ -267,7 +293,7 @@ export class LiveHub {
       drain: (ws) => ws.getUserData().client?.drained(),
       close: (ws) => {
         const c = ws.getUserData().client;
-        if (c) this.remove(c);
+        if (c) this.forget(c);
       },
     });
     app.get('/stream', (res, req) => this.sse(res, req));
@@ -383,7 +409,8 @@ export class LiveHub {
     if (c.sub.templates === templates) c.templateDevices = new Set(rows.map((r) => r.device_id));
   }
 
-  private add(c: Client, claims: Claims, sub: Subscription): void {
+  private add(c: Client, claims: Claims, sub: Subscription, maxMessages: number | undefined): void {
+    c.remaining = maxMessages;
     if (this.closing) {
       c.end(CLOSE_SHUTDOWN, 'server shutting down');
       return;
@@ -395,7 +422,7 @@ export class LiveHub {
     c.expiry = setTimeout(
       () => {
         c.end(CLOSE_TOKEN_EXPIRED, 'token expired');
-        this.remove(c);
+        this.forget(c);
       },
       Math.max(0, claims.exp * 1000 - Date.now()),
     );
@@ -403,7 +430,8 @@ export class LiveHub {
     void this.subscribe(c, sub);
   }
 
-  private remove(c: Client): void {
+  /** A client whose stream ended or went away. */
+  forget(c: Client): void {
     c.closed = true;
     clearTimeout(c.expiry);
     const set = this.byTenant.get(c.tenant);
@@ -469,7 +497,7 @@ export class LiveHub {
         // A browser that offered subprotocols needs one of them back.
         const chosen = protocols.includes(SUBPROTOCOL) ? SUBPROTOCOL : (protocols[0] ?? '');
         res.upgrade<WsData>(
-          { tenant: admitted.claims.service, claims: admitted.claims, sub: admitted.sub },
+          { tenant: admitted.claims.service, claims: admitted.claims, sub: admitted.sub, maxMessages: admitted.maxMessages },
           key,
           chosen,
           extensions,
@@ -489,7 +517,7 @@ export class LiveHub {
       aborted = true;
       if (client) {
         client.gone();
-        this.remove(client);
+        this.forget(client);
       }
     });
     void this.admit(authorization, query, []).then((admitted) => {
@@ -509,7 +537,7 @@ export class LiveHub {
         res.write(': device-registry live stream\n\n');
       });
       client = new SseClient(admitted.claims.service, this, res);
-      this.add(client, admitted.claims, admitted.sub);
+      this.add(client, admitted.claims, admitted.sub, admitted.maxMessages);
     });
   }
 
@@ -517,14 +545,14 @@ export class LiveHub {
     authorization: string,
     query: URLSearchParams,
     protocols: string[],
-  ): Promise<{ claims: Claims; sub: Subscription } | { status: number; error: string }> {
+  ): Promise<{ claims: Claims; sub: Subscription; maxMessages: number | undefined } | { status: number; error: string }> {
     if (this.closing) return { status: 503, error: 'The service is shutting down' };
     if (!authorization && !query.has('token') && !protocols.some((p) => p.startsWith('bearer.')))
       return { status: 401, error: 'No authorization token has been supplied' };
     const claims = await this.claimsOf(authorization, query, protocols);
     if (!claims) return { status: 401, error: 'Invalid authentication token' };
     try {
-      return { claims, sub: subscriptionOfQuery(query) };
+      return { claims, sub: subscriptionOfQuery(query), maxMessages: maxMessagesOf(query) };
     } catch (err) {
       if (err instanceof BadSubscription) return { status: 400, error: err.message };
       throw err;

@@ -79,13 +79,13 @@ const device = (attr: string) => ({
     templates: { type: 'array', items: { type: 'string', pattern: '^[0-9]+$' }, description: 'Template ids as strings.' },
     last_seen: {
       type: ['string', 'null'],
-      description: 'GET views only: when the last stored message of the device was received (RFC 3339, UTC); null if none.',
+      description: 'With `with_status` or `status=` only: when the last stored message of the device was received (RFC 3339, UTC); null if none.',
     },
     status: {
       type: 'string',
       enum: ['online', 'offline'],
       description:
-        "GET views only: `online` when the last stored message is more recent than the device's inactivity timeout (docs/live.md).",
+        "With `with_status` or `status=` only: `online` when the last stored message is more recent than the device's inactivity timeout (docs/live.md).",
     },
     attrs: {
       type: 'object',

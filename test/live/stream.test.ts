@@ -155,7 +155,7 @@ describe('GET /stream over WebSocket', () => {
     } finally {
       for (const c of [all, filtered, other]) c.close();
     }
-  });
+  }, 90_000);
 
   it('refuses a missing or bad token and a bad filter, before the upgrade', async () => {
     await expect(openWs(wsUrl())).rejects.toThrow('HTTP 401');
@@ -232,5 +232,5 @@ describe('a client that does not read', () => {
     expect(received + (lagged.dropped as number)).toBe(n);
     reader.close();
     slow.close();
-  });
+  }, 120_000);
 });

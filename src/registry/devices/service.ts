@@ -108,8 +108,9 @@ export class DeviceService {
   }
 
   /** The public view of one device as JSON text, from the cache when it is there. */
-  async viewJson(tenant: string, id: string): Promise<string> {
-    return this.withStatus(tenant, id, await this.storedViewJson(tenant, id));
+  async viewJson(tenant: string, id: string, withStatus = false): Promise<string> {
+    const json = await this.storedViewJson(tenant, id);
+    return withStatus ? this.withStatus(tenant, id, json) : json;
   }
 
   private async storedViewJson(tenant: string, id: string): Promise<string> {
@@ -137,7 +138,7 @@ export class DeviceService {
    * The public views of `ids` as JSON texts, in that order: from the cache, the misses read in
    * one query. A device removed since its id was read is left out.
    */
-  private async viewsJson(tenant: string, ids: string[]): Promise<string[]> {
+  private async viewsJson(tenant: string, ids: string[], withStatus: boolean): Promise<string[]> {
     const found = new Map<string, string>();
     const missing: string[] = [];
     for (const id of ids) {
@@ -155,7 +156,8 @@ export class DeviceService {
     }
     return ids.flatMap((id) => {
       const json = found.get(id);
-      return json === undefined ? [] : [this.withStatus(tenant, id, json)];
+      if (json === undefined) return [];
+      return [withStatus ? this.withStatus(tenant, id, json) : json];
     });
   }
 
@@ -174,7 +176,7 @@ export class DeviceService {
     const { items, matches } = q.status
       ? { items: await repo.listDevicePageIds(this.pool, tenant, q, page, 'set'), matches: await repo.countDevices(this.pool, tenant, q) }
       : await this.findPage(tenant, q, page, true, (plan) => repo.listDevicePageIds(this.pool, tenant, q, page, plan));
-    return { views: await this.viewsJson(tenant, items), matches };
+    return { views: await this.viewsJson(tenant, items, q.withStatus === true || q.status !== undefined), matches };
   }
 
   /** An internal page (keys opened) and the number of matches. */
