@@ -16,6 +16,7 @@ import type { Metrics } from '../metrics.js';
 import type { RegistryEvent } from '../registry/events.js';
 import type { StatusChange } from '../registry/devices/status.js';
 import { microsToText } from '../time.js';
+import { LIVE_PAGE } from './page.js';
 
 /** WebSocket close codes of the stream. */
 export const CLOSE_TOKEN_EXPIRED = 4001;
@@ -297,6 +298,14 @@ export class LiveHub {
       },
     });
     app.get('/stream', (res, req) => this.sse(res, req));
+    // The page (docs/live.md §5): public; it logs in with POST /auth like any client.
+    app.get('/live', (res) => {
+      res.cork(() => {
+        res.writeHeader('Content-Type', 'text/html; charset=utf-8');
+        res.writeHeader('Cache-Control', 'no-cache');
+        res.end(LIVE_PAGE);
+      });
+    });
   }
 
   /** Committed telemetry: one `attrs` message per stored message, to each client that wants it. */
