@@ -8,7 +8,7 @@
 //       the figure is the ratio b/a of acknowledged messages per second;
 //   (c) publish -> client latency: the load at half of (a)'s rate, one more device publishing its
 //       send time (ms) as a value every 20 ms, a client subscribed to it measures arrival - send;
-//   (d) the service's resident memory before and after 10,000 idle WebSocket clients connect.
+//   (d) first, the service's resident memory before and after 10,000 idle WebSocket clients connect.
 import { fork } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -90,7 +90,7 @@ function openClient(svc: BenchService, query: string, onMessage?: (text: string)
 }
 
 async function main(): Promise<void> {
-  const svc = await startBenchService({ MQTT_DEVICE_AUTH: 'off', LOG_LEVEL: 'warn', LIVE_CLIENT_BUFFER_BYTES: String(1 << 20) });
+  const svc = await startBenchService({ MQTT_DEVICE_AUTH: 'off', LIVE_CLIENT_BUFFER_BYTES: String(1 << 20) });
   try {
     const t = await fetch(`${svc.base}/template`, {
       method: 'POST',
@@ -110,6 +110,17 @@ async function main(): Promise<void> {
       `INSERT INTO device_templates (tenant, device_id, template_id) SELECT $1, lpad(to_hex(i), 6, '0'), $3 FROM generate_series(0, $2) i`,
       [TENANT, DEVICES, templateId],
     );
+
+    // (d) idle clients, first: on a service that has not carried any load yet.
+    await sleep(3000);
+    const before = rssMb(svc.pid);
+    const idle: WebSocket[] = [];
+    for (let i = 0; i < IDLE; i += 500) {
+      idle.push(...(await Promise.all(Array.from({ length: Math.min(500, IDLE - i) }, () => openClient(svc, '')))));
+    }
+    await sleep(3000);
+    const after = rssMb(svc.pid);
+    for (const c of idle) c.terminate();
 
     // (a) / (b), alternated.
     const without: number[] = [];
@@ -154,17 +165,6 @@ async function main(): Promise<void> {
     await load.stop();
     latencies.sort((x, y) => x - y);
     const pct = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))] ?? NaN;
-
-    // (d) idle clients.
-    await sleep(2000);
-    const before = rssMb(svc.pid);
-    const idle: WebSocket[] = [];
-    for (let i = 0; i < IDLE; i += 500) {
-      idle.push(...(await Promise.all(Array.from({ length: Math.min(500, IDLE - i) }, () => openClient(svc, '')))));
-    }
-    await sleep(3000);
-    const after = rssMb(svc.pid);
-    for (const c of idle) c.terminate();
 
     const result = {
       ingest_no_clients_msg_s: Math.round(top),

@@ -80,7 +80,9 @@ export async function startBenchService(env: Record<string, string> = {}, nodeAr
   const addressOf = (line: string) => (JSON.parse(line) as { address: string }).address;
   const publicLine = waitForLine(child, /public HTTP API listening/);
   const internalLine = waitForLine(child, /internal HTTP API listening/);
-  const mqttLine = env.MQTT_URL ? undefined : waitForLine(child, /embedded MQTT broker listening.*mqtt:/);
+  const mqttLine = env.MQTT_URL
+    ? undefined
+    : waitForLine(child, /"address":"mqtt:[^"]*","msg":"embedded MQTT broker listening"|embedded MQTT broker listening.*mqtt:/);
   let base: string;
   let internal: string;
   let mqtt: string | undefined;

@@ -32,6 +32,8 @@ export class LiveFeed {
   private sender: pg.Client | undefined;
   private listener: pg.Client | undefined;
   private closed = false;
+  /** NOTIFYs go one after another on the sending connection. */
+  private sending: Promise<void> = Promise.resolve();
   private readonly notified: client.Counter;
   private readonly skipped: client.Counter;
   private readonly failed: client.Counter;
@@ -76,7 +78,7 @@ export class LiveFeed {
 
   private local(batch: CommittedBatch): void {
     this.deliver(batch);
-    if (this.sender) void this.notify(batch);
+    if (this.sender) this.sending = this.sending.then(() => this.notify(batch));
   }
 
   private deliver(batch: CommittedBatch): void {
