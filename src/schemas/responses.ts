@@ -79,7 +79,8 @@ const device = (attr: string) => ({
     templates: { type: 'array', items: { type: 'string', pattern: '^[0-9]+$' }, description: 'Template ids as strings.' },
     last_seen: {
       type: ['string', 'null'],
-      description: 'With `with_status` or `status=` only: when the last stored message of the device was received (RFC 3339, UTC); null if none.',
+      description:
+        'With `with_status` or `status=` only: when the last stored message of the device was received (RFC 3339, UTC); null if none.',
     },
     status: {
       type: 'string',
