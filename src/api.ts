@@ -22,6 +22,7 @@ import type { CredentialService } from './registry/credentials/service.js';
 import { pskRoutes } from './registry/psk/routes.js';
 import type { PskService } from './registry/psk/service.js';
 import { templateRoutes } from './registry/templates/routes.js';
+import { liveRoutes } from './live/routes.js';
 import type { TemplateService } from './registry/templates/service.js';
 
 export interface ApiDeps {
@@ -50,6 +51,7 @@ export const apiRoutes: readonly RouteSpec<ApiDeps>[] = [
   ...pskRoutes,
   ...credentialRoutes,
   ...historyRoutes,
+  ...liveRoutes,
   ...internalDeviceRoutes,
   ...brokerAuthRoutes,
 ];

@@ -103,6 +103,14 @@ export interface Config {
   historyChunkInterval: string;
   historyRetentionDays: number | undefined;
   shutdownTimeoutMs: number;
+  /** Seconds without a stored message after which a device is offline, unless its templates set `offline_after`. */
+  deviceOfflineAfterSeconds: number;
+  /** How often the devices' last_seen times are written to the database (one statement each time). */
+  deviceStatusFlushMs: number;
+  /** Bytes a live stream client may have unsent before its messages are dropped (and counted). */
+  liveClientBufferBytes: number;
+  /** Committed telemetry shared with the other instances by PostgreSQL NOTIFY (docs/live.md); false: this instance's own only. */
+  liveFanout: boolean;
 }
 
 export class ConfigError extends Error {
@@ -349,6 +357,10 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     historyChunkInterval: chunk,
     historyRetentionDays: optionalInteger(env, 'HISTORY_RETENTION_DAYS', 1, 100_000),
     shutdownTimeoutMs: integer(env, 'SHUTDOWN_TIMEOUT_MS', 8000, 100, 600_000),
+    deviceOfflineAfterSeconds: integer(env, 'DEVICE_OFFLINE_AFTER_SECONDS', 600, 1, 31_536_000),
+    deviceStatusFlushMs: integer(env, 'DEVICE_STATUS_FLUSH_MS', 1000, 50, 60_000),
+    liveClientBufferBytes: integer(env, 'LIVE_CLIENT_BUFFER_BYTES', 1024 * 1024, 1024, 1024 * 1024 * 1024),
+    liveFanout: bool(env, 'LIVE_FANOUT', true),
   };
   return Object.freeze(config);
 }

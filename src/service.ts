@@ -31,6 +31,9 @@ import { DeviceLogins } from './registry/credentials/logins.js';
 import { LoginMetrics } from './registry/credentials/metrics.js';
 import { CredentialService } from './registry/credentials/service.js';
 import { DynamicSecurity } from './broker/dynamic-security.js';
+import { DeviceStatusBook } from './registry/devices/status.js';
+import { LiveFeed } from './live/feed.js';
+import { LiveHub } from './live/stream.js';
 
 export interface Service {
   config: Config;
@@ -132,6 +135,8 @@ async function openDatabase(config: Config, log: Logger, started: Started): Prom
 
 interface Messaging {
   ingest: Ingest;
+  deviceStatus: DeviceStatusBook;
+  feed: LiveFeed;
   logins: DeviceLogins;
   hasher: CredentialHasher;
   pskKey: Buffer;
@@ -164,10 +169,38 @@ async function startMessaging(config: Config, db: Database, core: Core, log: Log
   );
   core.events.on((e) => logins.invalidate(e));
   started.onStop(() => logins.stop());
+  const { deviceStatus, feed } = await startCommittedFeed(config, db, core, log, started);
   const ingest = await startIngest({ config, databaseUrl: db.url, metrics: core.metrics, logins, log });
   started.onStop((clock) => ingest.stop(clock.drainUntil));
   started.checkpoint();
-  return { ingest, logins, hasher, pskKey };
+  return { ingest, logins, hasher, pskKey, deviceStatus, feed };
+}
+
+/**
+ * Device status and committed telemetry (docs/live.md): listening before ingest starts, and
+ * stopped after it, so the last commits are recorded.
+ */
+async function startCommittedFeed(config: Config, db: Database, core: Core, log: Logger, started: Started) {
+  const deviceStatus = new DeviceStatusBook(db.pool, core.events, {
+    offlineAfterSeconds: config.deviceOfflineAfterSeconds,
+    flushMs: config.deviceStatusFlushMs,
+    log: log.child({ component: 'device-status' }),
+  });
+  await deviceStatus.start();
+  started.onStop(() => deviceStatus.stop());
+  const feed = new LiveFeed({
+    databaseUrl: db.url,
+    fanout: config.liveFanout,
+    metrics: core.metrics,
+    log: log.child({ component: 'live' }),
+  });
+  feed.on((b) => {
+    for (let i = 0; i < b.ids.length; i++) deviceStatus.seen(b.tenants[i]!, b.ids[i]!, b.received[i]!);
+  });
+  await feed.start();
+  started.onStop(() => feed.close());
+  started.checkpoint();
+  return { deviceStatus, feed };
 }
 
 interface Core {
@@ -224,6 +257,8 @@ function registryServices(config: Config, db: Database, core: Core, messaging: M
       cacheSize: config.deviceCacheSize,
       cacheMaxAgeMs,
       openKey: (sealed, place) => psk.open(sealed, place),
+      status: messaging.deviceStatus,
+      offlineAfterSeconds: config.deviceOfflineAfterSeconds,
     }),
   };
 }
@@ -266,6 +301,17 @@ async function startApi(
     historyMaxResults: config.historyMaxResults,
     openApi,
   });
+  // The live stream (GET /stream): committed telemetry, registry changes, status changes.
+  const live = new LiveHub({
+    pool: db.pool,
+    tokens: core.tokens,
+    metrics: core.metrics,
+    log: log.child({ component: 'live' }),
+    bufferBytes: config.liveClientBufferBytes,
+  });
+  messaging.feed.on((b) => live.committed(b));
+  messaging.deviceStatus.onChange((s) => live.statusChanged(s));
+  core.events.on((e) => live.registryChanged(e));
   const http = await startHttp({
     publicHost: config.host,
     publicPort: config.port,
@@ -277,6 +323,7 @@ async function startApi(
     tokens: core.tokens,
     metrics: core.metrics,
     log,
+    publicApp: (app) => live.attach(app),
   });
   openApi.listening({
     public: { host: config.host, port: http.publicPort },
@@ -287,6 +334,8 @@ async function startApi(
     // A request answered 503 must change nothing afterwards: its transaction is rolled back now.
     if (cutOff > 0) void endPool(db.pool, { abortInUse: true });
   });
+  // Run before the HTTP drain (stops run in reverse): streams end with a close reason.
+  started.onStop(() => Promise.resolve(live.close()));
   started.checkpoint();
   return { http, routes, readiness };
 }

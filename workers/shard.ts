@@ -13,7 +13,7 @@ import { DatabaseRetry } from '../src/ingest/db-retry.js';
 import { RegistryReader } from '../src/ingest/registry-reader.js';
 import { SchemaPool } from '../src/ingest/device-model.js';
 import { ShardActor } from '../src/ingest/shard-actor.js';
-import type { ShardTask, ShardWorkerSettings, WorkerMetricsDelta } from '../src/ingest/protocol.js';
+import { COMMITTED_CHANNEL, type ShardTask, type ShardWorkerSettings, type WorkerMetricsDelta } from '../src/ingest/protocol.js';
 
 const settings = workerData as ShardWorkerSettings;
 const log = createLogger(settings.logLevel, { component: 'ingest-shard' }, { format: settings.logFormat });
@@ -27,7 +27,15 @@ const retry = new DatabaseRetry(log);
 const writer = new HistoryWriter(pool, log, retry, new CopyTurn(settings.copyTurn));
 const registry = new RegistryReader(pool, retry, log, new SchemaPool());
 const cache = new DeviceCache((devices) => registry.load(devices), settings.ingestCacheDevices, settings.registryCacheMaxAgeSeconds * 1000);
-const actor = new ShardActor(cache, writer, { batchRows: settings.ingestBatchRows, batchMs: settings.ingestBatchMs, log });
+// Committed messages go to the main thread (live stream, device status); posting never waits.
+const committed = new BroadcastChannel(COMMITTED_CHANNEL);
+committed.unref();
+const actor = new ShardActor(cache, writer, {
+  batchRows: settings.ingestBatchRows,
+  batchMs: settings.ingestBatchMs,
+  log,
+  onCommitted: (batch) => committed.postMessage(batch),
+});
 
 const channel = new BroadcastChannel(REGISTRY_CHANNEL);
 channel.onmessage = (event) => cache.invalidate((event as { data: RegistryEvent }).data);

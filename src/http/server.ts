@@ -66,6 +66,8 @@ export interface HttpOptions {
   tokens: Tokens;
   metrics: Metrics;
   log: Logger;
+  /** Adds handlers of its own to the public app before the routes (the live stream's WebSocket and SSE). */
+  publicApp?: (app: uWS.TemplatedApp) => void;
 }
 
 export interface HttpServer {
@@ -102,7 +104,7 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
     log: opts.log,
     inFlight,
   });
-  const pub = await listen(site('public'), opts.publicHost, opts.publicPort);
+  const pub = await listen(site('public'), opts.publicHost, opts.publicPort, opts.publicApp);
   const internal = await listen(site('internal'), opts.internalHost, opts.internalPort).catch((err) => {
     uWS.us_listen_socket_close(pub.socket);
     pub.app.close();
@@ -147,8 +149,14 @@ function routerOf(routes: Route[], listener: Listener, checks: ReadonlyMap<strin
 /** uWS's App.close() (closes every socket of the app; exported at runtime, missing from its types). */
 type ClosableApp = uWS.TemplatedApp & { close(): void };
 
-function listen(site: Site, host: string, port: number): Promise<{ app: ClosableApp; socket: uWS.us_listen_socket; port: number }> {
+function listen(
+  site: Site,
+  host: string,
+  port: number,
+  setup?: (app: uWS.TemplatedApp) => void,
+): Promise<{ app: ClosableApp; socket: uWS.us_listen_socket; port: number }> {
   const app = uWS.App() as ClosableApp;
+  setup?.(app);
   app.any('/*', (res, req) => serve(site, res, req));
   return new Promise((resolve, reject) => {
     // Exclusive: uWS otherwise binds with SO_REUSEPORT, and a second instance given the same

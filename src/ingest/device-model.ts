@@ -176,6 +176,8 @@ export interface MessageOutcome {
   values: number;
   /** The time of the stored values (µs since the epoch). */
   us: number;
+  /** The stored values as a JSON object text (`{"label":value,...}`), for the live stream; undefined if none. */
+  attrs?: string;
 }
 
 /**
@@ -261,7 +263,9 @@ function renderValues(
       continue;
     }
     ts ??= tsText(us) + '\t';
+    outcome.attrs = (outcome.attrs === undefined ? '{' : outcome.attrs + ',') + JSON.stringify(key) + ':' + json;
     const series = (model.series[attr.slot] ??= seriesKey(model.tenant, model.id, key));
     out.push(model.prefix + attr.column + series + '\t' + ts + (json.includes('\\') ? json.replace(/\\/g, '\\\\') : json) + '\n');
   }
+  if (outcome.attrs !== undefined) outcome.attrs += '}';
 }

@@ -105,3 +105,21 @@ export type RouterToMain =
   | { type: 'published'; requestId: number; error?: string }
   | { type: 'metrics'; delta: IngestMetricsDelta; link: LinkState | undefined }
   | { type: 'stopped' };
+
+/**
+ * Committed telemetry, posted by each shard worker on this BroadcastChannel once a COPY commits
+ * (never before): the main thread's live stream and device status read it (src/live/).
+ */
+export const COMMITTED_CHANNEL = 'device-registry:committed';
+
+/** The stored messages of one commit, in order; message i is tenants[i]/ids[i]. */
+export interface CommittedBatch {
+  tenants: string[];
+  ids: string[];
+  /** The time of the message's values (µs), as stored in history. */
+  ts: number[];
+  /** When the message was received (µs): a device's last_seen. */
+  received: number[];
+  /** The stored values of each message as a JSON object text. */
+  attrs: string[];
+}

@@ -17,7 +17,7 @@ import type { DropReason } from './drop-reasons.js';
 import type { HistoryWriter } from './history-writer.js';
 import type { Logger } from '../log.js';
 import { microsToTextCached } from '../time.js';
-import type { ShardTask, WorkerMetricsDelta } from './protocol.js';
+import type { CommittedBatch, ShardTask, WorkerMetricsDelta } from './protocol.js';
 import { emptyLatency, observeSince } from './latency.js';
 
 interface Deferred {
@@ -33,16 +33,28 @@ interface RowBuffer {
   messagesWithRows: number;
   firstAt: number;
   waiters: Deferred[];
+  /** The messages with rows, as the live stream shows them once committed. */
+  committed: CommittedBatch;
 }
 
 function emptyBuffer(): RowBuffer {
-  return { lines: [], times: [], received: [], messagesWithRows: 0, firstAt: 0, waiters: [] };
+  return {
+    lines: [],
+    times: [],
+    received: [],
+    messagesWithRows: 0,
+    firstAt: 0,
+    waiters: [],
+    committed: { tenants: [], ids: [], ts: [], received: [], attrs: [] },
+  };
 }
 
 export interface ShardActorOptions {
   batchRows: number;
   batchMs: number;
   log?: Logger;
+  /** Told of every commit's stored messages, after the commit (the live stream; workers/shard.ts). */
+  onCommitted?: (batch: CommittedBatch) => void;
 }
 
 export class ShardActor {
@@ -171,6 +183,12 @@ export class ShardActor {
       buf.messagesWithRows++;
       buf.times.push(outcome.us);
       buf.received.push(receivedUs);
+      const c = buf.committed;
+      c.tenants.push(model.tenant);
+      c.ids.push(model.id);
+      c.ts.push(outcome.us);
+      c.received.push(receivedUs);
+      c.attrs.push(outcome.attrs ?? '{}');
       if (buf.firstAt === 0) buf.firstAt = performance.now();
     }
     return true;
@@ -210,6 +228,8 @@ export class ShardActor {
         this.metrics.messagesStored += buf.messagesWithRows;
         const now = Date.now();
         for (const receivedUs of buf.received) observeSince(this.metrics.commitLatency, receivedUs, now);
+        // Committed: now, and only now, the live stream may show these messages.
+        if (this.opts.onCommitted && buf.committed.ids.length > 0 && rejected === 0) this.opts.onCommitted(buf.committed);
       }
     } finally {
       this.writing = false;

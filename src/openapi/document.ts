@@ -55,6 +55,7 @@ const TAGS = [
   { name: 'credentials', description: 'Device credentials: the passwords devices log in to the broker with (docs/credentials.md).' },
   { name: 'actuation', description: 'Configuration messages to devices (interface.md §4.2, §6.2).' },
   { name: 'history', description: 'Stored attribute values (interface.md §4.5).' },
+  { name: 'live', description: 'Changes pushed as they happen: committed telemetry, registry changes, device status (docs/live.md).' },
   { name: 'internal', description: 'Platform-internal endpoints, served on the internal listener only (interface.md §4.4).' },
   {
     name: 'broker',

@@ -15,12 +15,12 @@ import { inTransaction } from '../db/pool.js';
 import type { Logger } from '../log.js';
 
 export type RegistryEvent =
-  /** Devices created or changed (label, templates, overrides, keys). */
-  | { type: 'devices.changed'; tenant: string; deviceIds: string[] }
+  /** Devices created or changed (label, templates, overrides, keys); `action` for the live stream. */
+  | { type: 'devices.changed'; tenant: string; deviceIds: string[]; action?: 'created' | 'updated' }
   /** Devices removed: caches drop them and their MQTT sessions are closed. */
   | { type: 'devices.removed'; tenant: string; deviceIds: string[] }
   /** Templates changed or removed: every device built from them changed too. */
-  | { type: 'templates.changed'; tenant: string; templateIds: number[] }
+  | { type: 'templates.changed'; tenant: string; templateIds: number[]; action?: 'created' | 'updated' | 'removed' }
   /**
    * A device's credentials changed (one created, or `removedIds` deleted): login caches drop the
    * device; the connections that logged in with a removed credential are closed.

@@ -51,7 +51,19 @@ function template(format: 'both' | 'single' | 'split', idType: 'integer' | 'stri
   return {
     type: 'object',
     required: ['id', 'label', 'created', ...Object.keys(lists)],
-    properties: { id: { type: idType }, label: { type: 'string' }, created: ref('RegistryTime'), updated: ref('RegistryTime'), ...lists },
+    properties: {
+      id: { type: idType },
+      label: { type: 'string' },
+      created: ref('RegistryTime'),
+      updated: ref('RegistryTime'),
+      offline_after: {
+        type: 'integer',
+        minimum: 1,
+        description:
+          'Seconds without a stored message after which a device of this template is offline; absent when not set (DEVICE_OFFLINE_AFTER_SECONDS applies).',
+      },
+      ...lists,
+    },
     additionalProperties: false,
   };
 }
@@ -65,6 +77,17 @@ const device = (attr: string) => ({
     created: ref('RegistryTime'),
     updated: { ...ref('RegistryTime'), description: 'Absent until the device is changed by PUT, key generation or key copy.' },
     templates: { type: 'array', items: { type: 'string', pattern: '^[0-9]+$' }, description: 'Template ids as strings.' },
+    last_seen: {
+      type: ['string', 'null'],
+      description:
+        'With `with_status` or `status=` only: when the last stored message of the device was received (RFC 3339, UTC); null if none.',
+    },
+    status: {
+      type: 'string',
+      enum: ['online', 'offline'],
+      description:
+        "With `with_status` or `status=` only: `online` when the last stored message is more recent than the device's inactivity timeout (docs/live.md).",
+    },
     attrs: {
       type: 'object',
       description: 'Template id -> the attributes that came from that template (every template, also one without attributes).',

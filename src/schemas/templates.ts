@@ -41,6 +41,8 @@ export const templateBody = bodySchema({
     // Each attribute is checked on its own (`templates.attr`, message "failed to parse attr"),
     // also one that is not an object (`{"_schema": ["Invalid input type."]}`).
     attrs: { type: 'array' },
+    // Seconds without a stored message after which a device of this template is offline (docs/live.md).
+    offline_after: { type: ['integer', 'null'], minimum: 1, maximum: 31_536_000 },
   },
 });
 

@@ -5,6 +5,7 @@ import type { Page } from '../paging.js';
 import { ATTR_COLUMNS, attrFromRow, nestAttrs, type AttrColumns, type AttrRecord } from '../attrs.js';
 import { labelMatchSql, Params } from '../sql.js';
 import type { DeviceQuery, DeviceRecord, OverrideRow } from './types.js';
+import { onlineSql } from './status.js';
 
 type Db = pg.Pool | pg.PoolClient;
 
@@ -40,6 +41,10 @@ function listWhere(tenant: string, q: DeviceQuery, p: Params, plan: AttrPlan): s
     );
   }
   if (f.label !== undefined) conds.push(labelMatchSql('d.label', f.label, p));
+  if (q.status !== undefined) {
+    const online = onlineSql(p.add(q.status.offlineAfterSeconds));
+    conds.push(q.status.online ? online : `NOT ${online}`);
+  }
   for (const a of f.attrs) {
     const label = p.add(a.label);
     const value = p.add(a.value);

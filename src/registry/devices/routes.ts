@@ -25,8 +25,9 @@ const idsOnly = {
 async function listHandler(devices: DeviceService, req: Request, internal: boolean) {
   const page = req.values.idsOnly ? undefined : pageOf(req.values);
   const filters = listFiltersOf(req.values); // the internal listing's schema has no attr_type
-  if (!page) return { status: 200, body: await devices.listIds(req.tenant, { filters }) };
-  if (!internal) return publicPage(devices, req.tenant, { filters }, page);
+  const status = internal ? undefined : await devices.statusQuery(req.values.status as string | undefined);
+  if (!page) return { status: 200, body: await devices.listIds(req.tenant, { filters, status }) };
+  if (!internal) return publicPage(devices, req.tenant, { filters, status, withStatus: req.values.with_status === true }, page);
   const { devices: found, matches } = await devices.listInternal(req.tenant, { filters }, page);
   return { status: 200, body: { devices: found.map((d) => deviceView(d, 'internal')), pagination: pagination(page, matches) } };
 }
@@ -36,6 +37,27 @@ async function publicPage(devices: DeviceService, tenant: string, q: DeviceQuery
   const { views, matches } = await devices.listJson(tenant, q, page);
   return { status: 200, raw: `{"devices":[${views.join(',')}],"pagination":${JSON.stringify(pagination(page, matches))}}` };
 }
+
+/** GET /device?status= (docs/live.md). */
+const statusParam = {
+  type: 'string',
+  enum: ['online', 'offline'],
+  'x-error': { enum: { error: 'badQuery', message: 'status must be online or offline, got "{input}"' } },
+  description:
+    'Only devices `online` (a stored message within their inactivity timeout: the largest `offline_after` of their templates, ' +
+    'else DEVICE_OFFLINE_AFTER_SECONDS) or `offline`. The views then carry `last_seen` and `status` (as with `with_status`).',
+};
+
+/**
+ * Opt-in, so that answers without it stay exactly as the contract has them. No default: the
+ * checked query of a request without it is the same as before.
+ */
+const withStatus = {
+  type: 'boolean',
+  description:
+    'Add `last_seen` (when its last stored message was received; null if none) and `status` (`online`|`offline`) to each device view ' +
+    '(docs/live.md). `true`, `1` (any case) or the bare flag (`?with_status`) are true; any other value is false.',
+};
 
 const noFilters = () => ({ label: undefined, attrs: [], attrTypes: [], sortByLabel: false });
 
@@ -165,12 +187,12 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
     tag: 'devices',
     query: (l) => ({
       type: 'object',
-      properties: { ...pageParams(l), idsOnly, ...filterParams(true) },
+      properties: { ...pageParams(l), idsOnly, ...filterParams(true), status: statusParam, with_status: withStatus },
       'x-error-order': [...PAGE_ERRORS, ...FILTER_ERRORS],
     }),
     responses: {
       200: { description: 'One page, or with idsOnly every matching id.', schema: { oneOf: [ref('DeviceList'), ref('DeviceIds')] } },
-      400: { description: 'Bad paging or filter parameters, checked in this order.', errors: LIST_ERRORS },
+      400: { description: 'Bad paging or filter parameters, checked in this order.', errors: [...LIST_ERRORS, 'badQuery'] },
     },
     examples: [
       {
@@ -220,6 +242,7 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
     description: 'A `psk` attribute never shows its key here.',
     tag: 'devices',
     params: { id: deviceIdParam },
+    query: () => ({ type: 'object', properties: { with_status: withStatus } }),
     responses: {
       200: { description: 'The device.', schema: 'Device' },
       404: { description: 'No such device.', errors: ['noSuchDevice'] },
@@ -230,7 +253,7 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
       { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, status: 404, response: err('noSuchDevice', 'ffffff') },
     ],
     async handler(req, { devices }) {
-      return { status: 200, raw: await devices.viewJson(req.tenant, req.params.id!) };
+      return { status: 200, raw: await devices.viewJson(req.tenant, req.params.id!, req.values.with_status === true) };
     },
   },
   {
@@ -322,7 +345,7 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
     description: 'An unknown template is an empty page.',
     tag: 'devices',
     params: { template_id: templateIdParam },
-    query: (l) => ({ type: 'object', properties: pageParams(l), 'x-error-order': PAGE_ERRORS }),
+    query: (l) => ({ type: 'object', properties: { ...pageParams(l), with_status: withStatus }, 'x-error-order': PAGE_ERRORS }),
     responses: {
       200: { description: 'One page.', schema: 'DeviceList' },
       400: { description: 'Bad paging parameters, checked in this order.', errors: PAGE_ERRORS },
@@ -344,7 +367,7 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
       const templateId = parseTemplateId(req.params.template_id!);
       // An unknown (or malformed) template id is an empty page, not an error.
       if (templateId === undefined) return { status: 200, body: { devices: [], pagination: pagination(page, 0) } };
-      return publicPage(devices, req.tenant, { filters: noFilters(), templateId }, page);
+      return publicPage(devices, req.tenant, { filters: noFilters(), templateId, withStatus: req.values.with_status === true }, page);
     },
   },
 ];

@@ -13,6 +13,7 @@ import { parseDeviceBody } from './input.js';
 import * as repo from './repo.js';
 import type { CreateOptions, DeviceInput, DeviceQuery, DeviceRecord, OverrideRow } from './types.js';
 import { deviceView } from './views.js';
+import type { DeviceStatusBook } from './status.js';
 
 const ID_TRIES = 10;
 // Up to this many matches an attr= filter collects its devices as a set (docs/registry.md).
@@ -32,6 +33,10 @@ export interface DeviceOptions {
   openKey?: (sealed: Buffer, place: { tenant: string; deviceId: string; attrId: number }) => string;
   /** Id generator; tests replace it to force collisions. */
   randomId?: () => string;
+  /** last_seen and status of the GET views, and the status filter (docs/live.md). */
+  status?: DeviceStatusBook;
+  /** DEVICE_OFFLINE_AFTER_SECONDS, for the status filter. */
+  offlineAfterSeconds?: number;
 }
 
 interface CachedView {
@@ -70,7 +75,7 @@ export class DeviceService {
     const result = await this.events.change(async (c, announce): Promise<CreateResult> => {
       const { templates, overrides } = await this.resolve(c, tenant, input);
       const ids = await this.insertWithIds(c, tenant, input, opts.count, templates, overrides);
-      await announce(changedEvent(tenant, ids));
+      await announce(changedEvent(tenant, ids, 'created'));
       if (opts.verbose) return { verbose: true as const, devices: await repo.getDevices(c, tenant, ids) };
       return { verbose: false as const, devices: ids.map((id, i) => ({ id, label: `${input.label}_${i}` })) };
     });
@@ -103,7 +108,12 @@ export class DeviceService {
   }
 
   /** The public view of one device as JSON text, from the cache when it is there. */
-  async viewJson(tenant: string, id: string): Promise<string> {
+  async viewJson(tenant: string, id: string, withStatus = false): Promise<string> {
+    const json = await this.storedViewJson(tenant, id);
+    return withStatus ? this.withStatus(tenant, id, json) : json;
+  }
+
+  private async storedViewJson(tenant: string, id: string): Promise<string> {
     const hit = this.views.get(tenant, id);
     if (hit !== undefined) return hit.json;
     const stamp = this.views.stamp(tenant);
@@ -112,11 +122,23 @@ export class DeviceService {
     return view.json;
   }
 
+  /** A GET view with `last_seen` and `status` (they change with every message: never cached). */
+  private withStatus(tenant: string, id: string, json: string): string {
+    return this.opts.status ? this.opts.status.decorate(tenant, id, json) : json;
+  }
+
+  /** `status=online|offline` of a list request as a query condition; the book's pending times are written first. */
+  async statusQuery(status: string | undefined): Promise<DeviceQuery['status']> {
+    if (status !== 'online' && status !== 'offline') return undefined;
+    await this.opts.status?.flush();
+    return { online: status === 'online', offlineAfterSeconds: this.opts.offlineAfterSeconds ?? 600 };
+  }
+
   /**
    * The public views of `ids` as JSON texts, in that order: from the cache, the misses read in
    * one query. A device removed since its id was read is left out.
    */
-  private async viewsJson(tenant: string, ids: string[]): Promise<string[]> {
+  private async viewsJson(tenant: string, ids: string[], withStatus: boolean): Promise<string[]> {
     const found = new Map<string, string>();
     const missing: string[] = [];
     for (const id of ids) {
@@ -132,7 +154,11 @@ export class DeviceService {
         found.set(d.id, view.json);
       }
     }
-    return ids.flatMap((id) => found.get(id) ?? []);
+    return ids.flatMap((id) => {
+      const json = found.get(id);
+      if (json === undefined) return [];
+      return [withStatus ? this.withStatus(tenant, id, json) : json];
+    });
   }
 
   /** One device with its keys opened (internal view). */
@@ -146,10 +172,11 @@ export class DeviceService {
    */
   async listJson(tenant: string, q: DeviceQuery, page: Page): Promise<{ views: string[]; matches: number }> {
     if (!filtersCanMatch(q.filters)) return { views: [], matches: 0 };
-    const { items, matches } = await this.findPage(tenant, q, page, true, (plan) =>
-      repo.listDevicePageIds(this.pool, tenant, q, page, plan),
-    );
-    return { views: await this.viewsJson(tenant, items), matches };
+    // A status filter's answer changes with time, not with registry events: never cached.
+    const { items, matches } = q.status
+      ? { items: await repo.listDevicePageIds(this.pool, tenant, q, page, 'set'), matches: await repo.countDevices(this.pool, tenant, q) }
+      : await this.findPage(tenant, q, page, true, (plan) => repo.listDevicePageIds(this.pool, tenant, q, page, plan));
+    return { views: await this.viewsJson(tenant, items, q.withStatus === true || q.status !== undefined), matches };
   }
 
   /** An internal page (keys opened) and the number of matches. */
@@ -196,7 +223,7 @@ export class DeviceService {
       if (id.includes('\0') || !(await repo.lockDevice(c, tenant, id))) throw errors.noSuchDevice(id);
       const { templates, overrides } = await this.resolve(c, tenant, input);
       await repo.replaceDevice(c, tenant, id, input.label, templates, overrides);
-      await announce(changedEvent(tenant, [id]));
+      await announce(changedEvent(tenant, [id], 'updated'));
       return (await repo.getDevices(c, tenant, [id]))[0]!;
     });
   }
@@ -356,8 +383,8 @@ export class DeviceService {
   }
 }
 
-const changedEvent = (tenant: string, deviceIds: string[]): RegistryEvent =>
-  deviceIds.length > MAX_EVENT_IDS ? { type: 'tenant.changed', tenant } : { type: 'devices.changed', tenant, deviceIds };
+const changedEvent = (tenant: string, deviceIds: string[], action: 'created' | 'updated'): RegistryEvent =>
+  deviceIds.length > MAX_EVENT_IDS ? { type: 'tenant.changed', tenant } : { type: 'devices.changed', tenant, deviceIds, action };
 
 /** Always precise: the MQTT sessions of exactly these devices are closed. */
 const removedEvent = (tenant: string, deviceIds: string[]): RegistryEvent => ({ type: 'devices.removed', tenant, deviceIds });

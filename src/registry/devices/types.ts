@@ -45,4 +45,8 @@ export interface DeviceQuery {
   filters: ListFilters;
   /** Only devices built from this template (GET /device/template/{id}). */
   templateId?: number;
+  /** Only devices with this status (GET /device?status=); the service fills in the default timeout. */
+  status?: { online: boolean; offlineAfterSeconds: number };
+  /** Views with `last_seen` and `status` (`with_status`, or a status filter). */
+  withStatus?: boolean;
 }

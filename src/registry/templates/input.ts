@@ -49,9 +49,9 @@ function parseAttr(raw: unknown): AttrInput {
 
 /** A POST/PUT /template body. */
 export function parseTemplateInput(body: unknown): TemplateInput {
-  const b = validate<{ label: string; attrs?: unknown[] }>(templateBody, body);
+  const b = validate<{ label: string; attrs?: unknown[]; offline_after?: number | null }>(templateBody, body);
   const attrs = (b.attrs ?? []).map(parseAttr);
   const dup = repeated(attrs.map((a) => a.label));
   if (dup !== undefined) throw errors.validation({ label: [`Repeated attribute label: ${dup}`] }, 'failed to parse attr');
-  return { label: b.label, attrs };
+  return { label: b.label, attrs, offlineAfter: b.offline_after ?? null };
 }

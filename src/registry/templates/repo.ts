@@ -13,6 +13,7 @@ interface TemplateRow extends AttrColumns {
   label: string;
   created: string;
   updated: string | null;
+  offline_after: number | null;
 }
 
 /** Conditions on `templates t` for a list request (one EXISTS per attr / attr_type filter). */
@@ -41,8 +42,8 @@ const orderBy = (sortByLabel: boolean, alias: string) => (sortByLabel ? `${alias
 async function selectTemplates(db: Db, p: Params, where: string, sortByLabel: boolean, limit = ''): Promise<TemplateRecord[]> {
   // The tenant is always the first parameter.
   const { rows } = await db.query<TemplateRow>(
-    `WITH p AS (SELECT t.id, t.label, t.created, t.updated FROM templates t WHERE ${where} ORDER BY ${orderBy(sortByLabel, 't')} ${limit})
-     SELECT p.id, p.label, ${registryTimeSql('p.created')} AS created, ${registryTimeSql('p.updated')} AS updated, ${ATTR_COLUMNS}
+    `WITH p AS (SELECT t.id, t.label, t.created, t.updated, t.offline_after FROM templates t WHERE ${where} ORDER BY ${orderBy(sortByLabel, 't')} ${limit})
+     SELECT p.id, p.label, ${registryTimeSql('p.created')} AS created, ${registryTimeSql('p.updated')} AS updated, p.offline_after, ${ATTR_COLUMNS}
      FROM p LEFT JOIN template_attrs a ON a.tenant = $1 AND a.template_id = p.id
      ORDER BY ${orderBy(sortByLabel, 'p')}, a.id`,
     p.values,
@@ -56,7 +57,14 @@ function group(rows: TemplateRow[]): TemplateRecord[] {
   for (let i = 1; i <= rows.length; i++) {
     if (i < rows.length && rows[i]!.id === rows[start]!.id) continue;
     const r = rows[start]!;
-    out.push({ id: r.id, label: r.label, created: r.created, updated: r.updated, attrs: nestAttrs(rows.slice(start, i)) });
+    out.push({
+      id: r.id,
+      label: r.label,
+      created: r.created,
+      updated: r.updated,
+      offlineAfter: r.offline_after,
+      attrs: nestAttrs(rows.slice(start, i)),
+    });
     start = i;
   }
   return out;
@@ -96,13 +104,22 @@ export async function lockTemplate(db: Db, tenant: string, id: number): Promise<
   return rowCount === 1;
 }
 
-export async function insertTemplate(db: Db, tenant: string, label: string): Promise<number> {
-  const { rows } = await db.query<{ id: number }>('INSERT INTO templates (tenant, label) VALUES ($1, $2) RETURNING id', [tenant, label]);
+export async function insertTemplate(db: Db, tenant: string, label: string, offlineAfter: number | null): Promise<number> {
+  const { rows } = await db.query<{ id: number }>('INSERT INTO templates (tenant, label, offline_after) VALUES ($1, $2, $3) RETURNING id', [
+    tenant,
+    label,
+    offlineAfter,
+  ]);
   return rows[0]!.id;
 }
 
-export async function setTemplateLabel(db: Db, tenant: string, id: number, label: string): Promise<void> {
-  await db.query('UPDATE templates SET label = $3, updated = now() WHERE tenant = $1 AND id = $2', [tenant, id, label]);
+export async function setTemplateLabel(db: Db, tenant: string, id: number, label: string, offlineAfter: number | null): Promise<void> {
+  await db.query('UPDATE templates SET label = $3, offline_after = $4, updated = now() WHERE tenant = $1 AND id = $2', [
+    tenant,
+    id,
+    label,
+    offlineAfter,
+  ]);
 }
 
 /** `n` fresh attribute ids, ascending, so that ids follow the order of the input. */

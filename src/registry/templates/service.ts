@@ -65,9 +65,9 @@ export class TemplateService {
     const input = parseTemplateInput(body);
     const stamp = this.views.stamp(tenant);
     const created = await this.events.change(async (c, announce) => {
-      const id = await repo.insertTemplate(c, tenant, input.label);
+      const id = await repo.insertTemplate(c, tenant, input.label, input.offlineAfter);
       await repo.insertAttrs(c, tenant, id, await newRows(c, input.attrs, []));
-      await announce(changedEvent(tenant, [id]));
+      await announce(changedEvent(tenant, [id], 'created'));
       return (await repo.getTemplates(c, tenant, [id]))[0]!;
     });
     // The view as committed, for the reads that follow a creation; kept only if no other change
@@ -173,8 +173,8 @@ export class TemplateService {
       await repo.deleteKeysOf(c, tenant, keysDropped);
       await repo.changeAttrs(c, tenant, changes);
       await repo.insertAttrs(c, tenant, id, await newRows(c, added, metaOfKept));
-      await repo.setTemplateLabel(c, tenant, id, input.label);
-      await announce(changedEvent(tenant, [id]));
+      await repo.setTemplateLabel(c, tenant, id, input.label, input.offlineAfter);
+      await announce(changedEvent(tenant, [id], 'updated'));
       return (await repo.getTemplates(c, tenant, [id]))[0]!;
     });
   }
@@ -187,7 +187,7 @@ export class TemplateService {
       if (!(await repo.lockTemplate(c, tenant, id))) throw errors.noSuchTemplate(rawId);
       const found = (await repo.getTemplates(c, tenant, [id]))[0]!;
       await repo.deleteTemplate(c, tenant, id);
-      await announce(changedEvent(tenant, [id]));
+      await announce(changedEvent(tenant, [id], 'removed'));
       return found;
     });
   }
@@ -199,7 +199,7 @@ export class TemplateService {
       if (await repo.anyTemplateInUse(c, tenant)) throw errors.templatesInUse();
       const all = await repo.getAllTemplates(c, tenant);
       const deleted = await repo.deleteAllTemplates(c, tenant);
-      if (deleted.length > 0) await announce(changedEvent(tenant, deleted));
+      if (deleted.length > 0) await announce(changedEvent(tenant, deleted, 'removed'));
       return { all, ids: deleted };
     });
     const gone = new Set(ids);
@@ -207,5 +207,5 @@ export class TemplateService {
   }
 }
 
-const changedEvent = (tenant: string, templateIds: number[]): RegistryEvent =>
-  templateIds.length > MAX_EVENT_IDS ? { type: 'tenant.changed', tenant } : { type: 'templates.changed', tenant, templateIds };
+const changedEvent = (tenant: string, templateIds: number[], action: 'created' | 'updated' | 'removed'): RegistryEvent =>
+  templateIds.length > MAX_EVENT_IDS ? { type: 'tenant.changed', tenant } : { type: 'templates.changed', tenant, templateIds, action };

@@ -12,6 +12,8 @@ export interface AttrInput {
 export interface TemplateInput {
   label: string;
   attrs: AttrInput[];
+  /** Seconds without a stored message after which its devices are offline; null: the service's default. */
+  offlineAfter: number | null;
 }
 
 /** A template as stored, attributes in id order with their metadata nested. */
@@ -20,6 +22,7 @@ export interface TemplateRecord {
   label: string;
   created: string;
   updated: string | null;
+  offlineAfter: number | null;
   attrs: AttrRecord[];
 }
 

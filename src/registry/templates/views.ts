@@ -6,6 +6,8 @@ import type { AttrFormat, TemplateRecord } from './types.js';
 export function templateView(t: TemplateRecord, format: AttrFormat = 'both', idAsString = false): Record<string, unknown> {
   const v: Record<string, unknown> = { id: idAsString ? String(t.id) : t.id, label: t.label, created: t.created };
   if (t.updated !== null) v.updated = t.updated;
+  // Shown only when set: templates without it answer exactly as before.
+  if (t.offlineAfter !== null) v.offline_after = t.offlineAfter;
   const attrs = t.attrs.map((a) => attrView(a, 'template'));
   if (format !== 'split') v.attrs = attrs;
   if (format !== 'single') {

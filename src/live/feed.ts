@@ -1,0 +1,167 @@
+// Committed telemetry, seen from the main thread (docs/live.md). The shard workers post each
+// commit's stored messages on a BroadcastChannel once the COPY has committed (never before);
+// the feed hands them to its listeners (device status, the live stream). With LIVE_FANOUT it
+// also passes them to every other instance by PostgreSQL NOTIFY (one statement per commit, in
+// payloads under 8000 bytes) and listens for theirs, so a client of any instance sees what any
+// instance committed. The NOTIFY is sent after the commit, by this instance: an instance that
+// dies between the two loses those messages for the other instances' streams (they are stored
+// all the same). Nothing here ever makes ingest wait: posting to the channel is fire-and-forget,
+// and a failed NOTIFY is counted and logged, not retried.
+import crypto from 'node:crypto';
+import { BroadcastChannel } from 'node:worker_threads';
+import pg from 'pg';
+import client from 'prom-client';
+import type { Logger } from '../log.js';
+import type { Metrics } from '../metrics.js';
+import { COMMITTED_CHANNEL, type CommittedBatch } from '../ingest/protocol.js';
+
+const NOTIFY_CHANNEL = 'live_committed';
+/** PostgreSQL refuses NOTIFY payloads of 8000 bytes or more; room is left for the envelope. */
+const MAX_PAYLOAD_BYTES = 7800;
+const RELISTEN_MS = 1000;
+
+export type CommittedListener = (batch: CommittedBatch) => void;
+
+/** One message in a NOTIFY payload: tenant, id, ts µs, received µs, attrs JSON text. */
+type Wire = [string, string, number, number, string];
+
+export class LiveFeed {
+  private readonly listeners = new Set<CommittedListener>();
+  private readonly channel = new BroadcastChannel(COMMITTED_CHANNEL);
+  private readonly origin = crypto.randomUUID().slice(0, 8);
+  private sender: pg.Client | undefined;
+  private listener: pg.Client | undefined;
+  private closed = false;
+  /** NOTIFYs go one after another on the sending connection. */
+  private sending: Promise<void> = Promise.resolve();
+  private readonly notified: client.Counter;
+  private readonly skipped: client.Counter;
+  private readonly failed: client.Counter;
+
+  constructor(private readonly opts: { databaseUrl: string; fanout: boolean; metrics: Metrics; log: Logger }) {
+    const registers = [opts.metrics.registry];
+    this.notified = new client.Counter({
+      name: 'live_fanout_notifications_total',
+      help: 'NOTIFY payloads of committed telemetry sent to the other instances',
+      registers,
+    });
+    this.skipped = new client.Counter({
+      name: 'live_fanout_skipped_messages_total',
+      help: 'Committed messages too large for one NOTIFY payload: not shown on the other instances',
+      registers,
+    });
+    this.failed = new client.Counter({
+      name: 'live_fanout_failures_total',
+      help: 'NOTIFY statements of committed telemetry that failed (those messages are not shown on the other instances)',
+      registers,
+    });
+    this.channel.unref();
+  }
+
+  async start(): Promise<void> {
+    this.channel.onmessage = (m) => this.local((m as { data: CommittedBatch }).data);
+    if (!this.opts.fanout) return;
+    this.sender = await this.connect('device-registry-live-notify');
+    await this.listen();
+  }
+
+  on(listener: CommittedListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.channel.close();
+    for (const c of [this.sender, this.listener]) await c?.end().catch(() => undefined);
+  }
+
+  private local(batch: CommittedBatch): void {
+    this.deliver(batch);
+    if (this.sender) this.sending = this.sending.then(() => this.notify(batch));
+  }
+
+  private deliver(batch: CommittedBatch): void {
+    for (const l of this.listeners) {
+      try {
+        l(batch);
+      } catch (err) {
+        this.opts.log.error('live listener failed', { error: err as Error });
+      }
+    }
+  }
+
+  /** The batch in payloads under the limit, sent in one statement. */
+  private async notify(batch: CommittedBatch): Promise<void> {
+    const payloads: string[] = [];
+    let parts: string[] = [];
+    let size = 0;
+    const head = `{"o":"${this.origin}","m":[`;
+    for (let i = 0; i < batch.ids.length; i++) {
+      const wire: Wire = [batch.tenants[i]!, batch.ids[i]!, batch.ts[i]!, batch.received[i]!, batch.attrs[i]!];
+      const text = JSON.stringify(wire);
+      const bytes = Buffer.byteLength(text) + 1;
+      if (head.length + bytes + 2 > MAX_PAYLOAD_BYTES) {
+        this.skipped.inc();
+        continue;
+      }
+      if (head.length + size + bytes + 2 > MAX_PAYLOAD_BYTES) {
+        payloads.push(head + parts.join(',') + ']}');
+        parts = [];
+        size = 0;
+      }
+      parts.push(text);
+      size += bytes;
+    }
+    if (parts.length > 0) payloads.push(head + parts.join(',') + ']}');
+    if (payloads.length === 0) return;
+    try {
+      await this.sender!.query('SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p', [NOTIFY_CHANNEL, payloads]);
+      this.notified.inc(payloads.length);
+    } catch (err) {
+      this.failed.inc();
+      if (!this.closed) this.opts.log.warn('could not pass committed telemetry to the other instances', { error: (err as Error).message });
+    }
+  }
+
+  private async connect(name: string): Promise<pg.Client> {
+    const c = new pg.Client({ connectionString: this.opts.databaseUrl, application_name: name, keepAlive: true });
+    c.on('error', () => undefined);
+    await c.connect();
+    return c;
+  }
+
+  /** LISTENs; a lost connection is opened again (what was sent meanwhile is not replayed). */
+  private async listen(): Promise<void> {
+    const c = await this.connect('device-registry-live-listen');
+    this.listener = c;
+    c.on('notification', (msg) => {
+      if (!msg.payload) return;
+      try {
+        const env = JSON.parse(msg.payload) as { o: string; m: Wire[] };
+        if (env.o === this.origin) return;
+        const batch: CommittedBatch = { tenants: [], ids: [], ts: [], received: [], attrs: [] };
+        for (const [tenant, id, ts, received, attrs] of env.m) {
+          batch.tenants.push(tenant);
+          batch.ids.push(id);
+          batch.ts.push(ts);
+          batch.received.push(received);
+          batch.attrs.push(attrs);
+        }
+        this.deliver(batch);
+      } catch {
+        /* not ours */
+      }
+    });
+    c.on('end', () => {
+      if (this.closed) return;
+      this.opts.log.warn('lost the live fan-out connection; listening again');
+      const retry = () =>
+        setTimeout(() => {
+          if (!this.closed) this.listen().catch(retry);
+        }, RELISTEN_MS).unref();
+      retry();
+    });
+    await c.query(`LISTEN ${NOTIFY_CHANNEL}`);
+  }
+}

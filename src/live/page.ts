@@ -1,0 +1,189 @@
+// The page served at GET /live (docs/live.md §5): plain HTML and JavaScript, no build step, no
+// library. Log in like the API (POST /auth), list the tenant's devices with their status
+// (GET /device?with_status), choose one: its attributes update as `attrs` messages arrive on
+// the WebSocket (token as the subprotocol `bearer.<token>`), and an SVG chart drawn by hand
+// shows a numeric attribute over the last 5 minutes. Kept as a string so that the compiled
+// service (dist/ only) serves it as it is.
+export const LIVE_PAGE = String.raw`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>device-registry live</title>
+<style>
+  body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
+  h1 { font-size: 1.3em; }
+  #devices li { cursor: pointer; padding: 2px 0; }
+  #devices li.chosen { font-weight: bold; }
+  .online { color: #187a2f; } .offline { color: #999; }
+  table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: 3px 8px; text-align: left; }
+  #main { display: flex; gap: 2em; align-items: flex-start; }
+  #chart { border: 1px solid #ccc; background: #fafafa; }
+  .error { color: #b00; }
+</style>
+</head>
+<body>
+<h1>device-registry live</h1>
+<form id="login">
+  <label>User <input id="username" autocomplete="username" required></label>
+  <label>Password <input id="passwd" type="password" autocomplete="current-password" required></label>
+  <button type="submit">Log in</button>
+  <span id="login-error" class="error"></span>
+</form>
+<div id="app" hidden>
+  <p>Tenant <b id="tenant"></b> · stream <span id="conn">connecting</span></p>
+  <div id="main">
+    <div><h2>Devices</h2><ul id="devices"></ul></div>
+    <div id="detail" hidden>
+      <h2 id="device-title"></h2>
+      <table><thead><tr><th>attribute</th><th>value</th><th>ts</th></tr></thead><tbody id="attrs"></tbody></table>
+      <p><label>Chart <select id="series"></select></label> (last 5 minutes)</p>
+      <svg id="chart" width="480" height="200" viewBox="0 0 480 200"></svg>
+    </div>
+  </div>
+</div>
+<script>
+"use strict";
+const WINDOW_MS = 5 * 60 * 1000;
+const state = { token: null, devices: new Map(), chosen: null, values: {}, points: {}, ws: null };
+const $ = (id) => document.getElementById(id);
+
+async function api(path) {
+  const res = await fetch(path, { headers: { Authorization: "Bearer " + state.token } });
+  if (!res.ok) throw new Error(path + ": " + res.status);
+  return res.json();
+}
+
+$("login").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  $("login-error").textContent = "";
+  const res = await fetch("auth", { method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ username: $("username").value, passwd: $("passwd").value }) });
+  const body = await res.json().catch(() => ({}));
+  if (!res.ok || !body.jwt) { $("login-error").textContent = body.message || ("login failed: " + res.status); return; }
+  state.token = body.jwt;
+  const claims = JSON.parse(atob(body.jwt.split(".")[1].replace(/-/g, "+").replace(/_/g, "/")));
+  $("tenant").textContent = claims.service;
+  $("login").hidden = true;
+  $("app").hidden = false;
+  await loadDevices();
+  connect();
+});
+
+async function loadDevices() {
+  const page = await api("device?with_status&page_size=1000&sortBy=label");
+  state.devices.clear();
+  for (const d of page.devices) state.devices.set(d.id, d);
+  renderDevices();
+}
+
+function renderDevices() {
+  const ul = $("devices");
+  ul.textContent = "";
+  for (const d of state.devices.values()) {
+    const li = document.createElement("li");
+    li.dataset.id = d.id;
+    li.className = d.id === state.chosen ? "chosen" : "";
+    li.innerHTML = "<span></span> <span class=\"status\"></span>";
+    li.firstChild.textContent = d.label + " (" + d.id + ")";
+    const s = li.querySelector(".status");
+    s.textContent = d.status;
+    s.classList.add(d.status);
+    li.addEventListener("click", () => choose(d.id));
+    ul.appendChild(li);
+  }
+}
+
+async function choose(id) {
+  state.chosen = id;
+  state.values = {};
+  state.points = {};
+  renderDevices();
+  const d = state.devices.get(id);
+  $("device-title").textContent = d.label + " (" + id + ")";
+  $("detail").hidden = false;
+  // The last minutes from history, then live values.
+  const since = new Date(Date.now() - WINDOW_MS).toISOString();
+  try {
+    const history = await api("history/device/" + encodeURIComponent(id) + "/history?dateFrom=" + since);
+    for (const [label, records] of Object.entries(history)) {
+      for (const r of [...records].reverse()) add(label, r.value, r.ts);
+    }
+  } catch (err) { /* no history yet */ }
+  renderAttrs();
+  renderChart();
+}
+
+function add(label, value, ts) {
+  state.values[label] = { value, ts };
+  if (typeof value === "number") (state.points[label] ||= []).push({ t: Date.parse(ts), v: value });
+}
+
+function renderAttrs() {
+  const body = $("attrs");
+  body.textContent = "";
+  for (const [label, { value, ts }] of Object.entries(state.values)) {
+    const tr = document.createElement("tr");
+    tr.dataset.attr = label;
+    for (const text of [label, JSON.stringify(value), ts]) {
+      const td = document.createElement("td");
+      td.textContent = text;
+      tr.appendChild(td);
+    }
+    body.appendChild(tr);
+  }
+  const select = $("series");
+  const numeric = Object.keys(state.points);
+  const current = select.value;
+  select.textContent = "";
+  for (const label of numeric) select.add(new Option(label, label));
+  if (numeric.includes(current)) select.value = current;
+}
+$("series").addEventListener("change", () => renderChart());
+
+function renderChart() {
+  const svg = $("chart");
+  const w = 480, h = 200, pad = 30;
+  const now = Date.now();
+  const pts = (state.points[$("series").value] || []).filter((p) => p.t >= now - WINDOW_MS);
+  let min = Math.min(...pts.map((p) => p.v)), max = Math.max(...pts.map((p) => p.v));
+  if (!pts.length) { min = 0; max = 1; }
+  if (min === max) { min -= 1; max += 1; }
+  const x = (t) => pad + ((t - (now - WINDOW_MS)) / WINDOW_MS) * (w - 2 * pad);
+  const y = (v) => h - pad - ((v - min) / (max - min)) * (h - 2 * pad);
+  const path = pts.map((p, i) => (i ? "L" : "M") + x(p.t).toFixed(1) + " " + y(p.v).toFixed(1)).join(" ");
+  svg.innerHTML =
+    '<line x1="' + pad + '" y1="' + (h - pad) + '" x2="' + (w - pad) + '" y2="' + (h - pad) + '" stroke="#888"/>' +
+    '<line x1="' + pad + '" y1="' + pad + '" x2="' + pad + '" y2="' + (h - pad) + '" stroke="#888"/>' +
+    '<text x="2" y="' + (pad + 4) + '" font-size="10">' + max + '</text>' +
+    '<text x="2" y="' + (h - pad) + '" font-size="10">' + min + '</text>' +
+    '<path id="series-line" d="' + path + '" fill="none" stroke="#1f5fbf" stroke-width="2"/>' +
+    pts.map((p) => '<circle class="point" cx="' + x(p.t).toFixed(1) + '" cy="' + y(p.v).toFixed(1) + '" r="2.5" fill="#1f5fbf"/>').join("");
+  svg.dataset.points = String(pts.length);
+}
+setInterval(renderChart, 5000);
+
+function connect() {
+  const url = location.href.replace(/^http/, "ws").replace(/\/live[^/]*$/, "/stream");
+  const ws = new WebSocket(url, ["device-registry.live.v1", "bearer." + state.token]);
+  state.ws = ws;
+  ws.onopen = () => { $("conn").textContent = "open"; };
+  ws.onclose = (e) => { $("conn").textContent = "closed (" + e.code + (e.reason ? " " + e.reason : "") + ")"; };
+  ws.onmessage = (e) => {
+    const m = JSON.parse(e.data);
+    if (m.type === "attrs" && m.device_id === state.chosen) {
+      for (const [label, value] of Object.entries(m.attrs)) add(label, value, m.ts);
+      renderAttrs();
+      renderChart();
+    } else if (m.type === "status") {
+      const d = state.devices.get(m.device_id);
+      if (d) { d.status = m.status; d.last_seen = m.last_seen; renderDevices(); }
+    } else if (m.type === "device" || m.type === "tenant") {
+      loadDevices();
+    }
+  };
+}
+</script>
+</body>
+</html>
+`;

@@ -1,0 +1,76 @@
+// GET /stream as the API description shows it. It is served by the live hub's own uWS handlers
+// (src/live/stream.ts: the WebSocket upgrade, and Server-Sent Events), registered before the
+// routes; this declaration documents it, and answers a HEAD.
+import { errors } from '../errors.js';
+import type { RouteSpec } from '../http/types.js';
+
+const filter = (what: string) => ({
+  type: 'array',
+  items: { type: 'string' },
+  description: `${what} Repeatable, or comma-separated; absent: no filter on it.`,
+});
+
+export const liveRoutes: RouteSpec<object>[] = [
+  {
+    method: 'GET',
+    path: '/stream',
+    summary: 'Live stream of committed telemetry, registry changes and device status',
+    description:
+      "The tenant's changes as they happen (docs/live.md). **WebSocket**: `GET /stream` with `Upgrade: websocket`; the token in " +
+      '`Authorization: Bearer <token>`, in `?token=`, or (browsers) as the subprotocol `bearer.<token>` offered beside ' +
+      '`device-registry.live.v1`. Each message is one JSON object; a client changes its filters by sending ' +
+      '`{"type":"subscribe","devices":[..],"templates":[..],"attrs":[..]}`. **Server-Sent Events**: the same request with ' +
+      '`Accept: text/event-stream`; each message is one `data:` line. Messages: `subscribed`, `attrs` (after commit), `device`, ' +
+      '`template`, `credential`, `tenant`, `status`, `lagged` (messages dropped for a slow client), `error`. An expired token ' +
+      'ends the stream: WebSocket close code 4001 `token expired`; SSE an event `closed`, then the end of the answer.',
+    tag: 'live',
+    query: () => ({
+      type: 'object',
+      properties: {
+        device: filter('Only these device ids.'),
+        template: filter('Only devices built from these template ids.'),
+        attr: filter('Only these attribute labels in `attrs` messages (a message without any of them is not sent).'),
+        token: { type: 'string', description: 'The token, for clients that cannot set a header.' },
+        max_messages: {
+          type: 'integer',
+          minimum: 1,
+          description: 'End the stream after this many messages (the first is `subscribed`): WebSocket close 1000, SSE a `closed` event.',
+        },
+      },
+    }),
+    responses: {
+      101: { description: 'WebSocket upgrade (`Upgrade: websocket`).' },
+      200: {
+        description: 'Server-Sent Events (`Accept: text/event-stream`): one `data:` line of JSON per message.',
+        contentType: 'text/event-stream',
+        schema: { type: 'string' },
+      },
+      400: {
+        description: 'A bad filter or max_messages, or neither a WebSocket upgrade nor `Accept: text/event-stream`.',
+        errors: ['badQuery'],
+      },
+    },
+    examples: [
+      {
+        name: 'sse',
+        summary: 'Server-Sent Events, ended after the first message',
+        query: { max_messages: 1 },
+        headers: { Accept: 'text/event-stream' },
+        status: 200,
+        response:
+          'data: {"type":"subscribed","devices":null,"templates":null,"attrs":null}\n\nevent: closed\ndata: {"type":"closed","reason":"max_messages reached"}\n\n',
+      },
+      {
+        name: 'badTemplate',
+        summary: 'A template filter that is no template id',
+        query: { template: 'abc' },
+        headers: { Accept: 'text/event-stream' },
+        status: 400,
+        response: { message: 'templates must be template ids, got "abc"', status: 400 },
+      },
+    ],
+    handler() {
+      throw errors.badQuery('GET /stream is a WebSocket (Upgrade) or Server-Sent Events (Accept: text/event-stream)');
+    },
+  },
+];

@@ -1,0 +1,581 @@
+// The live stream, GET /stream on the public listener (protocol: docs/live.md): a WebSocket, or
+// Server-Sent Events for `Accept: text/event-stream`. A client sees, for its token's tenant only
+// and as its subscription filters (devices, templates, attrs) allow: committed telemetry
+// (`attrs`), registry changes (`device`, `template`, `credential`, `tenant`) and device status
+// changes (`status`). Every client has a bounded send buffer (LIVE_CLIENT_BUFFER_BYTES): past
+// it, its messages are dropped and counted, and once its buffer drained it gets
+// `{"type":"lagged","dropped":n}`; nothing here ever waits for a client. When the token expires
+// the stream ends: WebSocket close code 4001 `token expired`, SSE a `closed` event, then the end.
+import type pg from 'pg';
+import client from 'prom-client';
+import uWS from 'uWebSockets.js';
+import type { Claims, Tokens } from '../auth/tokens.js';
+import type { CommittedBatch } from '../ingest/protocol.js';
+import type { Logger } from '../log.js';
+import type { Metrics } from '../metrics.js';
+import type { RegistryEvent } from '../registry/events.js';
+import type { StatusChange } from '../registry/devices/status.js';
+import { microsToText } from '../time.js';
+import { LIVE_PAGE } from './page.js';
+
+/** WebSocket close codes of the stream. */
+export const CLOSE_TOKEN_EXPIRED = 4001;
+export const CLOSE_SHUTDOWN = 1001;
+/** The subprotocol the server selects; a browser offers it beside `bearer.<token>`. */
+export const SUBPROTOCOL = 'device-registry.live.v1';
+const MAX_FILTER_ENTRIES = 10_000;
+const SSE_KEEPALIVE_MS = 25_000;
+
+export interface Subscription {
+  devices: Set<string> | undefined;
+  templates: Set<number> | undefined;
+  attrs: Set<string> | undefined;
+}
+
+/** A bad subscription: 400 before the stream starts, an `error` message on an open WebSocket. */
+class BadSubscription extends Error {}
+
+/** A subscription from `{devices, templates, attrs}` (arrays; absent or null: no filter). */
+export function parseSubscription(input: { devices?: unknown; templates?: unknown; attrs?: unknown }): Subscription {
+  const list = (name: string, v: unknown): string[] | undefined => {
+    if (v === undefined || v === null) return undefined;
+    if (!Array.isArray(v) || v.some((x) => typeof x !== 'string' && typeof x !== 'number'))
+      throw new BadSubscription(`${name} must be an array of strings`);
+    if (v.length > MAX_FILTER_ENTRIES) throw new BadSubscription(`${name} may list at most ${MAX_FILTER_ENTRIES} entries`);
+    return v.map(String);
+  };
+  const devices = list('devices', input.devices);
+  const templates = list('templates', input.templates);
+  const attrs = list('attrs', input.attrs);
+  const ids = templates?.map((t) => {
+    if (!/^[0-9]{1,15}$/.test(t)) throw new BadSubscription(`templates must be template ids, got "${t}"`);
+    return Number(t);
+  });
+  return { devices: devices && new Set(devices), templates: ids && new Set(ids), attrs: attrs && new Set(attrs) };
+}
+
+/** The subscription of a query string: `device`, `template`, `attr`, each repeatable or comma-separated. */
+function subscriptionOfQuery(query: URLSearchParams): Subscription {
+  const values = (name: string) => {
+    const all = query.getAll(name).flatMap((v) => v.split(',').filter((x) => x !== ''));
+    return query.has(name) ? all : undefined;
+  };
+  return parseSubscription({ devices: values('device'), templates: values('template'), attrs: values('attr') });
+}
+
+/** `max_messages`: a positive integer, or absent. */
+function maxMessagesOf(query: URLSearchParams): number | undefined {
+  const v = query.get('max_messages');
+  if (v === null) return undefined;
+  if (!/^[0-9]{1,9}$/.test(v) || Number(v) < 1) throw new BadSubscription(`max_messages must be a positive integer, got "${v}"`);
+  return Number(v);
+}
+
+const describe = (s: Subscription) =>
+  JSON.stringify({
+    type: 'subscribed',
+    devices: s.devices ? [...s.devices] : null,
+    templates: s.templates ? [...s.templates].map(String) : null,
+    attrs: s.attrs ? [...s.attrs] : null,
+  });
+
+/** One connected client, WebSocket or SSE. */
+abstract class Client {
+  sub: Subscription = { devices: undefined, templates: undefined, attrs: undefined };
+  /** The devices of `sub.templates` (read from the registry; again on every registry change of the tenant). */
+  templateDevices: Set<string> | undefined;
+  dropped = 0;
+  closed = false;
+  expiry: NodeJS.Timeout | undefined;
+  /** `max_messages`: how many more messages it gets before its stream ends; undefined: no end. */
+  remaining: number | undefined;
+
+  constructor(
+    readonly tenant: string,
+    readonly hub: LiveHub,
+  ) {}
+
+  /** Is device `id` within the device and template filters? */
+  wants(id: string): boolean {
+    if (this.sub.devices && !this.sub.devices.has(id)) return false;
+    if (this.sub.templates && !this.templateDevices?.has(id)) return false;
+    return true;
+  }
+
+  /** Sends now, or drops (counted) when the client's buffer is full. */
+  abstract send(texts: string[]): void;
+  abstract end(code: number, reason: string): void;
+
+  protected dropping(n: number): void {
+    this.dropped += n;
+    this.hub.counters.dropped.inc(n);
+  }
+
+  /** The texts `max_messages` still allows. */
+  protected allowed(texts: string[]): string[] {
+    if (this.remaining === undefined) return texts;
+    const kept = texts.length <= this.remaining ? texts : texts.slice(0, this.remaining);
+    this.remaining -= kept.length;
+    return kept;
+  }
+
+  /** Ends the stream once `max_messages` were sent. */
+  protected finishIfDone(): void {
+    if (this.remaining !== 0 || this.closed) return;
+    this.end(1000, 'max_messages reached');
+    this.hub.forget(this);
+  }
+}
+
+type WsData = { client?: WsClient; tenant: string; claims: Claims; sub: Subscription; maxMessages: number | undefined };
+
+class WsClient extends Client {
+  constructor(
+    tenant: string,
+    hub: LiveHub,
+    private readonly ws: uWS.WebSocket<WsData>,
+    private readonly limit: number,
+  ) {
+    super(tenant, hub);
+  }
+
+  send(all: string[]): void {
+    if (this.closed) return;
+    const texts = this.allowed(all);
+    let i = 0;
+    this.ws.cork(() => {
+      for (; i < texts.length; i++) {
+        if (this.ws.getBufferedAmount() > this.limit) break;
+        this.ws.send(texts[i]!);
+      }
+    });
+    this.hub.counters.sent.inc(i);
+    if (i < texts.length) this.dropping(texts.length - i);
+    this.finishIfDone();
+  }
+
+  /** uWS's drain: the buffer went down; a client that lost messages is told how many. */
+  drained(): void {
+    if (this.dropped > 0 && this.ws.getBufferedAmount() < this.limit / 2) {
+      const n = this.dropped;
+      this.dropped = 0;
+      this.ws.send(JSON.stringify({ type: 'lagged', dropped: n }));
+    }
+  }
+
+  end(code: number, reason: string): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.ws.end(code, reason);
+  }
+}
+
+class SseClient extends Client {
+  /** uWS said its buffer is full: messages are dropped until it can write again. */
+  private choked = false;
+  private readonly keepAlive: NodeJS.Timeout;
+
+  constructor(
+    tenant: string,
+    hub: LiveHub,
+    private readonly res: uWS.HttpResponse,
+  ) {
+    super(tenant, hub);
+    res.onWritable(() => {
+      this.choked = false;
+      if (this.dropped > 0) {
+        const n = this.dropped;
+        this.dropped = 0;
+        this.write([JSON.stringify({ type: 'lagged', dropped: n })]);
+      }
+      return true;
+    });
+    this.keepAlive = setInterval(() => this.comment(), SSE_KEEPALIVE_MS);
+    this.keepAlive.unref();
+  }
+
+  send(all: string[]): void {
+    if (this.closed) return;
+    const texts = this.allowed(all);
+    if (this.choked) this.dropping(texts.length);
+    else this.write(texts);
+    this.finishIfDone();
+  }
+
+  private write(texts: string[]): void {
+    let ok = true;
+    this.res.cork(() => {
+      ok = this.res.write(texts.map((t) => `data: ${t}\n\n`).join(''));
+    });
+    this.hub.counters.sent.inc(texts.length);
+    if (!ok) this.choked = true;
+  }
+
+  private comment(): void {
+    if (this.closed || this.choked) return;
+    this.res.cork(() => this.res.write(': keep-alive\n\n'));
+  }
+
+  end(_code: number, reason: string): void {
+    if (this.closed) return;
+    this.closed = true;
+    clearInterval(this.keepAlive);
+    this.res.cork(() => {
+      this.res.write(`event: closed\ndata: ${JSON.stringify({ type: 'closed', reason })}\n\n`);
+      this.res.end();
+    });
+  }
+
+  /** The client went away. */
+  gone(): void {
+    this.closed = true;
+    clearInterval(this.keepAlive);
+  }
+}
+
+export interface LiveHubOptions {
+  pool: pg.Pool;
+  tokens: Tokens;
+  metrics: Metrics;
+  log: Logger;
+  /** LIVE_CLIENT_BUFFER_BYTES. */
+  bufferBytes: number;
+}
+
+/** Every client of this instance, by tenant, and what reaches them. */
+export class LiveHub {
+  private readonly byTenant = new Map<string, Set<Client>>();
+  readonly counters: { sent: client.Counter; dropped: client.Counter };
+  private closing = false;
+
+  constructor(private readonly opts: LiveHubOptions) {
+    const registers = [opts.metrics.registry];
+    this.counters = {
+      sent: new client.Counter({ name: 'live_messages_sent_total', help: 'Messages written to live stream clients', registers }),
+      dropped: new client.Counter({
+        name: 'live_messages_dropped_total',
+        help: 'Messages dropped for live stream clients whose send buffer was full (LIVE_CLIENT_BUFFER_BYTES)',
+        registers,
+      }),
+    };
+    const clients = (kind: 'ws' | 'sse') =>
+      [...this.byTenant.values()].reduce((n, s) => n + [...s].filter((c) => c instanceof (kind === 'ws' ? WsClient : SseClient)).length, 0);
+    new client.Gauge({
+      name: 'live_clients',
+      help: 'Live stream clients connected, by transport (ws, sse)',
+      labelNames: ['transport'] as const,
+      registers,
+      collect() {
+        this.labels('ws').set(clients('ws'));
+        this.labels('sse').set(clients('sse'));
+      },
+    });
+  }
+
+  /** GET /stream on the public app: the WebSocket upgrade, and SSE for the other GETs. */
+  attach(app: uWS.TemplatedApp): void {
+    app.ws<WsData>('/stream', {
+      maxPayloadLength: 64 * 1024,
+      idleTimeout: 120,
+      sendPingsAutomatically: true,
+      maxBackpressure: this.opts.bufferBytes * 2,
+      closeOnBackpressureLimit: 0,
+      upgrade: (res, req, context) => this.upgrade(res, req, context),
+      open: (ws) => {
+        const data = ws.getUserData();
+        const c = new WsClient(data.tenant, this, ws, this.opts.bufferBytes);
+        data.client = c;
+        this.add(c, data.claims, data.sub, data.maxMessages);
+      },
+      message: (ws, message) => {
+        const c = ws.getUserData().client;
+        if (c) void this.resubscribe(c, Buffer.from(message).toString('utf8'));
+      },
+      drain: (ws) => ws.getUserData().client?.drained(),
+      close: (ws) => {
+        const c = ws.getUserData().client;
+        if (c) this.forget(c);
+      },
+    });
+    app.get('/stream', (res, req) => this.sse(res, req));
+    // The page (docs/live.md §5): public; it logs in with POST /auth like any client.
+    app.get('/live', (res) => {
+      res.cork(() => {
+        res.writeHeader('Content-Type', 'text/html; charset=utf-8');
+        res.writeHeader('Cache-Control', 'no-cache');
+        res.end(LIVE_PAGE);
+      });
+    });
+  }
+
+  /** Committed telemetry: one `attrs` message per stored message, to each client that wants it. */
+  committed(batch: CommittedBatch): void {
+    let texts: Map<Client, string[]> | undefined;
+    const full: Array<string | undefined> = [];
+    const parsed: Array<Record<string, unknown> | undefined> = [];
+    for (let i = 0; i < batch.ids.length; i++) {
+      const clients = this.byTenant.get(batch.tenants[i]!);
+      if (!clients) continue;
+      const id = batch.ids[i]!;
+      for (const c of clients) {
+        if (!c.wants(id)) continue;
+        let text: string | undefined;
+        if (c.sub.attrs) {
+          const all = (parsed[i] ??= JSON.parse(batch.attrs[i]!) as Record<string, unknown>);
+          const kept = Object.keys(all).filter((k) => c.sub.attrs!.has(k));
+          if (kept.length === 0) continue;
+          text = attrsText(id, batch.ts[i]!, JSON.stringify(Object.fromEntries(kept.map((k) => [k, all[k]]))));
+        } else {
+          text = full[i] ??= attrsText(id, batch.ts[i]!, batch.attrs[i]!);
+        }
+        texts ??= new Map();
+        const list = texts.get(c);
+        if (list) list.push(text);
+        else texts.set(c, [text]);
+      }
+    }
+    if (texts) for (const [c, list] of texts) c.send(list);
+  }
+
+  /** A device's status changed. */
+  statusChanged(s: StatusChange): void {
+    const text = JSON.stringify({ type: 'status', device_id: s.deviceId, status: s.status, last_seen: s.lastSeen });
+    for (const c of this.byTenant.get(s.tenant) ?? []) if (c.wants(s.deviceId)) c.send([text]);
+  }
+
+  /** A registry change (of any instance); template filters are read again first when devices may have moved. */
+  registryChanged(e: RegistryEvent): void {
+    const clients = e.tenant === '*' ? [...this.byTenant.values()].flatMap((s) => [...s]) : [...(this.byTenant.get(e.tenant) ?? [])];
+    for (const c of clients) {
+      const deliver = () => this.deliverChange(c, e);
+      if (c.sub.templates && e.type !== 'devices.removed' && e.type !== 'credentials.changed') {
+        this.resolveTemplates(c).then(deliver, (err: Error) =>
+          this.opts.log.warn('live: reading a template filter failed', { error: err.message }),
+        );
+      } else {
+        deliver();
+      }
+    }
+  }
+
+  /** Ends every stream (shutdown). */
+  close(): void {
+    this.closing = true;
+    for (const set of this.byTenant.values())
+      for (const c of set) {
+        clearTimeout(c.expiry);
+        c.end(CLOSE_SHUTDOWN, 'server shutting down');
+      }
+    this.byTenant.clear();
+  }
+
+  private deliverChange(c: Client, e: RegistryEvent): void {
+    switch (e.type) {
+      case 'devices.changed':
+      case 'devices.removed': {
+        const ids = e.deviceIds.filter((id) => c.wants(id));
+        if (e.type === 'devices.removed') for (const id of e.deviceIds) c.templateDevices?.delete(id);
+        if (ids.length === 0) return;
+        const action = e.type === 'devices.removed' ? 'removed' : (e.action ?? 'updated');
+        c.send([JSON.stringify({ type: 'device', action, device_ids: ids })]);
+        return;
+      }
+      case 'templates.changed': {
+        const ids = e.templateIds.filter((id) => !c.sub.templates || c.sub.templates.has(id));
+        if (ids.length === 0) return;
+        c.send([JSON.stringify({ type: 'template', action: e.action ?? 'updated', template_ids: ids.map(String) })]);
+        return;
+      }
+      case 'credentials.changed': {
+        if (!c.wants(e.deviceId)) return;
+        // Ids only: a secret never leaves the credentials service.
+        const removed = e.removedIds.length > 0;
+        c.send([
+          JSON.stringify(
+            removed
+              ? { type: 'credential', action: 'removed', device_id: e.deviceId, credential_ids: e.removedIds }
+              : { type: 'credential', action: 'added', device_id: e.deviceId },
+          ),
+        ]);
+        return;
+      }
+      case 'tenant.changed':
+        c.send([JSON.stringify({ type: 'tenant', action: 'changed' })]);
+        return;
+    }
+  }
+
+  private async resolveTemplates(c: Client): Promise<void> {
+    const templates = c.sub.templates;
+    if (!templates) {
+      c.templateDevices = undefined;
+      return;
+    }
+    const { rows } = await this.opts.pool.query<{ device_id: string }>(
+      'SELECT DISTINCT device_id FROM device_templates WHERE tenant = $1 AND template_id = ANY($2::bigint[])',
+      [c.tenant, [...templates]],
+    );
+    if (c.sub.templates === templates) c.templateDevices = new Set(rows.map((r) => r.device_id));
+  }
+
+  private add(c: Client, claims: Claims, sub: Subscription, maxMessages: number | undefined): void {
+    c.remaining = maxMessages;
+    if (this.closing) {
+      c.end(CLOSE_SHUTDOWN, 'server shutting down');
+      return;
+    }
+    let set = this.byTenant.get(c.tenant);
+    if (!set) this.byTenant.set(c.tenant, (set = new Set()));
+    set.add(c);
+    // The token's end is the stream's end.
+    c.expiry = setTimeout(
+      () => {
+        c.end(CLOSE_TOKEN_EXPIRED, 'token expired');
+        this.forget(c);
+      },
+      Math.max(0, claims.exp * 1000 - Date.now()),
+    );
+    c.expiry.unref();
+    void this.subscribe(c, sub);
+  }
+
+  /** A client whose stream ended or went away. */
+  forget(c: Client): void {
+    c.closed = true;
+    clearTimeout(c.expiry);
+    const set = this.byTenant.get(c.tenant);
+    set?.delete(c);
+    if (set?.size === 0) this.byTenant.delete(c.tenant);
+  }
+
+  private async subscribe(c: Client, sub: Subscription): Promise<void> {
+    c.sub = sub;
+    c.templateDevices = undefined;
+    try {
+      await this.resolveTemplates(c);
+    } catch (err) {
+      this.opts.log.warn('live: reading a template filter failed', { error: (err as Error).message });
+    }
+    if (c.sub === sub) c.send([describe(sub)]);
+  }
+
+  /** A WebSocket message: a new subscription replaces the old one; anything else is answered with an error. */
+  private async resubscribe(c: Client, text: string): Promise<void> {
+    let sub: Subscription;
+    try {
+      const msg = JSON.parse(text) as { type?: unknown };
+      if (msg === null || typeof msg !== 'object' || msg.type !== 'subscribe')
+        throw new BadSubscription('expected {"type":"subscribe", ...}');
+      sub = parseSubscription(msg as Record<string, unknown>);
+    } catch (err) {
+      const message = err instanceof BadSubscription ? err.message : 'the message is not JSON';
+      c.send([JSON.stringify({ type: 'error', message })]);
+      return;
+    }
+    await this.subscribe(c, sub);
+  }
+
+  /** The token of a stream request: Authorization header, `token` query parameter, or subprotocol `bearer.<token>`. */
+  private async claimsOf(authorization: string, query: URLSearchParams, protocols: string[]): Promise<Claims | undefined> {
+    const token =
+      /^Bearer (\S+)$/.exec(authorization.trim())?.[1] ??
+      query.get('token') ??
+      protocols.find((p) => p.startsWith('bearer.'))?.slice('bearer.'.length);
+    return token ? this.opts.tokens.verify(token) : undefined;
+  }
+
+  private upgrade(res: uWS.HttpResponse, req: uWS.HttpRequest, context: uWS.us_socket_context_t): void {
+    const authorization = req.getHeader('authorization');
+    const query = new URLSearchParams(req.getQuery() ?? '');
+    const key = req.getHeader('sec-websocket-key');
+    const protocols = req
+      .getHeader('sec-websocket-protocol')
+      .split(',')
+      .map((p) => p.trim())
+      .filter((p) => p !== '');
+    const extensions = req.getHeader('sec-websocket-extensions');
+    let aborted = false;
+    res.onAborted(() => (aborted = true));
+    void this.admit(authorization, query, protocols).then((admitted) => {
+      if (aborted) return;
+      res.cork(() => {
+        if ('error' in admitted) {
+          writeError(res, admitted.status, admitted.error);
+          return;
+        }
+        // A browser that offered subprotocols needs one of them back.
+        const chosen = protocols.includes(SUBPROTOCOL) ? SUBPROTOCOL : (protocols[0] ?? '');
+        res.upgrade<WsData>(
+          { tenant: admitted.claims.service, claims: admitted.claims, sub: admitted.sub, maxMessages: admitted.maxMessages },
+          key,
+          chosen,
+          extensions,
+          context,
+        );
+      });
+    });
+  }
+
+  private sse(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
+    const authorization = req.getHeader('authorization');
+    const accept = req.getHeader('accept');
+    const query = new URLSearchParams(req.getQuery() ?? '');
+    let client: SseClient | undefined;
+    let aborted = false;
+    res.onAborted(() => {
+      aborted = true;
+      if (client) {
+        client.gone();
+        this.forget(client);
+      }
+    });
+    void this.admit(authorization, query, []).then((admitted) => {
+      if (aborted) return;
+      if ('error' in admitted) {
+        res.cork(() => writeError(res, admitted.status, admitted.error));
+        return;
+      }
+      if (!accept.includes('text/event-stream')) {
+        res.cork(() => writeError(res, 400, 'GET /stream is a WebSocket (Upgrade) or Server-Sent Events (Accept: text/event-stream)'));
+        return;
+      }
+      res.cork(() => {
+        res.writeStatus('200 OK');
+        res.writeHeader('Content-Type', 'text/event-stream');
+        res.writeHeader('Cache-Control', 'no-cache');
+        res.write(': device-registry live stream\n\n');
+      });
+      client = new SseClient(admitted.claims.service, this, res);
+      this.add(client, admitted.claims, admitted.sub, admitted.maxMessages);
+    });
+  }
+
+  private async admit(
+    authorization: string,
+    query: URLSearchParams,
+    protocols: string[],
+  ): Promise<{ claims: Claims; sub: Subscription; maxMessages: number | undefined } | { status: number; error: string }> {
+    if (this.closing) return { status: 503, error: 'The service is shutting down' };
+    if (!authorization && !query.has('token') && !protocols.some((p) => p.startsWith('bearer.')))
+      return { status: 401, error: 'No authorization token has been supplied' };
+    const claims = await this.claimsOf(authorization, query, protocols);
+    if (!claims) return { status: 401, error: 'Invalid authentication token' };
+    try {
+      return { claims, sub: subscriptionOfQuery(query), maxMessages: maxMessagesOf(query) };
+    } catch (err) {
+      if (err instanceof BadSubscription) return { status: 400, error: err.message };
+      throw err;
+    }
+  }
+}
+
+const attrsText = (id: string, tsUs: number, attrs: string) =>
+  `{"type":"attrs","device_id":${JSON.stringify(id)},"ts":"${microsToText(tsUs)}","attrs":${attrs}}`;
+
+const STATUS_LINE: Record<number, string> = { 400: '400 Bad Request', 401: '401 Unauthorized', 503: '503 Service Unavailable' };
+
+function writeError(res: uWS.HttpResponse, status: number, message: string): void {
+  res.writeStatus(STATUS_LINE[status] ?? `${status}`);
+  res.writeHeader('Content-Type', 'application/json');
+  res.end(JSON.stringify({ message, status }));
+}

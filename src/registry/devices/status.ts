@@ -1,0 +1,240 @@
+// Device status (docs/live.md): when each device's last stored message was received
+// (`last_seen`), and whether that is recent enough for the device to be `online`. Kept in memory
+// (this instance's commits and, through the live fan-out, every other instance's), written to
+// `device_status` in batches (one statement per DEVICE_STATUS_FLUSH_MS, the newest time wins),
+// and read back at start, so a restart keeps it. A device is offline once its last message is
+// older than its inactivity timeout: the largest `offline_after` of its templates, else
+// DEVICE_OFFLINE_AFTER_SECONDS. Status changes are told to listeners (the live stream): to
+// online when a message arrives, to offline by a sweep once a second.
+import type pg from 'pg';
+import type { Logger } from '../../log.js';
+import { microsToText } from '../../time.js';
+import type { RegistryEvent, RegistryEvents } from '../events.js';
+
+export type DeviceStatus = 'online' | 'offline';
+
+export interface StatusChange {
+  tenant: string;
+  deviceId: string;
+  status: DeviceStatus;
+  /** registry time text, or null (never seen). */
+  lastSeen: string | null;
+}
+
+export interface StatusOptions {
+  offlineAfterSeconds: number;
+  flushMs: number;
+  log: Logger;
+}
+
+interface Entry {
+  tenant: string;
+  id: string;
+  /** µs since the epoch. */
+  lastSeenUs: number;
+  /** Seconds; undefined until read from the device's templates. */
+  timeoutS: number | undefined;
+  online: boolean;
+}
+
+const key = (tenant: string, id: string) => `${tenant}\u0000${id}`;
+/** µs as the registry's time text (`created`, `updated`). */
+export const statusTime = (us: number): string => microsToText(us).replace('Z', '+00:00');
+
+export class DeviceStatusBook {
+  private readonly entries = new Map<string, Entry>();
+  /** Entries whose last_seen is not written yet. */
+  private dirty = new Set<Entry>();
+  private readonly listeners = new Set<(c: StatusChange) => void>();
+  private timer: NodeJS.Timeout | undefined;
+  private flushing: Promise<void> | undefined;
+  private stopped = false;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    events: RegistryEvents,
+    private readonly opts: StatusOptions,
+  ) {
+    events.on((e) => this.registryChanged(e));
+  }
+
+  /** Reads every stored last_seen and starts the batch writer and the offline sweep. */
+  async start(): Promise<void> {
+    const { rows } = await this.pool.query<{ tenant: string; device_id: string; us: string }>(
+      `SELECT tenant, device_id, (extract(epoch FROM last_seen) * 1000000)::bigint::text AS us FROM device_status`,
+    );
+    for (const r of rows) {
+      this.entries.set(key(r.tenant, r.device_id), {
+        tenant: r.tenant,
+        id: r.device_id,
+        lastSeenUs: Number(r.us),
+        timeoutS: undefined,
+        online: false,
+      });
+    }
+    await this.resolveTimeouts();
+    const now = Date.now() * 1000;
+    for (const e of this.entries.values()) e.online = this.isOnline(e, now);
+    this.timer = setInterval(() => void this.tick(), this.opts.flushMs);
+    this.timer.unref();
+  }
+
+  onChange(listener: (c: StatusChange) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  /** A stored message of the device, received at `receivedUs`. */
+  seen(tenant: string, id: string, receivedUs: number): void {
+    const k = key(tenant, id);
+    let e = this.entries.get(k);
+    if (!e) {
+      e = { tenant, id, lastSeenUs: receivedUs, timeoutS: undefined, online: false };
+      this.entries.set(k, e);
+    } else if (receivedUs > e.lastSeenUs) {
+      e.lastSeenUs = receivedUs;
+    } else {
+      return;
+    }
+    this.dirty.add(e);
+    if (!e.online && this.isOnline(e, Date.now() * 1000)) {
+      e.online = true;
+      this.emit(e);
+    }
+  }
+
+  /** `last_seen` and `status` of a device view. */
+  fields(tenant: string, id: string): { last_seen: string | null; status: DeviceStatus } {
+    const e = this.entries.get(key(tenant, id));
+    if (!e) return { last_seen: null, status: 'offline' };
+    return { last_seen: statusTime(e.lastSeenUs), status: this.isOnline(e, Date.now() * 1000) ? 'online' : 'offline' };
+  }
+
+  /** The view's JSON text with `last_seen` and `status` added at the end. */
+  decorate(tenant: string, id: string, json: string): string {
+    const f = this.fields(tenant, id);
+    return `${json.slice(0, -1)},"last_seen":${JSON.stringify(f.last_seen)},"status":"${f.status}"}`;
+  }
+
+  /** Writes what is not written yet (a status-filtered list calls it first, so the database agrees with memory). */
+  flush(): Promise<void> {
+    return (this.flushing ??= this.write().finally(() => (this.flushing = undefined)));
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.timer);
+    await this.flush().catch((err: Error) => this.opts.log.warn('could not write the last device status', { error: err.message }));
+  }
+
+  private async tick(): Promise<void> {
+    if (this.stopped) return;
+    try {
+      await this.flush();
+      await this.resolveTimeouts();
+    } catch (err) {
+      this.opts.log.warn('could not write device status; trying again', { error: (err as Error).message });
+    }
+    this.sweep();
+  }
+
+  /** Online devices whose timeout ran out become offline. */
+  private sweep(): void {
+    const now = Date.now() * 1000;
+    for (const e of this.entries.values()) {
+      if (e.online && !this.isOnline(e, now)) {
+        e.online = false;
+        this.emit(e);
+      }
+    }
+  }
+
+  private isOnline(e: Entry, nowUs: number): boolean {
+    return nowUs - e.lastSeenUs < (e.timeoutS ?? this.opts.offlineAfterSeconds) * 1_000_000;
+  }
+
+  private emit(e: Entry): void {
+    const change: StatusChange = {
+      tenant: e.tenant,
+      deviceId: e.id,
+      status: e.online ? 'online' : 'offline',
+      lastSeen: statusTime(e.lastSeenUs),
+    };
+    for (const l of this.listeners) {
+      try {
+        l(change);
+      } catch (err) {
+        this.opts.log.error('device status listener failed', { error: err as Error });
+      }
+    }
+  }
+
+  /** One statement for every dirty entry; a device removed meanwhile is skipped (the join). */
+  private async write(): Promise<void> {
+    if (this.dirty.size === 0) return;
+    const batch = [...this.dirty];
+    this.dirty = new Set();
+    try {
+      await this.pool.query(
+        `INSERT INTO device_status (tenant, device_id, last_seen)
+         SELECT u.tenant, u.id, to_timestamp(u.us / 1000000.0)
+           FROM unnest($1::text[], $2::text[], $3::float8[]) AS u(tenant, id, us)
+           JOIN devices d ON d.tenant = u.tenant AND d.id = u.id
+         ON CONFLICT (tenant, device_id) DO UPDATE SET last_seen = GREATEST(device_status.last_seen, EXCLUDED.last_seen)`,
+        [batch.map((e) => e.tenant), batch.map((e) => e.id), batch.map((e) => e.lastSeenUs)],
+      );
+    } catch (err) {
+      for (const e of batch) this.dirty.add(e); // written next time
+      throw err;
+    }
+  }
+
+  /** Reads the timeout of entries that do not know theirs (new, or their templates changed). */
+  private async resolveTimeouts(): Promise<void> {
+    const open = [...this.entries.values()].filter((e) => e.timeoutS === undefined);
+    if (open.length === 0) return;
+    const { rows } = await this.pool.query<{ tenant: string; id: string; secs: number | null }>(
+      `SELECT u.tenant, u.id, (SELECT max(t.offline_after) FROM device_templates dt
+                                 JOIN templates t ON t.tenant = dt.tenant AND t.id = dt.template_id
+                                WHERE dt.tenant = u.tenant AND dt.device_id = u.id) AS secs
+         FROM unnest($1::text[], $2::text[]) AS u(tenant, id)`,
+      [open.map((e) => e.tenant), open.map((e) => e.id)],
+    );
+    for (const r of rows) {
+      const e = this.entries.get(key(r.tenant, r.id));
+      if (e && e.timeoutS === undefined) e.timeoutS = r.secs ?? this.opts.offlineAfterSeconds;
+    }
+  }
+
+  /** Removed devices are forgotten; devices whose templates may have changed read their timeout again. */
+  private registryChanged(e: RegistryEvent): void {
+    switch (e.type) {
+      case 'devices.removed':
+        for (const id of e.deviceIds) {
+          const entry = this.entries.get(key(e.tenant, id));
+          if (entry) this.dirty.delete(entry);
+          this.entries.delete(key(e.tenant, id));
+        }
+        break;
+      case 'devices.changed':
+        for (const id of e.deviceIds) {
+          const entry = this.entries.get(key(e.tenant, id));
+          if (entry) entry.timeoutS = undefined;
+        }
+        break;
+      case 'templates.changed':
+      case 'tenant.changed':
+        for (const entry of this.entries.values()) if (e.tenant === '*' || entry.tenant === e.tenant) entry.timeoutS = undefined;
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+/** SQL condition on `devices d`: the device is online (its stored last_seen within its timeout). */
+export function onlineSql(defaultSecondsParam: string): string {
+  return `EXISTS (SELECT 1 FROM device_status s WHERE s.tenant = d.tenant AND s.device_id = d.id
+    AND s.last_seen > now() - make_interval(secs => COALESCE((SELECT max(t.offline_after) FROM device_templates dt
+      JOIN templates t ON t.tenant = dt.tenant AND t.id = dt.template_id WHERE dt.tenant = d.tenant AND dt.device_id = d.id), ${defaultSecondsParam})))`;
+}

@@ -1,0 +1,82 @@
+// Several instances (docs/live.md, "Several instances"): two service processes on one database
+// and one broker (a shared subscription splits the devices' messages between them). A stream
+// client of the first sees every committed message, those the second ingested included (LIVE_FANOUT:
+// PostgreSQL NOTIFY), and the first's device views know when those devices were last seen.
+import crypto from 'node:crypto';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { projectRoot } from '../../src/paths.js';
+import { startMosquitto, type Mosquitto } from '../helpers/mosquitto.js';
+import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';
+import { deviceClient, eventually, metric } from '../helpers/registry-fixtures.js';
+import { http, login, tenantToken, testEnv, useSpawnedServices } from '../helpers/service.js';
+import { openWs } from './stream-client.js';
+
+const spawned = useSpawnedServices();
+let broker: Mosquitto | undefined;
+afterAll(() => broker?.stop());
+const DEVICES = 8;
+const PER_DEVICE = 25;
+
+describe('two instances', () => {
+  it('a client of one instance sees what the other committed', async () => {
+    // A Mosquitto of the test's own (shared subscriptions split the messages between the two);
+    // without the binary the test fails.
+    broker = await startMosquitto(path.join(projectRoot, 'test/ingest/fixtures/mosquitto.conf'));
+    const first = await testEnv({
+      MQTT_URL: broker.url,
+      MQTT_SUBSCRIBER_CONNECTIONS: '2',
+      INGEST_WORKERS: '1',
+      JWT_SECRET: crypto.randomBytes(24).toString('hex'),
+      LOG_LEVEL: 'info',
+      LOG_FORMAT: 'json',
+    });
+    const a = await spawned.ready(first);
+    const b = await spawned.ready({ ...first, DATA_DIR: (await testEnv()).DATA_DIR });
+    const tenant = `fan${crypto.randomBytes(3).toString('hex')}`;
+    const token = await tenantToken(a.base, await login(a.base), tenant);
+    const t = await http<TemplateCreated>('POST', `${a.base}/template`, {
+      token,
+      body: { label: 'counter', attrs: [{ label: 'n', type: 'dynamic', value_type: 'integer' }] },
+    });
+    const d = await http<DevicesCreated>('POST', `${a.base}/device?count=${DEVICES}`, {
+      token,
+      body: { label: 'c', templates: [t.body.template.id] },
+    });
+    const ids = d.body.devices.map((x) => x.id);
+    const stream = await openWs(`${a.base.replace('http', 'ws')}/stream`, { token });
+    await stream.next((m) => m.type === 'subscribed', 'subscribed');
+
+    const url = broker.url;
+    await Promise.all(
+      ids.map(async (id) => {
+        const c = await deviceClient(url, { username: `${tenant}:${id}` });
+        for (let n = 0; n < PER_DEVICE; n++) await c.publishAsync(`${tenant}:${id}/attrs`, JSON.stringify({ n }), { qos: 1 });
+        await c.endAsync();
+      }),
+    );
+    const total = DEVICES * PER_DEVICE;
+    await eventually(() => stream.messages.filter((m) => m.type === 'attrs').length >= total || undefined, `${total} messages`, 30_000);
+    const got = stream.messages.filter((m) => m.type === 'attrs');
+    expect(got).toHaveLength(total);
+    for (const id of ids) {
+      // Each one once. Not in order: the broker spreads one device's messages over both instances
+      // (docs/live.md, §4).
+      const ns = got.filter((m) => m.device_id === id).map((m) => (m.attrs as { n: number }).n);
+      expect(ns.sort((x, y) => x - y)).toEqual([...Array(PER_DEVICE).keys()]);
+    }
+    // Both instances took a share of the messages.
+    const stored = async (base: string) => metric((await http<string>('GET', `${base}/metrics`)).text, 'ingest_messages_stored_total');
+    // (the metrics follow the commits by up to a quarter of a second)
+    const [byA, byB] = await eventually(async () => {
+      const both = [await stored(a.base), await stored(b.base)] as const;
+      return both[0] + both[1] === total ? both : undefined;
+    }, 'the stored counts');
+    expect(byB).toBeGreaterThan(0);
+    expect(byA).toBeGreaterThan(0);
+    // The first instance's views know every device was seen, whichever instance stored it.
+    const views = await http<{ devices: Array<{ id: string; status: string }> }>('GET', `${a.base}/device?status=online`, { token });
+    expect(views.body.devices.map((v) => v.id).sort()).toEqual([...ids].sort());
+    stream.close();
+  }, 180_000);
+});

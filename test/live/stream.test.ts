@@ -1,0 +1,236 @@
+// GET /stream (docs/live.md) against the running service with its embedded broker: the token in
+// a header, the query or a subprotocol; committed telemetry (seen in history before it is seen
+// on the stream), registry changes, status changes; filters, changed on an open WebSocket; the
+// same over Server-Sent Events; tenants apart; an expired token's clear end; a client that does
+// not read loses messages (counted) and is told how many once it reads again.
+import crypto from 'node:crypto';
+import { SignJWT } from 'jose';
+import mqtt from 'mqtt';
+import { describe, expect, it } from 'vitest';
+import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';
+import { deviceClient, eventually, metric } from '../helpers/registry-fixtures.js';
+import { http, tenantToken, useService } from '../helpers/service.js';
+import { stringMatching } from '../helpers/matchers.js';
+import { openSse, openWs, type LiveMessage } from './stream-client.js';
+
+const JWT_SECRET = crypto.randomBytes(24).toString('hex');
+const svc = useService({
+  MQTT_URL: undefined,
+  JWT_SECRET,
+  DEVICE_OFFLINE_AFTER_SECONDS: '3',
+  DEVICE_STATUS_FLUSH_MS: '200',
+  LIVE_CLIENT_BUFFER_BYTES: '4096',
+});
+const wsUrl = (query = '') => `${svc.base.replace('http', 'ws')}/stream${query}`;
+
+interface Tenant {
+  name: string;
+  token: string;
+  templateId: number;
+  devices: string[];
+}
+
+async function tenant(prefix: string, devices = 2): Promise<Tenant> {
+  const name = `${prefix}${crypto.randomBytes(3).toString('hex')}`;
+  const token = await tenantToken(svc.base, svc.token, name);
+  const attrs = [
+    { label: 'temperature', type: 'dynamic', value_type: 'float' },
+    { label: 'humidity', type: 'dynamic', value_type: 'integer' },
+    { label: 'note', type: 'dynamic', value_type: 'string' },
+  ];
+  const t = await http<TemplateCreated>('POST', `${svc.base}/template`, { token, body: { label: 'sensor', attrs } });
+  const d = await http<DevicesCreated>('POST', `${svc.base}/device?count=${devices}`, {
+    token,
+    body: { label: 'dev', templates: [t.body.template.id] },
+  });
+  return { name, token, templateId: t.body.template.id, devices: d.body.devices.map((x) => x.id) };
+}
+
+async function publish(t: Tenant, id: string, values: Record<string, unknown>): Promise<void> {
+  const c = await deviceClient(`mqtt://127.0.0.1:${svc.service.mqttPort}`, { username: `${t.name}:${id}` });
+  await c.publishAsync(`${t.name}:${id}/attrs`, JSON.stringify(values), { qos: 1 });
+  await c.endAsync();
+}
+
+const attrsOf = (id: string) => (m: LiveMessage) => m.type === 'attrs' && m.device_id === id;
+
+describe('GET /stream over WebSocket', () => {
+  it('telemetry after commit, registry and status changes, filters changed on the open socket, tenants apart', async () => {
+    const a = await tenant('wsa');
+    const b = await tenant('wsb');
+    const [d0, d1] = a.devices as [string, string];
+    const all = await openWs(wsUrl(), { token: a.token });
+    const filtered = await openWs(wsUrl(`?device=${d1}&token=${a.token}`));
+    const other = await openWs(wsUrl(), { protocols: ['device-registry.live.v1', `bearer.${b.token}`] });
+    expect(other.ws.protocol).toBe('device-registry.live.v1');
+    try {
+      expect(await all.next((m) => m.type === 'subscribed', 'subscribed')).toEqual({
+        type: 'subscribed',
+        devices: null,
+        templates: null,
+        attrs: null,
+      });
+      await filtered.next((m) => m.type === 'subscribed' && Array.isArray(m.devices), 'the filter');
+
+      await publish(a, d0, { temperature: 21.5, humidity: 40, ignored: 1 });
+      const got = await all.next(attrsOf(d0), 'the message of d0');
+      expect(got).toEqual({ type: 'attrs', device_id: d0, ts: stringMatching(/Z$/), attrs: { temperature: 21.5, humidity: 40 } });
+      // Committed before it was sent: history has it.
+      const history = await http<Array<{ value: unknown }>>('GET', `${svc.base}/history/device/${d0}/history?attr=temperature`, {
+        token: a.token,
+      });
+      expect(history.body.map((r) => r.value)).toEqual([21.5]);
+      // The device came online.
+      expect(await all.next((m) => m.type === 'status' && m.device_id === d0, 'status')).toEqual({
+        type: 'status',
+        device_id: d0,
+        status: 'online',
+        last_seen: stringMatching(/\+00:00$/),
+      });
+
+      // The filtered client sees d1 only; a new subscription (attrs only humidity) applies at once.
+      await publish(a, d1, { temperature: 1 });
+      expect(await filtered.next(attrsOf(d1), 'd1')).toMatchObject({ attrs: { temperature: 1 } });
+      filtered.send({ type: 'subscribe', templates: [String(a.templateId)], attrs: ['humidity'] });
+      expect(await filtered.next((m) => m.type === 'subscribed' && m.attrs !== null, 'resubscribed')).toEqual({
+        type: 'subscribed',
+        devices: null,
+        templates: [String(a.templateId)],
+        attrs: ['humidity'],
+      });
+      await publish(a, d0, { temperature: 2 }); // no humidity: not sent to it
+      await publish(a, d0, { temperature: 3, humidity: 41 });
+      expect(await filtered.next(attrsOf(d0), 'd0 humidity')).toMatchObject({ attrs: { humidity: 41 } });
+      expect(filtered.messages.filter(attrsOf(d0))).toHaveLength(1);
+      filtered.send({ type: 'subscribe', templates: ['x'] });
+      expect(await filtered.next((m) => m.type === 'error', 'error')).toEqual({
+        type: 'error',
+        message: 'templates must be template ids, got "x"',
+      });
+
+      // Registry changes, with no secret.
+      const created = await http<DevicesCreated>('POST', `${svc.base}/device`, { token: a.token, body: { label: 'new', templates: [] } });
+      const newId = created.body.devices[0]!.id;
+      expect(await all.next((m) => m.type === 'device' && m.action === 'created', 'created')).toEqual({
+        type: 'device',
+        action: 'created',
+        device_ids: [newId],
+      });
+      const cred = await http<{ id: string; secret: string }>('POST', `${svc.base}/device/${d0}/credentials`, {
+        token: a.token,
+        body: { type: 'password' },
+      });
+      expect(cred.status).toBeLessThan(300);
+      expect(await all.next((m) => m.type === 'credential', 'credential')).toEqual({ type: 'credential', action: 'added', device_id: d0 });
+      await http('DELETE', `${svc.base}/device/${d0}/credentials/${cred.body.id}`, { token: a.token });
+      expect(await all.next((m) => m.type === 'credential' && m.action === 'removed', 'credential removed')).toEqual({
+        type: 'credential',
+        action: 'removed',
+        device_id: d0,
+        credential_ids: [cred.body.id],
+      });
+      // No secret on the stream, ever.
+      expect(JSON.stringify(all.messages)).not.toContain(cred.body.secret);
+      await http('DELETE', `${svc.base}/device/${newId}`, { token: a.token });
+      expect(await all.next((m) => m.type === 'device' && m.action === 'removed', 'removed')).toEqual({
+        type: 'device',
+        action: 'removed',
+        device_ids: [newId],
+      });
+      await http('PUT', `${svc.base}/template/${a.templateId}`, {
+        token: a.token,
+        body: { label: 'sensor2', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }] },
+      });
+      expect(await all.next((m) => m.type === 'template', 'template')).toEqual({
+        type: 'template',
+        action: 'updated',
+        template_ids: [String(a.templateId)],
+      });
+      // Offline after 3 s without a message.
+      for (const id of [d0, d1])
+        await all.next((m) => m.type === 'status' && m.status === 'offline' && m.device_id === id, 'offline', 20_000);
+
+      // The other tenant saw nothing of these.
+      expect(other.messages.map((m) => m.type)).toEqual(['subscribed']);
+    } finally {
+      for (const c of [all, filtered, other]) c.close();
+    }
+  }, 90_000);
+
+  it('refuses a missing or bad token and a bad filter, before the upgrade', async () => {
+    await expect(openWs(wsUrl())).rejects.toThrow('HTTP 401');
+    await expect(openWs(wsUrl('?token=nope'))).rejects.toThrow('HTTP 401');
+    const a = await tenant('wsbad', 1);
+    await expect(openWs(wsUrl('?template=abc'), { token: a.token })).rejects.toThrow('HTTP 400');
+    const sse = await fetch(`${svc.base}/stream?template=abc`, {
+      headers: { Accept: 'text/event-stream', Authorization: `Bearer ${a.token}` },
+    });
+    expect(sse.status).toBe(400);
+    expect(await sse.json()).toEqual({ message: 'templates must be template ids, got "abc"', status: 400 });
+    const plain = await fetch(`${svc.base}/stream`, { headers: { Authorization: `Bearer ${a.token}` } });
+    expect(plain.status).toBe(400);
+  });
+
+  it('ends the stream when the token expires: close code 4001, and an SSE closed event', async () => {
+    const a = await tenant('wsexp', 1);
+    const now = Math.floor(Date.now() / 1000);
+    const short = await new SignJWT({ service: a.name, username: 'admin', userid: 1, profile: 'admin' })
+      .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+      .setIssuedAt(now)
+      .setIssuer('device-registry')
+      .setExpirationTime(now + 2)
+      .setJti(crypto.randomUUID())
+      .sign(new TextEncoder().encode(JWT_SECRET));
+    const ws = await openWs(wsUrl(), { token: short });
+    const sse = await openSse(`${svc.base}/stream`, short);
+    expect(await ws.closed).toEqual({ code: 4001, reason: 'token expired' });
+    await sse.ended;
+    expect(sse.events).toEqual([{ event: 'closed', data: { type: 'closed', reason: 'token expired' } }]);
+  });
+});
+
+describe('GET /stream as Server-Sent Events', () => {
+  it('the same messages, with the token in the query', async () => {
+    const a = await tenant('sse', 1);
+    const sse = await openSse(`${svc.base}/stream?token=${a.token}&attr=temperature`);
+    try {
+      await sse.next((m) => m.type === 'subscribed', 'subscribed');
+      await publish(a, a.devices[0]!, { temperature: 7, humidity: 1 });
+      expect(await sse.next(attrsOf(a.devices[0]!), 'attrs')).toMatchObject({ attrs: { temperature: 7 } });
+    } finally {
+      sse.close();
+    }
+  });
+});
+
+describe('a client that does not read', () => {
+  it('loses messages past its buffer (counted), gets {"type":"lagged"} once it reads again; ingest goes on', async () => {
+    const a = await tenant('slow', 1);
+    const id = a.devices[0]!;
+    const slow = await openWs(wsUrl(), { token: a.token });
+    const reader = await openWs(wsUrl(), { token: a.token });
+    await slow.next((m) => m.type === 'subscribed', 'subscribed');
+    slow.ws.pause(); // stops reading from the socket: the kernel buffers fill, then the service's
+    const note = 'x'.repeat(8000);
+    const n = 1500;
+    const c = await mqtt.connectAsync(`mqtt://127.0.0.1:${svc.service.mqttPort}`, { username: `${a.name}:${id}`, reconnectPeriod: 0 });
+    for (let i = 0; i < n; i++) c.publish(`${a.name}:${id}/attrs`, JSON.stringify({ humidity: i, note }), { qos: 1 });
+    // Every message is stored and reaches the client that reads, while the other one does not read.
+    await reader.next((m) => m.type === 'attrs' && (m.attrs as { humidity: number }).humidity === n - 1, 'the last message', 60_000);
+    await c.endAsync();
+    const dropped = await eventually(async () => {
+      const text = (await http<string>('GET', `${svc.base}/metrics`)).text;
+      const v = metric(text, 'live_messages_dropped_total');
+      return v > 0 ? v : undefined;
+    }, 'dropped messages counted');
+    slow.ws.resume();
+    const lagged = await slow.next((m) => m.type === 'lagged', 'lagged', 30_000);
+    expect(lagged.dropped).toBeGreaterThan(0);
+    expect(lagged.dropped).toBeLessThanOrEqual(dropped);
+    // What it did get, plus what it lost, is everything.
+    const received = slow.messages.filter((m) => m.type === 'attrs').length;
+    expect(received + (lagged.dropped as number)).toBe(n);
+    reader.close();
+    slow.close();
+  }, 120_000);
+});
