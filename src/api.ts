@@ -36,6 +36,7 @@ export interface ApiDeps {
   logins: DeviceLogins;
   actuation: ActuationService;
   historyMaxResults: number;
+  historyMaxBuckets: number;
   /** The document GET /openapi.json answers, built from these routes at start. */
   openApi: ServedOpenApi;
 }

@@ -188,6 +188,7 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       logins,
       actuation: new ActuationService(pool, ingest),
       historyMaxResults: config.historyMaxResults,
+      historyMaxBuckets: config.historyMaxBuckets,
       openApi,
     });
     const http: HttpServer = await startHttp({

@@ -7,6 +7,8 @@ import type { RouteSpec } from '../http/types.js';
 import { DEV, err } from '../openapi/examples.js';
 import { deviceIdParam } from '../schemas/params.js';
 import { ref } from '../schemas/responses.js';
+import { aggregateQueryOf, answerAggregates, asksAggregates } from './aggregate.js';
+import { AGG_LIST_PATTERN, INTERVAL_PATTERN } from './buckets.js';
 import { historyQueryOf } from './query.js';
 import { deviceAttributeLabels, readOneSeriesOfDevice, readSeries, type HistoryRow } from './repo.js';
 
@@ -47,7 +49,7 @@ function record(deviceJson: string, r: HistoryRow): string {
   return `{"device_id":${deviceJson},"ts":"${r.ts}","value":${r.value},"attr":${JSON.stringify(r.attr)}}`;
 }
 
-export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number }>[] = [
+export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number; historyMaxBuckets: number }>[] = [
   {
     method: 'GET',
     path: '/history/device/:id/history',
@@ -73,7 +75,51 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
           items: { type: 'string' },
           description:
             'Attribute labels, comma-separated or repeated. One label: an array of records. Several, or none: an object ' +
-            '`{label: [records]}` (none: every attribute of the device, `[]` where there is no value).',
+            '`{label: [records]}` (none: every attribute of the device, `[]` where there is no value). With `interval`: ' +
+            'the same shapes, buckets instead of records.',
+        },
+        interval: {
+          type: 'string',
+          pattern: INTERVAL_PATTERN,
+          description:
+            'Aggregates instead of values: the bucket length. `<n>s`, `<n>m`, `<n>h` (n ≥ 1, at most a week; buckets counted ' +
+            'from the Unix epoch, UTC) or the calendar units `1d`, `1w` (ISO weeks, from Monday), `1M` (months), which start at ' +
+            `local midnight of \`tz\`. Needs \`agg\`; not with lastN/firstN. At most ${l.historyMaxBuckets} buckets (HISTORY_MAX_BUCKETS) ` +
+            'per attribute between dateFrom (else the first value) and dateTo (else the last value). Each bucket: ' +
+            '`{"ts": <bucket start, UTC>, <agg>: ...}`, in time order; buckets without values are left out unless `fill=null`.',
+          'x-error': {
+            pattern: {
+              error: 'badHistoryQuery',
+              message: 'interval must be a count and a unit (s, m, h; e.g. 30s, 15m, 1h) or 1d, 1w, 1M, got "{input}"',
+            },
+          },
+        },
+        agg: {
+          type: 'array',
+          items: {
+            type: 'string',
+            pattern: AGG_LIST_PATTERN,
+            'x-error': {
+              pattern: { error: 'badHistoryQuery', message: 'agg must be any of avg, min, max, sum, count, first, last, got "{input}"' },
+            },
+          },
+          description:
+            'With `interval`: the aggregates of each bucket, comma-separated or repeated: `avg`, `min`, `max`, `sum` (float and ' +
+            'integer attributes only; sums and averages exact, computed in decimal), `count`, `first`, `last` (the earliest and ' +
+            'latest value of the bucket, of any type).',
+        },
+        tz: {
+          type: 'string',
+          description:
+            'With `interval`: the IANA time zone (e.g. `Europe/Berlin`; default `UTC`) whose local midnight starts the `1d`, `1w` ' +
+            'and `1M` buckets, so a day is 23 or 25 hours long across a DST change. Fixed-length buckets ignore it.',
+        },
+        fill: {
+          type: 'string',
+          enum: ['null'],
+          description:
+            'With `interval`: `null` answers every bucket of the range, those without values with `null` aggregates (`count` 0).',
+          'x-error': { enum: { error: 'badHistoryQuery', message: 'fill must be null, got "{input}"' } },
         },
       },
       'x-error-order': ['badHistoryQuery'],
@@ -111,10 +157,16 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       },
       { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, status: 404, response: err('noSuchDevice', 'ffffff') },
     ],
-    async handler(req, { pool, historyMaxResults }) {
+    async handler(req, { pool, historyMaxResults, historyMaxBuckets }) {
       const id = req.params.id!;
       // The operators were checked against the query schema before the handler (400 before the device's 404).
       const q = historyQueryOf(req.values, historyMaxResults);
+      if (asksAggregates(req.values)) {
+        const a = aggregateQueryOf(req.values);
+        const raw = await answerAggregates(pool, req.tenant, id, q, a, historyMaxBuckets);
+        if (raw === undefined) throw errors.noSuchDevice(id);
+        return { status: 200, raw };
+      }
       let labels: string[];
       let rows: HistoryRow[];
       if (q.attrs && q.attrs.length === 1) {
