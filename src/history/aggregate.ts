@@ -78,7 +78,7 @@ export async function answerAggregates(
     const t = types.get(label);
     if (t !== undefined && numeric.length > 0 && !t.every((vt) => NUMERIC_VALUE_TYPES.has(vt)))
       throw bad(
-        `${numeric.join(', ')} need a numeric attribute (float or integer); "${label}" is ${t.join(', ')}: use count, first or last`,
+        `${numeric.join(', ')} ${numeric.length === 1 ? 'needs' : 'need'} a numeric attribute (float or integer); "${label}" is ${t.join(', ')}: use count, first or last`,
       );
   }
   const range = { from: q.from, to: q.to };

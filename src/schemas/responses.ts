@@ -116,6 +116,21 @@ export const responseSchemas = {
     value: { description: 'The value as the device sent it (its JSON type kept).' },
     attr: { type: 'string' },
   }),
+  HistoryBucket: object(['ts'], {
+    ts: {
+      type: 'string',
+      pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$',
+      description: 'The bucket start (UTC).',
+      examples: ['2026-05-01T12:00:00.000000Z'],
+    },
+    avg: { type: ['number', 'null'] },
+    min: { type: ['number', 'null'] },
+    max: { type: ['number', 'null'] },
+    sum: { type: ['number', 'null'] },
+    count: { type: 'integer', minimum: 0 },
+    first: { description: 'The earliest value of the bucket as the device sent it (null: empty bucket, fill=null).' },
+    last: { description: 'The latest value of the bucket as the device sent it (null: empty bucket, fill=null).' },
+  }),
 
   // Answers
   Token: object(['jwt'], { jwt: { type: 'string' } }),
@@ -193,6 +208,12 @@ export const responseSchemas = {
     type: 'object',
     additionalProperties: { type: 'array', items: ref('HistoryRecord') },
     description: 'Several `attr` labels, or none (every attribute of the device): label -> records, `[]` where there are none.',
+  },
+  HistoryBuckets: { type: 'array', items: ref('HistoryBucket'), description: 'With `interval`, one `attr`: its buckets in time order.' },
+  HistoryBucketsByLabel: {
+    type: 'object',
+    additionalProperties: { type: 'array', items: ref('HistoryBucket') },
+    description: 'With `interval`, several `attr` labels or none: label -> buckets, `[]` where there are none.',
   },
 } satisfies Record<string, object>;
 

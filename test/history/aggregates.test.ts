@@ -227,12 +227,12 @@ describe('HISTORY_MAX_BUCKETS (100 here)', () => {
 describe('refusals (400) and the device (404)', () => {
   const q = '&dateFrom=2024-05-01T00:00:00Z&dateTo=2024-05-01T23:59:59Z';
   it.each([
-    ['?attr=mode&interval=1h&agg=avg', 'avg need a numeric attribute (float or integer); "mode" is string: use count, first or last'],
+    ['?attr=mode&interval=1h&agg=avg', 'avg needs a numeric attribute (float or integer); "mode" is string: use count, first or last'],
     [
       '?attr=mode&interval=1h&agg=count,min,sum',
       'min, sum need a numeric attribute (float or integer); "mode" is string: use count, first or last',
     ],
-    ['?interval=1h&agg=max', 'max need a numeric attribute (float or integer); "mode" is string: use count, first or last'],
+    ['?interval=1h&agg=max', 'max needs a numeric attribute (float or integer); "mode" is string: use count, first or last'],
     ['?attr=temperature&interval=1x&agg=avg', 'interval must be a count and a unit (s, m, h; e.g. 30s, 15m, 1h) or 1d, 1w, 1M, got "1x"'],
     ['?attr=temperature&interval=2d&agg=avg', 'interval must be a count and a unit (s, m, h; e.g. 30s, 15m, 1h) or 1d, 1w, 1M, got "2d"'],
     ['?attr=temperature&interval=0s&agg=avg', 'interval must be a count and a unit (s, m, h; e.g. 30s, 15m, 1h) or 1d, 1w, 1M, got "0s"'],
