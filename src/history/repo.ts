@@ -107,7 +107,7 @@ async function withoutCollisions<T extends { mine: boolean | null }>(read: (mode
 type Row = HistoryRow & { mine: boolean };
 
 /** The horizon as the literal of the open region's bound, and the statement name's part for it. */
-function openBound(h: Horizon): { sql: string; key: string } {
+export function openBound(h: Horizon): { sql: string; key: string } {
   return h.closedUs === -Infinity
     ? { sql: `'-infinity'::timestamptz`, key: 'all' }
     : { sql: `'${microsToText(h.closedUs)}'::timestamptz`, key: String(h.closedUs) };

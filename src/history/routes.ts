@@ -9,6 +9,7 @@ import { deviceIdParam } from '../schemas/params.js';
 import { ref } from '../schemas/responses.js';
 import { aggregateQueryOf, answerAggregates, asksAggregates } from './aggregate.js';
 import { AGG_LIST_PATTERN, INTERVAL_PATTERN } from './buckets.js';
+import { latestBody, latestJson, latestRequestOf, latestValues, MAX_LATEST_DEVICES, templateDeviceCount } from './latest.js';
 import { historyQueryOf } from './query.js';
 import { deviceAttributeLabels, readOneSeriesOfDevice, readSeries, type HistoryRow } from './repo.js';
 
@@ -246,6 +247,59 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       const parts: string[] = [];
       for (const [label, records] of byLabel) parts.push(`${JSON.stringify(label)}:[${records.join(',')}]`);
       return { status: 200, raw: '{' + parts.join(',') + '}' };
+    },
+  },
+  {
+    method: 'POST',
+    path: '/history/latest',
+    summary: 'The latest value of chosen attributes of many devices',
+    description:
+      `One query for up to ${MAX_LATEST_DEVICES} devices (by id, or every device of a template): one entry per device and label ` +
+      'that has a value, ordered by device id then label. Ids that are no device of the tenant, and labels without a value, ' +
+      'are simply not in the answer.',
+    tag: 'history',
+    body: { read: 'json', schema: latestBody },
+    responses: {
+      200: {
+        description: 'The latest values.',
+        schema: { type: 'array', items: ref('HistoryRecord') },
+      },
+      400: {
+        description: 'A body that is not JSON, or not of this shape, or too many devices.',
+        errors: ['payloadNotJson', 'badHistoryQuery'],
+      },
+    },
+    examples: [
+      {
+        name: 'byIds',
+        summary: 'The temperature of two devices (d4e5f6 has none)',
+        body: { devices: [DEV, 'd4e5f6', 'ffffff'], attrs: ['temperature'] },
+        status: 200,
+        response: [{ device_id: DEV, attr: 'temperature', ts: '2026-05-01T12:01:00.000000Z', value: 22 }],
+      },
+      {
+        name: 'byTemplate',
+        summary: 'Every attribute of every device of template 1',
+        body: { template: 1 },
+        status: 200,
+        response: [{ device_id: DEV, attr: 'temperature', ts: '2026-05-01T12:01:00.000000Z', value: 22 }],
+      },
+      {
+        name: 'both',
+        summary: 'devices and template together',
+        body: { devices: [DEV], template: 1 },
+        status: 400,
+        response: err('badHistoryQuery', 'Give exactly one of "devices" and "template"'),
+      },
+    ],
+    async handler(req, { pool }) {
+      const { sel, labels } = latestRequestOf(req.body);
+      if ('template' in sel) {
+        const n = await templateDeviceCount(pool, req.tenant, sel.template);
+        if (n > MAX_LATEST_DEVICES)
+          throw errors.badHistoryQuery(`At most ${MAX_LATEST_DEVICES} devices per request; template ${sel.template} has ${n}`);
+      }
+      return { status: 200, raw: latestJson(await latestValues(pool, req.tenant, sel, labels)) };
     },
   },
 ];

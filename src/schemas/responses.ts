@@ -102,6 +102,22 @@ export const responseSchemas = {
     next_page: { type: ['integer', 'null'] },
   }),
   Device: { ...device('DeviceAttribute'), description: 'A device. Public views never show a `psk` key.' },
+  DeviceWithLastValues: {
+    ...device('DeviceAttribute'),
+    required: ['id', 'label', 'created', 'templates', 'attrs', 'last_values'],
+    properties: {
+      ...device('DeviceAttribute').properties,
+      last_values: {
+        type: 'object',
+        description: '`lastValues=true`: attribute label -> its latest value and time; labels without a value are left out.',
+        additionalProperties: object(['ts', 'value'], {
+          ts: { type: 'string', pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$' },
+          value: { description: 'The value as the device sent it (its JSON type kept).' },
+        }),
+      },
+    },
+    description: 'A device with `last_values` (`lastValues=true`).',
+  },
   InternalDevice: {
     ...device('DeviceAttribute'),
     description: "A device as the internal endpoints show it: a generated key is its attribute's `static_value`.",
@@ -184,7 +200,10 @@ export const responseSchemas = {
       }),
     ],
   },
-  DeviceList: object(['devices', 'pagination'], { devices: { type: 'array', items: ref('Device') }, pagination: ref('Pagination') }),
+  DeviceList: object(['devices', 'pagination'], {
+    devices: { type: 'array', items: { anyOf: [ref('Device'), ref('DeviceWithLastValues')] } },
+    pagination: ref('Pagination'),
+  }),
   InternalDeviceList: object(['devices', 'pagination'], {
     devices: { type: 'array', items: ref('InternalDevice') },
     pagination: ref('Pagination'),

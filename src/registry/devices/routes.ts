@@ -1,5 +1,7 @@
 // Device endpoints (interface.md §4.2 without actuation, §4.4 internal): HTTP in and out, and
 // what the API description says of each; rules live in the service.
+import type pg from 'pg';
+import { lastValuesJson, latestValues, type LatestRow } from '../../history/latest.js';
 import { listFiltersOf, pageOf, pagination } from '../../http/query.js';
 import type { Request, RouteSpec } from '../../http/types.js';
 import { BODY_ERRORS, DEV, KEY, LIST_ERRORS, T, TIME, bareDevice, device, deviceAttrs, err, page1 } from '../../openapi/examples.js';
@@ -14,7 +16,22 @@ import type { DeviceService } from './service.js';
 import type { DeviceQuery } from './types.js';
 import { deviceView } from './views.js';
 
-type Deps = { devices: DeviceService };
+type Deps = { devices: DeviceService; pool: pg.Pool };
+
+const lastValues = flag(
+  'Add `last_values`: each attribute\'s latest value and its time (`{label: {"ts", "value"}}`, labels without a value left out), ' +
+    'read in one query for the whole page.',
+);
+
+/** Views with `"last_values"` added before their closing brace (one query for all of them). */
+async function withLastValues(pool: pg.Pool, tenant: string, views: string[]): Promise<string[]> {
+  if (views.length === 0) return views;
+  const ids = views.map((v) => (JSON.parse(v) as { id: string }).id);
+  const rows = await latestValues(pool, tenant, { devices: ids }, undefined);
+  const byDevice = new Map<string, LatestRow[]>();
+  for (const r of rows) byDevice.set(r.device_id, [...(byDevice.get(r.device_id) ?? []), r]);
+  return views.map((v, i) => `${v.slice(0, -1)},"last_values":${lastValuesJson(byDevice.get(ids[i]!) ?? [])}}`);
+}
 
 const idsOnly = {
   ...flag('Answer every matching id (filters apply) as an array; page_size and page_num are then not read.'),
@@ -22,18 +39,20 @@ const idsOnly = {
 };
 
 /** GET /device and GET /internal/device: `idsOnly` (all ids, no paging) or a page. */
-async function listHandler(devices: DeviceService, req: Request, internal: boolean) {
+async function listHandler(devices: DeviceService, req: Request, internal: boolean, pool?: pg.Pool) {
   const page = req.values.idsOnly ? undefined : pageOf(req.values);
   const filters = listFiltersOf(req.values); // the internal listing's schema has no attr_type
   if (!page) return { status: 200, body: await devices.listIds(req.tenant, { filters }) };
-  if (!internal) return publicPage(devices, req.tenant, { filters }, page);
+  if (!internal) return publicPage(devices, req.tenant, { filters }, page, req.values.lastValues === true ? pool : undefined);
   const { devices: found, matches } = await devices.listInternal(req.tenant, { filters }, page);
   return { status: 200, body: { devices: found.map((d) => deviceView(d, 'internal')), pagination: pagination(page, matches) } };
 }
 
 /** A public page, written from the cached JSON of each device's view. */
-async function publicPage(devices: DeviceService, tenant: string, q: DeviceQuery, page: Page) {
-  const { views, matches } = await devices.listJson(tenant, q, page);
+async function publicPage(devices: DeviceService, tenant: string, q: DeviceQuery, page: Page, lastValuesFrom?: pg.Pool) {
+  const listed = await devices.listJson(tenant, q, page);
+  const { matches } = listed;
+  const views = lastValuesFrom ? await withLastValues(lastValuesFrom, tenant, listed.views) : listed.views;
   return { status: 200, raw: `{"devices":[${views.join(',')}],"pagination":${JSON.stringify(pagination(page, matches))}}` };
 }
 
@@ -165,7 +184,7 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
     tag: 'devices',
     query: (l) => ({
       type: 'object',
-      properties: { ...pageParams(l), idsOnly, ...filterParams(true) },
+      properties: { ...pageParams(l), idsOnly, ...filterParams(true), lastValues },
       'x-error-order': [...PAGE_ERRORS, ...FILTER_ERRORS],
     }),
     responses: {
@@ -196,7 +215,7 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
         response: err('pageSizeTooLarge', 1000),
       },
     ],
-    handler: (req, { devices }) => listHandler(devices, req, false),
+    handler: (req, { devices, pool }) => listHandler(devices, req, false, pool),
   },
   {
     method: 'DELETE',
@@ -220,17 +239,30 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
     description: 'A `psk` attribute never shows its key here.',
     tag: 'devices',
     params: { id: deviceIdParam },
+    query: () => ({ type: 'object', properties: { lastValues } }),
     responses: {
-      200: { description: 'The device.', schema: 'Device' },
+      200: {
+        description: 'The device; with `lastValues`, also `last_values`.',
+        schema: { anyOf: [ref('Device'), ref('DeviceWithLastValues')] },
+      },
       404: { description: 'No such device.', errors: ['noSuchDevice'] },
     },
     exampleParams: { id: DEV },
     examples: [
       { name: 'found', summary: 'Device a1b2c3', status: 200, response: device() },
+      {
+        name: 'lastValues',
+        summary: 'Device a1b2c3 with its latest values',
+        query: { lastValues: 'true' },
+        status: 200,
+        response: { ...device(), last_values: { temperature: { ts: '2026-05-01T12:01:00.000000Z', value: 22 } } },
+      },
       { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, status: 404, response: err('noSuchDevice', 'ffffff') },
     ],
-    async handler(req, { devices }) {
-      return { status: 200, raw: await devices.viewJson(req.tenant, req.params.id!) };
+    async handler(req, { devices, pool }) {
+      const view = await devices.viewJson(req.tenant, req.params.id!);
+      if (req.values.lastValues !== true) return { status: 200, raw: view };
+      return { status: 200, raw: (await withLastValues(pool, req.tenant, [view]))[0]! };
     },
   },
   {
