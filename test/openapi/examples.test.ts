@@ -128,7 +128,7 @@ function request(
   }
   // A template id in a body (`{"template": 1}`, POST /history/latest) naming the fixture template.
   if (body && typeof body === 'object' && (body as { template?: unknown }).template === FIXTURE_TEMPLATE_ID)
-    body = { ...(body as object), template: f.templateId };
+    body = { ...body, template: f.templateId };
   body = inTenant(body, f.tenant);
   const qs = query.toString();
   // A bare flag (`?idsOnly`) is written without `=`.
