@@ -83,10 +83,12 @@ describe('POST /history/latest', () => {
       status: 400,
     });
     expect((await latest({ devices: [...ids.slice(1), a], attrs: ['temperature'] })).status).toBe(200);
+    // (in a tenant of its own, so that the device list below stays small)
     const pool = svc.service.pool;
-    const big = await createTemplate(pool, tenant, 'big', [{ label: 'temperature', type: 'dynamic', value_type: 'float' }]);
-    await createDevices(pool, tenant, big, ids.map((_, i) => `b${i.toString(16).padStart(5, '0')}`).concat(['bfffff']));
-    const r = await latest<ErrorBody>({ template: big });
+    const many = await svc.freshTenant('lab');
+    const big = await createTemplate(pool, many.tenant, 'big', [{ label: 'temperature', type: 'dynamic', value_type: 'float' }]);
+    await createDevices(pool, many.tenant, big, ids.map((_, i) => `b${i.toString(16).padStart(5, '0')}`).concat(['bfffff']));
+    const r = await latest<ErrorBody>({ template: big }, many.token);
     expect(r.body).toEqual({ message: `At most 1000 devices per request; template ${big} has 1001`, status: 400 });
   });
 
