@@ -3,13 +3,14 @@
 // stored as JSON text and goes out as is, keeping its JSON type.
 import type pg from 'pg';
 import { errors } from '../errors.js';
-import type { RouteSpec } from '../http/types.js';
+import type { Reply, RouteSpec } from '../http/types.js';
 import { DEV, err } from '../openapi/examples.js';
 import { deviceIdParam } from '../schemas/params.js';
 import { ref } from '../schemas/responses.js';
 import { aggregateQueryOf, answerAggregates, asksAggregates } from './aggregate.js';
 import { AGG_LIST_PATTERN, INTERVAL_PATTERN } from './buckets.js';
 import { latestBody, latestJson, latestRequestOf, latestValues, MAX_LATEST_DEVICES, templateDeviceCount } from './latest.js';
+import { EXPORT_CONTENT_TYPES, exportFormatOf, streamExport, type ExportFormat } from './export.js';
 import { historyQueryOf } from './query.js';
 import { deviceAttributeLabels, readOneSeriesOfDevice, readSeries, type HistoryRow } from './repo.js';
 
@@ -49,6 +50,13 @@ const example = (value: number, minute: number) => ({
 function record(deviceJson: string, r: HistoryRow): string {
   return `{"device_id":${deviceJson},"ts":"${r.ts}","value":${r.value},"attr":${JSON.stringify(r.attr)}}`;
 }
+
+/** A streamed export answer. */
+const exportReply = (format: ExportFormat, stream: Reply['stream']): Reply => ({
+  status: 200,
+  contentType: EXPORT_CONTENT_TYPES[format],
+  stream,
+});
 
 export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number; historyMaxBuckets: number }>[] = [
   {
@@ -210,6 +218,16 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       const id = req.params.id!;
       // The operators were checked against the query schema before the handler (400 before the device's 404).
       const q = historyQueryOf(req.values, historyMaxResults);
+      const format = exportFormatOf(req.accept);
+      if (format) {
+        if (req.values.lastN !== undefined || req.values.firstN !== undefined || asksAggregates(req.values))
+          throw errors.badHistoryQuery('lastN, firstN and interval answer JSON only: a CSV or NDJSON export has every value of the range');
+        const labels = await deviceAttributeLabels(pool, req.tenant, id);
+        if (!labels) throw errors.noSuchDevice(id);
+        const attrs = (q.attrs ?? labels).filter((l) => labels.includes(l));
+        const query = { tenant: req.tenant, devices: [id], template: undefined, attrs, from: q.from, to: q.to, ordered: true };
+        return exportReply(format, (out) => streamExport(pool, query, format, out));
+      }
       if (asksAggregates(req.values)) {
         const a = aggregateQueryOf(req.values);
         const raw = await answerAggregates(pool, req.tenant, id, q, a, historyMaxBuckets);
@@ -300,6 +318,82 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
           throw errors.badHistoryQuery(`At most ${MAX_LATEST_DEVICES} devices per request; template ${sel.template} has ${n}`);
       }
       return { status: 200, raw: latestJson(await latestValues(pool, req.tenant, sel, labels)) };
+    },
+  },
+  {
+    method: 'GET',
+    path: '/history/export',
+    summary: 'Export the history of the tenant (streamed CSV or NDJSON)',
+    description:
+      "Every stored value of the tenant's devices (or of `devices`, or of the devices of `template`) in the range, streamed as " +
+      'PostgreSQL produces it, with backpressure: unbounded in rows, bounded in memory. Rows come in storage order (by chunk, ' +
+      'roughly by time). A client that disconnects stops the query. The format: `format`, else `Accept` (`text/csv` or ' +
+      '`application/x-ndjson`), else NDJSON. CSV columns `ts,device_id,attr,value` (`value` the stored JSON text, quoted as CSV ' +
+      'requires); NDJSON one history record per line.',
+    tag: 'history',
+    query: () => ({
+      type: 'object',
+      properties: {
+        dateFrom: historyBound('dateFrom', 'Inclusive lower bound:'),
+        dateTo: historyBound('dateTo', 'Inclusive upper bound:'),
+        devices: {
+          type: 'array',
+          items: { type: 'string' },
+          description: 'Device ids, comma-separated or repeated; absent: every device.',
+        },
+        template: {
+          type: 'integer',
+          description: 'Only the devices of this template.',
+          'x-error': { type: { error: 'badHistoryQuery', message: 'template must be a template id (an integer), got "{input}"' } },
+        },
+        attr: { type: 'array', items: { type: 'string' }, description: 'Attribute labels, comma-separated or repeated; absent: all.' },
+        format: {
+          type: 'string',
+          enum: ['csv', 'ndjson'],
+          description: 'Wins over Accept.',
+          'x-error': { enum: { error: 'badHistoryQuery', message: 'format must be csv or ndjson, got "{input}"' } },
+        },
+      },
+      'x-error-order': ['badHistoryQuery'],
+    }),
+    responses: {
+      200: { description: 'The rows, streamed (chunked).', contentType: 'text/csv', schema: { type: 'string' } },
+      400: { description: 'A bad parameter.', errors: ['badHistoryQuery'] },
+    },
+    examples: [
+      {
+        name: 'csv',
+        summary: 'One device, one day, as CSV',
+        query: { devices: ['d4e5f6'], format: 'csv', dateFrom: '2026-05-01T00:00:00Z', dateTo: '2026-05-01T23:59:59Z' },
+        status: 200,
+        response: 'ts,device_id,attr,value\n',
+      },
+      {
+        name: 'badFormat',
+        summary: 'An unknown format',
+        query: { format: 'xml' },
+        status: 400,
+        response: err('badHistoryQuery', 'format must be csv or ndjson, got "xml"'),
+      },
+    ],
+    handler(req, { pool }) {
+      const v = req.values;
+      const split = (xs: unknown) =>
+        xs === undefined
+          ? undefined
+          : [...new Set((xs as string[]).flatMap((x) => x.split(',').map((s) => s.trim())).filter((s) => s !== ''))];
+      const q = historyQueryOf(v, 1);
+      const format: ExportFormat = (v.format as ExportFormat | undefined) ?? exportFormatOf(req.accept) ?? 'ndjson';
+      const query = {
+        tenant: req.tenant,
+        devices: split(v.devices),
+        template: v.template as number | undefined,
+        attrs: split(v.attr),
+        from: q.from,
+        to: q.to,
+        ordered: false,
+      };
+      return exportReply(format, (out) => streamExport(pool, query, format, out));
     },
   },
 ];

@@ -45,8 +45,28 @@ export interface Request {
   logger(): Logger;
 }
 
+/**
+ * The body of a streamed answer (`Reply.stream`), written as it is produced. `write` returns
+ * false when the client does not keep up (uWS buffered the chunk): the producer then waits for
+ * `drained()` before writing more, so memory stays bounded by one chunk or so per stream.
+ */
+export interface StreamOut {
+  write(chunk: Buffer | string): boolean;
+  /** Resolves when the client can take more (or has gone: check `aborted`). */
+  drained(): Promise<void>;
+  /** The client went away: stop producing. */
+  readonly aborted: boolean;
+  /** Called once when the client goes away. */
+  onAbort(fn: () => void): void;
+}
+
 export interface Reply {
   status: number;
+  /**
+   * A streamed body (chunked): the status and headers are written, then this produces the body;
+   * the answer ends when it resolves. A failure after the first chunk closes the connection.
+   */
+  stream?: (out: StreamOut) => Promise<void>;
   /** Serialised with JSON.stringify; omit for an empty body. */
   body?: unknown;
   /** A body already serialised (JSON unless `contentType` says otherwise). */
