@@ -163,7 +163,7 @@ describe('GET /history/export', () => {
     });
     const reader = res.body!.getReader();
     const first = await reader.read();
-    expect(new TextDecoder().decode(first.value).split('\n')[0]).toMatch(/^\{"device_id":/);
+    expect(new TextDecoder().decode(first.value as Uint8Array).split('\n')[0]).toMatch(/^\{"device_id":/);
     // Not reading: the socket buffers fill, uWS reports backpressure, the COPY waits, still running.
     await new Promise((r) => setTimeout(r, 1500));
     expect(await exports()).toHaveLength(1);

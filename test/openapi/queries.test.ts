@@ -17,7 +17,14 @@ const plain = (message: string) => ({ message, status: 400 });
 
 describe('conversion', () => {
   it('defaults fill in; unknown parameters are not read', () => {
-    expect(run('GET /device', 'other=1').values).toEqual({ page_num: 1, page_size: 20, idsOnly: false, attr: [], attr_type: [] });
+    expect(run('GET /device', 'other=1').values).toEqual({
+      page_num: 1,
+      page_size: 20,
+      idsOnly: false,
+      attr: [],
+      attr_type: [],
+      lastValues: false,
+    });
   });
 
   it('integers: digits with an optional sign, blanks around allowed', () => {
