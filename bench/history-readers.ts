@@ -7,8 +7,12 @@
 //   * export: GET /history/export of BENCH_EXPORT_ROWS rows (1,000,000) as CSV, read as fast as
 //     possible: rows/s, and the service's RSS before and at its peak (sampled every 50 ms from
 //     /proc), for a fast and for a slow reader (paused 20 ms after every 64 KiB).
+//   * readers vs ingest: the MQTT load generator (bench/ingest-load.ts, the 1,000 devices, flat
+//     out) through BENCH_MQTT_URL (mqtt://127.0.0.1:1883, the machine's Mosquitto) for
+//     BENCH_INGEST_SECONDS (15) without readers, then as long with 50 concurrent aggregate
+//     readers: acknowledged messages/s of both windows and their ratio (same run).
 //   npm run build && node dist/bench/history-readers.js
-import { spawn } from 'node:child_process';
+import { fork, spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -16,11 +20,40 @@ import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { projectRoot } from '../src/paths.js';
+import type { LoadConfig, LoadProgress } from './ingest-load.js';
 
 const ADMIN_DB = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const REQUESTS = Number(process.env.BENCH_READERS_REQUESTS ?? 300);
 const EXPORT_ROWS = Number(process.env.BENCH_EXPORT_ROWS ?? 1_000_000);
 const DEVICES = 1000;
+const MQTT_URL = process.env.BENCH_MQTT_URL ?? 'mqtt://127.0.0.1:1883';
+const INGEST_SECONDS = Number(process.env.BENCH_INGEST_SECONDS ?? 15);
+const READERS = 50;
+
+/** The load generator as its own process (IPC progress every 200 ms), as bench/history-scale.ts runs it. */
+function generator(cfg: LoadConfig): { latest: () => LoadProgress | undefined; ready: Promise<void>; stop: () => Promise<void> } {
+  const proc = fork(path.join(projectRoot, 'dist/bench/ingest-load.js'), [JSON.stringify(cfg)], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  let latest: LoadProgress | undefined;
+  const ready = new Promise<void>((resolve, reject) => {
+    proc.on('message', (m: { type: string }) => {
+      if (m.type === 'ready') resolve();
+      if (m.type === 'progress') latest = m as LoadProgress;
+    });
+    proc.once('exit', (code) => reject(new Error(`ingest-load exited with ${code}`)));
+  });
+  return {
+    latest: () => latest,
+    ready,
+    stop: () =>
+      new Promise((resolve) => {
+        proc.once('exit', () => resolve());
+        proc.send({ type: 'stop' });
+      }),
+  };
+}
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const ATTRS = ['temperature', 'humidity', 'pressure'];
 const tenant = 'bench';
 
@@ -50,8 +83,9 @@ async function main(): Promise<void> {
       HOST: '127.0.0.1',
       PORT: '0',
       INTERNAL_PORT: '0',
-      MQTT_HOST: '127.0.0.1',
-      MQTT_PORT: '0',
+      MQTT_URL,
+      MQTT_CLIENT_ID: `bench-readers-${crypto.randomBytes(3).toString('hex')}`,
+      MQTT_SESSION_EXPIRY_SECONDS: '60',
       LOG_LEVEL: 'info',
     },
     stdio: ['ignore', 'pipe', 'inherit'],
@@ -214,6 +248,55 @@ async function main(): Promise<void> {
         rssGrowthMb: Math.round(r.rssPeakMb - r.rssBeforeMb),
       };
       log(`${name}: ${JSON.stringify(results[name])}`);
+    }
+    if (INGEST_SECONDS > 0) {
+      const gen = generator({
+        url: MQTT_URL,
+        tenant,
+        devices: { from: 0, count: DEVICES },
+        devicesPerConnection: 1,
+        rate: 0,
+        window: 4,
+        connectConcurrency: 200,
+      });
+      await gen.ready;
+      log(`ingest flat out: settling 5 s`);
+      await sleep(5000);
+      const window = async (readers: number) => {
+        const acked0 = gen.latest()?.acked ?? 0;
+        const t = performance.now();
+        let stop = false;
+        let reads = 0;
+        const loops = Array.from({ length: readers }, async () => {
+          while (!stop) {
+            const r = await request(
+              'GET',
+              `/history/device/${dev}/history?attr=temperature&interval=1h&agg=avg,min,max&dateFrom=${from}&dateTo=${to}`,
+            );
+            if (r.status !== 200) throw new Error(`aggregate under ingest: ${r.status}`);
+            reads++;
+          }
+        });
+        await sleep(INGEST_SECONDS * 1000);
+        stop = true;
+        await Promise.all(loops);
+        const secs = (performance.now() - t) / 1000;
+        return {
+          ackedMsgPerSecond: Math.round(((gen.latest()?.acked ?? 0) - acked0) / secs),
+          aggregateReadsPerSecond: +(reads / secs).toFixed(1),
+        };
+      };
+      agent.maxSockets = READERS;
+      const without = await window(0);
+      log(`ingest without readers: ${JSON.stringify(without)}`);
+      const withReaders = await window(READERS);
+      log(`ingest with ${READERS} aggregate readers: ${JSON.stringify(withReaders)}`);
+      await gen.stop();
+      results.ingestVsReaders = {
+        withoutReaders: without,
+        with50Readers: withReaders,
+        ingestRatio: +(withReaders.ackedMsgPerSecond / without.ackedMsgPerSecond).toFixed(3),
+      };
     }
     process.stdout.write(JSON.stringify(results, null, 2) + '\n');
   } finally {

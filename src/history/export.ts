@@ -10,7 +10,7 @@
 // with the driver's escapeLiteral.
 import type pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
-import type { StreamOut } from '../http/types.js';
+import type { StreamOut } from '../types/stream.js';
 import { historyTimeSql } from '../time.js';
 
 export type ExportFormat = 'csv' | 'ndjson';

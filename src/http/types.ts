@@ -8,6 +8,7 @@ import type { ApiError, ErrorKey } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { QueryLimits } from '../schemas/queries.js';
 import type { ResponseName } from '../schemas/responses.js';
+import type { StreamOut } from '../types/stream.js';
 import type { QueryFailure, QuerySchema, QueryValues } from '../schemas/validator.js';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE' | 'PATCH';
@@ -45,20 +46,7 @@ export interface Request {
   logger(): Logger;
 }
 
-/**
- * The body of a streamed answer (`Reply.stream`), written as it is produced. `write` returns
- * false when the client does not keep up (uWS buffered the chunk): the producer then waits for
- * `drained()` before writing more, so memory stays bounded by one chunk or so per stream.
- */
-export interface StreamOut {
-  write(chunk: Buffer | string): boolean;
-  /** Resolves when the client can take more (or has gone: check `aborted`). */
-  drained(): Promise<void>;
-  /** The client went away: stop producing. */
-  readonly aborted: boolean;
-  /** Called once when the client goes away. */
-  onAbort(fn: () => void): void;
-}
+export type { StreamOut };
 
 export interface Reply {
   status: number;
