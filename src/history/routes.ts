@@ -65,7 +65,9 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
     summary: 'Stored attribute values of a device',
     description:
       'Same 401 bodies as every route. Values come from device messages (MQTT, docs/messaging.md). The operators are checked ' +
-      'before the device: a bad value answers 400 naming the operator (lastN, then firstN, dateFrom, dateTo), whether or not the device exists.',
+      'before the device: a bad value answers 400 naming the operator (lastN, then firstN, dateFrom, dateTo), whether or not the device exists. ' +
+      'With `interval` and `agg`: aggregates per time bucket instead of values. With `Accept: text/csv` or `Accept: application/x-ndjson` ' +
+      '(and not application/json): every value of the range streamed oldest first, as GET /history/export writes them (not with lastN, firstN or interval).',
     tag: 'history',
     params: { id: deviceIdParam },
     query: (l) => ({
