@@ -37,6 +37,7 @@ export interface ApiDeps {
   logins: DeviceLogins;
   actuation: ActuationService;
   historyMaxResults: number;
+  historyMaxBuckets: number;
   /** The document GET /openapi.json answers, built from these routes at start. */
   openApi: ServedOpenApi;
 }

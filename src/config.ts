@@ -96,6 +96,8 @@ export interface Config {
   ingestMaxPending: number;
   /** Largest lastN/firstN, and the cap of a history query without them. */
   historyMaxResults: number;
+  /** Most buckets an aggregate history read answers per attribute (HISTORY_MAX_BUCKETS). */
+  historyMaxBuckets: number;
   /** Messages waiting this long with none acknowledged make ingest "stalled" (GET /health/ready). */
   ingestStallSeconds: number;
   /** How long an actuation waits for the broker to accept the message before answering 503. */
@@ -352,6 +354,7 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     ingestCacheDevices: integer(env, 'INGEST_CACHE_DEVICES', 1_000_000, 1, 100_000_000),
     ingestMaxPending: integer(env, 'INGEST_MAX_PENDING', 200_000, 100, 100_000_000),
     historyMaxResults: integer(env, 'HISTORY_MAX_RESULTS', 10_000, 1, 10_000_000),
+    historyMaxBuckets: integer(env, 'HISTORY_MAX_BUCKETS', 1000, 1, 1_000_000),
     ingestStallSeconds: integer(env, 'INGEST_STALL_SECONDS', 30, 1, 86_400),
     actuationTimeoutMs: integer(env, 'ACTUATION_TIMEOUT_MS', 5000, 1, 600_000),
     historyChunkInterval: chunk,

@@ -299,6 +299,7 @@ async function startApi(
     logins: messaging.logins,
     actuation: new ActuationService(db.pool, messaging.ingest),
     historyMaxResults: config.historyMaxResults,
+    historyMaxBuckets: config.historyMaxBuckets,
     openApi,
   });
   // The live stream (GET /stream): committed telemetry, registry changes, status changes.

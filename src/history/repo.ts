@@ -46,6 +46,30 @@ export async function deviceAttributeLabels(pool: pg.Pool, tenant: string, id: s
   return [...new Set(rows.map((r) => r.label).filter((l): l is string => l !== null))];
 }
 
+/** The value types of the device's attributes by label (a label of several templates: each), or undefined if there is no such device. */
+export async function deviceAttributeTypes(pool: pg.Pool, tenant: string, id: string): Promise<Map<string, string[]> | undefined> {
+  if (hasNul(id)) return undefined;
+  const { rows } = await pool.query<{ label: string | null; value_type: string | null }>({
+    name: 'history-device-attribute-types',
+    text: `SELECT a.label, a.value_type
+             FROM devices d
+             LEFT JOIN device_templates dt ON dt.tenant = d.tenant AND dt.device_id = d.id
+             LEFT JOIN template_attrs a ON a.tenant = dt.tenant AND a.template_id = dt.template_id AND a.parent_id IS NULL
+            WHERE d.tenant = $1 AND d.id = $2
+            ORDER BY a.id`,
+    values: [tenant, id],
+  });
+  if (rows.length === 0) return undefined;
+  const out = new Map<string, string[]>();
+  for (const r of rows) {
+    if (r.label === null) continue;
+    const types = out.get(r.label) ?? [];
+    if (!types.includes(r.value_type ?? '')) types.push(r.value_type ?? '');
+    out.set(r.label, types);
+  }
+  return out;
+}
+
 function bounds(q: HistoryQuery, firstParam: number): { sql: string; values: string[]; key: string } {
   let sql = '';
   const values: string[] = [];
@@ -83,7 +107,7 @@ async function withoutCollisions<T extends { mine: boolean | null }>(read: (mode
 type Row = HistoryRow & { mine: boolean };
 
 /** The horizon as the literal of the open region's bound, and the statement name's part for it. */
-function openBound(h: Horizon): { sql: string; key: string } {
+export function openBound(h: Horizon): { sql: string; key: string } {
   return h.closedUs === -Infinity
     ? { sql: `'-infinity'::timestamptz`, key: 'all' }
     : { sql: `'${microsToText(h.closedUs)}'::timestamptz`, key: String(h.closedUs) };

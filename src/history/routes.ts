@@ -3,10 +3,14 @@
 // stored as JSON text and goes out as is, keeping its JSON type.
 import type pg from 'pg';
 import { errors } from '../errors.js';
-import type { RouteSpec } from '../http/types.js';
+import type { Reply, RouteSpec } from '../http/types.js';
 import { DEV, err } from '../openapi/examples.js';
 import { deviceIdParam } from '../schemas/params.js';
 import { ref } from '../schemas/responses.js';
+import { aggregateQueryOf, answerAggregates, asksAggregates } from './aggregate.js';
+import { AGG_LIST_PATTERN, INTERVAL_PATTERN } from './buckets.js';
+import { latestBody, latestJson, latestRequestOf, latestValues, MAX_LATEST_DEVICES, templateDeviceCount } from './latest.js';
+import { EXPORT_CONTENT_TYPES, exportFormatOf, streamExport, type ExportFormat } from './export.js';
 import { historyQueryOf } from './query.js';
 import { deviceAttributeLabels, readOneSeriesOfDevice, readSeries, type HistoryRow } from './repo.js';
 
@@ -47,14 +51,23 @@ function record(deviceJson: string, r: HistoryRow): string {
   return `{"device_id":${deviceJson},"ts":"${r.ts}","value":${r.value},"attr":${JSON.stringify(r.attr)}}`;
 }
 
-export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number }>[] = [
+/** A streamed export answer. */
+const exportReply = (format: ExportFormat, stream: Reply['stream']): Reply => ({
+  status: 200,
+  contentType: EXPORT_CONTENT_TYPES[format],
+  stream,
+});
+
+export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number; historyMaxBuckets: number }>[] = [
   {
     method: 'GET',
     path: '/history/device/:id/history',
     summary: 'Stored attribute values of a device',
     description:
       'Same 401 bodies as every route. Values come from device messages (MQTT, docs/messaging.md). The operators are checked ' +
-      'before the device: a bad value answers 400 naming the operator (lastN, then firstN, dateFrom, dateTo), whether or not the device exists.',
+      'before the device: a bad value answers 400 naming the operator (lastN, then firstN, dateFrom, dateTo), whether or not the device exists. ' +
+      'With `interval` and `agg`: aggregates per time bucket instead of values. With `Accept: text/csv` or `Accept: application/x-ndjson` ' +
+      '(and not application/json): every value of the range streamed oldest first, as GET /history/export writes them (not with lastN, firstN or interval).',
     tag: 'history',
     params: { id: deviceIdParam },
     query: (l) => ({
@@ -73,15 +86,59 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
           items: { type: 'string' },
           description:
             'Attribute labels, comma-separated or repeated. One label: an array of records. Several, or none: an object ' +
-            '`{label: [records]}` (none: every attribute of the device, `[]` where there is no value).',
+            '`{label: [records]}` (none: every attribute of the device, `[]` where there is no value). With `interval`: ' +
+            'the same shapes, buckets instead of records.',
+        },
+        interval: {
+          type: 'string',
+          pattern: INTERVAL_PATTERN,
+          description:
+            'Aggregates instead of values: the bucket length. `<n>s`, `<n>m`, `<n>h` (n ≥ 1, at most a week; buckets counted ' +
+            'from the Unix epoch, UTC) or the calendar units `1d`, `1w` (ISO weeks, from Monday), `1M` (months), which start at ' +
+            `local midnight of \`tz\`. Needs \`agg\`; not with lastN/firstN. At most ${l.historyMaxBuckets} buckets (HISTORY_MAX_BUCKETS) ` +
+            'per attribute between dateFrom (else the first value) and dateTo (else the last value). Each bucket: ' +
+            '`{"ts": <bucket start, UTC>, <agg>: ...}`, in time order; buckets without values are left out unless `fill=null`.',
+          'x-error': {
+            pattern: {
+              error: 'badHistoryQuery',
+              message: 'interval must be a count and a unit (s, m, h; e.g. 30s, 15m, 1h) or 1d, 1w, 1M, got "{input}"',
+            },
+          },
+        },
+        agg: {
+          type: 'array',
+          items: {
+            type: 'string',
+            pattern: AGG_LIST_PATTERN,
+            'x-error': {
+              pattern: { error: 'badHistoryQuery', message: 'agg must be any of avg, min, max, sum, count, first, last, got "{input}"' },
+            },
+          },
+          description:
+            'With `interval`: the aggregates of each bucket, comma-separated or repeated: `avg`, `min`, `max`, `sum` (float and ' +
+            'integer attributes only; sums and averages exact, computed in decimal), `count`, `first`, `last` (the earliest and ' +
+            'latest value of the bucket, of any type).',
+        },
+        tz: {
+          type: 'string',
+          description:
+            'With `interval`: the IANA time zone (e.g. `Europe/Berlin`; default `UTC`) whose local midnight starts the `1d`, `1w` ' +
+            'and `1M` buckets, so a day is 23 or 25 hours long across a DST change. Fixed-length buckets ignore it.',
+        },
+        fill: {
+          type: 'string',
+          enum: ['null'],
+          description:
+            'With `interval`: `null` answers every bucket of the range, those without values with `null` aggregates (`count` 0).',
+          'x-error': { enum: { error: 'badHistoryQuery', message: 'fill must be null, got "{input}"' } },
         },
       },
       'x-error-order': ['badHistoryQuery'],
     }),
     responses: {
       200: {
-        description: 'One attr: an array; several or none: an object by label.',
-        schema: { oneOf: [ref('HistorySeries'), ref('HistoryByLabel')] },
+        description: 'One attr: an array; several or none: an object by label. Records, or with `interval` buckets.',
+        schema: { anyOf: [ref('HistorySeries'), ref('HistoryByLabel'), ref('HistoryBuckets'), ref('HistoryBucketsByLabel')] },
       },
       400: { description: 'A bad operator value.', errors: ['badHistoryQuery'] },
       404: { description: 'No such device.', errors: ['noSuchDevice'] },
@@ -109,12 +166,76 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
         status: 400,
         response: err('badHistoryQuery', 'lastN must be a non-negative integer, got "abc"'),
       },
+      {
+        name: 'hourly',
+        summary: 'Hourly average, minimum, maximum and count',
+        query: {
+          attr: ['temperature'],
+          interval: '1h',
+          agg: ['avg,min,max,count'],
+          dateFrom: '2026-05-01T00:00:00Z',
+          dateTo: '2026-05-01T23:59:59Z',
+        },
+        status: 200,
+        response: [{ ts: '2026-05-01T12:00:00.000000Z', avg: 21.75, min: 21.5, max: 22, count: 2 }],
+      },
+      {
+        name: 'dailyBerlin',
+        summary: 'Local days of Europe/Berlin, empty ones included',
+        query: {
+          attr: ['temperature'],
+          interval: '1d',
+          tz: 'Europe/Berlin',
+          agg: ['last'],
+          fill: 'null',
+          dateFrom: '2026-04-30T22:00:00Z',
+          dateTo: '2026-05-02T21:59:59Z',
+        },
+        status: 200,
+        response: [
+          { ts: '2026-04-30T22:00:00.000000Z', last: 22 },
+          { ts: '2026-05-01T22:00:00.000000Z', last: null },
+        ],
+      },
+      {
+        name: 'tooManyBuckets',
+        summary: 'More buckets than HISTORY_MAX_BUCKETS',
+        query: { attr: ['temperature'], interval: '1s', agg: ['count'], dateFrom: '2026-05-01T00:00:00Z', dateTo: '2026-05-02T00:00:00Z' },
+        status: 400,
+        response: err(
+          'badHistoryQuery',
+          'interval 1s gives 86401 buckets for "temperature"; at most 1000 (HISTORY_MAX_BUCKETS): use a longer interval or a shorter dateFrom..dateTo',
+        ),
+      },
+      {
+        name: 'avgOfString',
+        summary: 'avg of a string attribute',
+        query: { attr: ['serial'], interval: '1d', agg: ['avg'] },
+        status: 400,
+        response: err('badHistoryQuery', 'avg needs a numeric attribute (float or integer); "serial" is string: use count, first or last'),
+      },
       { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, status: 404, response: err('noSuchDevice', 'ffffff') },
     ],
-    async handler(req, { pool, historyMaxResults }) {
+    async handler(req, { pool, historyMaxResults, historyMaxBuckets }) {
       const id = req.params.id!;
       // The operators were checked against the query schema before the handler (400 before the device's 404).
       const q = historyQueryOf(req.values, historyMaxResults);
+      const format = exportFormatOf(req.accept);
+      if (format) {
+        if (req.values.lastN !== undefined || req.values.firstN !== undefined || asksAggregates(req.values))
+          throw errors.badHistoryQuery('lastN, firstN and interval answer JSON only: a CSV or NDJSON export has every value of the range');
+        const labels = await deviceAttributeLabels(pool, req.tenant, id);
+        if (!labels) throw errors.noSuchDevice(id);
+        const attrs = (q.attrs ?? labels).filter((l) => labels.includes(l));
+        const query = { tenant: req.tenant, devices: [id], template: undefined, attrs, from: q.from, to: q.to, ordered: true };
+        return exportReply(format, (out) => streamExport(pool, query, format, out));
+      }
+      if (asksAggregates(req.values)) {
+        const a = aggregateQueryOf(req.values);
+        const raw = await answerAggregates(pool, req.tenant, id, q, a, historyMaxBuckets);
+        if (raw === undefined) throw errors.noSuchDevice(id);
+        return { status: 200, raw };
+      }
       let labels: string[];
       let rows: HistoryRow[];
       if (q.attrs && q.attrs.length === 1) {
@@ -146,6 +267,135 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       const parts: string[] = [];
       for (const [label, records] of byLabel) parts.push(`${JSON.stringify(label)}:[${records.join(',')}]`);
       return { status: 200, raw: '{' + parts.join(',') + '}' };
+    },
+  },
+  {
+    method: 'POST',
+    path: '/history/latest',
+    summary: 'The latest value of chosen attributes of many devices',
+    description:
+      `One query for up to ${MAX_LATEST_DEVICES} devices (by id, or every device of a template): one entry per device and label ` +
+      'that has a value, ordered by device id then label. Ids that are no device of the tenant, and labels without a value, ' +
+      'are simply not in the answer.',
+    tag: 'history',
+    body: { read: 'json', schema: latestBody },
+    responses: {
+      200: {
+        description: 'The latest values.',
+        schema: { type: 'array', items: ref('HistoryRecord') },
+      },
+      400: {
+        description: 'A body that is not JSON, or not of this shape, or too many devices.',
+        errors: ['payloadNotJson', 'badHistoryQuery'],
+      },
+    },
+    examples: [
+      {
+        name: 'byIds',
+        summary: 'The temperature of two devices (d4e5f6 has none)',
+        body: { devices: [DEV, 'd4e5f6', 'ffffff'], attrs: ['temperature'] },
+        status: 200,
+        response: [{ device_id: DEV, attr: 'temperature', ts: '2026-05-01T12:01:00.000000Z', value: 22 }],
+      },
+      {
+        name: 'byTemplate',
+        summary: 'Every attribute of every device of template 1',
+        body: { template: 1 },
+        status: 200,
+        response: [{ device_id: DEV, attr: 'temperature', ts: '2026-05-01T12:01:00.000000Z', value: 22 }],
+      },
+      {
+        name: 'both',
+        summary: 'devices and template together',
+        body: { devices: [DEV], template: 1 },
+        status: 400,
+        response: err('badHistoryQuery', 'Give exactly one of "devices" and "template"'),
+      },
+    ],
+    async handler(req, { pool }) {
+      const { sel, labels } = latestRequestOf(req.body);
+      if ('template' in sel) {
+        const n = await templateDeviceCount(pool, req.tenant, sel.template);
+        if (n > MAX_LATEST_DEVICES)
+          throw errors.badHistoryQuery(`At most ${MAX_LATEST_DEVICES} devices per request; template ${sel.template} has ${n}`);
+      }
+      return { status: 200, raw: latestJson(await latestValues(pool, req.tenant, sel, labels)) };
+    },
+  },
+  {
+    method: 'GET',
+    path: '/history/export',
+    summary: 'Export the history of the tenant (streamed CSV or NDJSON)',
+    description:
+      "Every stored value of the tenant's devices (or of `devices`, or of the devices of `template`) in the range, streamed as " +
+      'PostgreSQL produces it, with backpressure: unbounded in rows, bounded in memory. Rows come in storage order (by chunk, ' +
+      'roughly by time). A client that disconnects stops the query. The format: `format`, else `Accept` (`text/csv` or ' +
+      '`application/x-ndjson`), else NDJSON. CSV columns `ts,device_id,attr,value` (`value` the stored JSON text, quoted as CSV ' +
+      'requires); NDJSON one history record per line.',
+    tag: 'history',
+    query: () => ({
+      type: 'object',
+      properties: {
+        dateFrom: historyBound('dateFrom', 'Inclusive lower bound:'),
+        dateTo: historyBound('dateTo', 'Inclusive upper bound:'),
+        devices: {
+          type: 'array',
+          items: { type: 'string' },
+          description: 'Device ids, comma-separated or repeated; absent: every device.',
+        },
+        template: {
+          type: 'integer',
+          description: 'Only the devices of this template.',
+          'x-error': { type: { error: 'badHistoryQuery', message: 'template must be a template id (an integer), got "{input}"' } },
+        },
+        attr: { type: 'array', items: { type: 'string' }, description: 'Attribute labels, comma-separated or repeated; absent: all.' },
+        format: {
+          type: 'string',
+          enum: ['csv', 'ndjson'],
+          description: 'Wins over Accept.',
+          'x-error': { enum: { error: 'badHistoryQuery', message: 'format must be csv or ndjson, got "{input}"' } },
+        },
+      },
+      'x-error-order': ['badHistoryQuery'],
+    }),
+    responses: {
+      200: { description: 'The rows, streamed (chunked).', contentType: 'text/csv', schema: { type: 'string' } },
+      400: { description: 'A bad parameter.', errors: ['badHistoryQuery'] },
+    },
+    examples: [
+      {
+        name: 'csv',
+        summary: 'One device, one day, as CSV',
+        query: { devices: ['d4e5f6'], format: 'csv', dateFrom: '2026-05-01T00:00:00Z', dateTo: '2026-05-01T23:59:59Z' },
+        status: 200,
+        response: 'ts,device_id,attr,value\n',
+      },
+      {
+        name: 'badFormat',
+        summary: 'An unknown format',
+        query: { format: 'xml' },
+        status: 400,
+        response: err('badHistoryQuery', 'format must be csv or ndjson, got "xml"'),
+      },
+    ],
+    handler(req, { pool }) {
+      const v = req.values;
+      const split = (xs: unknown) =>
+        xs === undefined
+          ? undefined
+          : [...new Set((xs as string[]).flatMap((x) => x.split(',').map((s) => s.trim())).filter((s) => s !== ''))];
+      const q = historyQueryOf(v, 1);
+      const format: ExportFormat = (v.format as ExportFormat | undefined) ?? exportFormatOf(req.accept) ?? 'ndjson';
+      const query = {
+        tenant: req.tenant,
+        devices: split(v.devices),
+        template: v.template as number | undefined,
+        attrs: split(v.attr),
+        from: q.from,
+        to: q.to,
+        ordered: false,
+      };
+      return exportReply(format, (out) => streamExport(pool, query, format, out));
     },
   },
 ];

@@ -22,7 +22,7 @@ import type { QueryCheck, QueryFailure, QueryValues } from '../schemas/validator
 import { parseJson, readBody } from './body.js';
 import { operationKey, queryChecks } from './route.js';
 import { Router, type Endpoint, type Match } from './router.js';
-import type { BodyDecl, Listener, Method, Reply, Request, Route } from './types.js';
+import type { BodyDecl, Listener, Method, Reply, Request, Route, StreamOut } from './types.js';
 
 /** uWS's LIBUS_LISTEN_EXCLUSIVE_PORT (exported at runtime, missing from its types). */
 const LISTEN_EXCLUSIVE_PORT = (uWS as unknown as { LIBUS_LISTEN_EXCLUSIVE_PORT: number }).LIBUS_LISTEN_EXCLUSIVE_PORT;
@@ -229,6 +229,8 @@ class Exchange implements Request {
   tenant = '';
   /** The client went away: nothing may be written. */
   aborted = false;
+  /** Called when the client goes away (streamed answers stop their producer). */
+  readonly abortListeners: (() => void)[] = [];
   answered = false;
   /** The status written (a request cut off by shutdown was answered 503 before its handler ended). */
   answeredStatus = 0;
@@ -255,6 +257,7 @@ class Exchange implements Request {
     this.method = (this.head ? 'GET' : this.sentMethod) as Method;
     res.onAborted(() => {
       this.aborted = true;
+      for (const fn of this.abortListeners.splice(0)) fn();
     });
     this.match = site.router.match(this.method, this.path);
     this.params = this.match.kind === 'route' ? this.match.params : NO_PARAMS;
@@ -278,7 +281,7 @@ async function answer(site: Site, ex: Exchange): Promise<void> {
   } catch (err) {
     reply = errorReply(err, ex);
   }
-  const status = send(ex, reply, site.inFlight.draining);
+  const status = reply.stream && !ex.head ? await sendStream(ex, reply, reply.stream) : send(ex, reply, site.inFlight.draining);
   const seconds = (performance.now() - ex.started) / 1000;
   site.metrics.observeHttp(KNOWN_METHODS.has(ex.sentMethod) ? ex.sentMethod : 'OTHER', metricRoute(ex.match), status, seconds);
   if (site.log.level === 'debug')
@@ -335,6 +338,70 @@ function checkQuery(ex: Exchange, endpoint: Endpoint): void {
 
 const metricRoute = (match: Match) =>
   match.kind === 'route' ? match.endpoint.route.path : match.kind === 'method' ? '<method-not-allowed>' : '<unmatched>';
+
+/**
+ * A streamed answer: status and headers, then the body as the producer writes it, each chunk
+ * corked; `write` returning false is uWS's backpressure, and `drained` waits for `onWritable`.
+ * A producer failing after the headers went out cannot change the status: the connection is
+ * closed, so the client sees a truncated (chunked) body rather than a complete-looking one.
+ */
+async function sendStream(ex: Exchange, reply: Reply, produce: (out: StreamOut) => Promise<void>): Promise<number> {
+  if (ex.answered) return ex.answeredStatus;
+  if (ex.aborted) return reply.status;
+  ex.answered = true;
+  ex.answeredStatus = reply.status;
+  const { res } = ex;
+  res.cork(() => {
+    res.writeStatus(STATUS_TEXT[reply.status] ?? String(reply.status));
+    res.writeHeader('X-Request-Id', ex.requestId);
+    if (reply.headers) for (const [k, v] of Object.entries(reply.headers)) res.writeHeader(k, v);
+    res.writeHeader('Content-Type', reply.contentType ?? 'application/octet-stream');
+  });
+  let wake: (() => void) | undefined;
+  ex.abortListeners.push(() => wake?.());
+  const out: StreamOut = {
+    write(chunk) {
+      if (ex.aborted) return false;
+      let ok = true;
+      res.cork(() => {
+        ok = res.write(chunk);
+      });
+      return ok;
+    },
+    drained() {
+      if (ex.aborted) return Promise.resolve();
+      return new Promise<void>((resolve) => {
+        wake = resolve;
+        res.onWritable(() => {
+          wake = undefined;
+          resolve();
+          return true;
+        });
+      });
+    },
+    get aborted() {
+      return ex.aborted;
+    },
+    onAbort(fn) {
+      if (ex.aborted) fn();
+      else ex.abortListeners.push(fn);
+    },
+  };
+  try {
+    await produce(out);
+    if (!ex.aborted) res.cork(() => res.end());
+  } catch (err) {
+    if (!ex.aborted) {
+      ex.logger().error('streamed answer failed', {
+        method: ex.sentMethod,
+        path: ex.path,
+        error: err instanceof Error ? err : String(err),
+      });
+      res.close();
+    }
+  }
+  return reply.status;
+}
 
 /**
  * Writes the reply unless the client is gone or it was answered already (cut off by shutdown);

@@ -8,6 +8,7 @@ import type { ApiError, ErrorKey } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { QueryLimits } from '../schemas/queries.js';
 import type { ResponseName } from '../schemas/responses.js';
+import type { StreamOut } from '../types/stream.js';
 import type { QueryFailure, QuerySchema, QueryValues } from '../schemas/validator.js';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE' | 'PATCH';
@@ -45,8 +46,15 @@ export interface Request {
   logger(): Logger;
 }
 
+export type { StreamOut };
+
 export interface Reply {
   status: number;
+  /**
+   * A streamed body (chunked): the status and headers are written, then this produces the body;
+   * the answer ends when it resolves. A failure after the first chunk closes the connection.
+   */
+  stream?: (out: StreamOut) => Promise<void>;
   /** Serialised with JSON.stringify; omit for an empty body. */
   body?: unknown;
   /** A body already serialised (JSON unless `contentType` says otherwise). */

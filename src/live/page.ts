@@ -1,6 +1,6 @@
 // The page served at GET /live (docs/live.md §5): plain HTML and JavaScript, no build step, no
 // library. Log in like the API (POST /auth), list the tenant's devices with their status
-// (GET /device?with_status), choose one: its attributes update as `attrs` messages arrive on
+// (GET /device?withStatus), choose one: its attributes update as `attrs` messages arrive on
 // the WebSocket (token as the subprotocol `bearer.<token>`), and an SVG chart drawn by hand
 // shows a numeric attribute over the last 5 minutes. Kept as a string so that the compiled
 // service (dist/ only) serves it as it is.
@@ -71,7 +71,7 @@ $("login").addEventListener("submit", async (e) => {
 });
 
 async function loadDevices() {
-  const page = await api("device?with_status&page_size=1000&sortBy=label");
+  const page = await api("device?withStatus&page_size=1000&sortBy=label");
   state.devices.clear();
   for (const d of page.devices) state.devices.set(d.id, d);
   renderDevices();

@@ -33,6 +33,7 @@ export interface QueryLimits {
   maxPageSize: number;
   maxDeviceCount: number;
   historyMaxResults: number;
+  historyMaxBuckets: number;
 }
 
 /** The paging errors, in the contract's check order. */

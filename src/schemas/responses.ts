@@ -80,13 +80,13 @@ const device = (attr: string) => ({
     last_seen: {
       type: ['string', 'null'],
       description:
-        'With `with_status` or `status=` only: when the last stored message of the device was received (RFC 3339, UTC); null if none.',
+        'With `withStatus` or `status=` only: when the last stored message of the device was received (RFC 3339, UTC); null if none.',
     },
     status: {
       type: 'string',
       enum: ['online', 'offline'],
       description:
-        "With `with_status` or `status=` only: `online` when the last stored message is more recent than the device's inactivity timeout (docs/live.md).",
+        "With `withStatus` or `status=` only: `online` when the last stored message is more recent than the device's inactivity timeout (docs/live.md).",
     },
     attrs: {
       type: 'object',
@@ -125,6 +125,22 @@ export const responseSchemas = {
     next_page: { type: ['integer', 'null'] },
   }),
   Device: { ...device('DeviceAttribute'), description: 'A device. Public views never show a `psk` key.' },
+  DeviceWithLastValues: {
+    ...device('DeviceAttribute'),
+    required: ['id', 'label', 'created', 'templates', 'attrs', 'last_values'],
+    properties: {
+      ...device('DeviceAttribute').properties,
+      last_values: {
+        type: 'object',
+        description: '`lastValues=true`: attribute label -> its latest value and time; labels without a value are left out.',
+        additionalProperties: object(['ts', 'value'], {
+          ts: { type: 'string', pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$' },
+          value: { description: 'The value as the device sent it (its JSON type kept).' },
+        }),
+      },
+    },
+    description: 'A device with `last_values` (`lastValues=true`).',
+  },
   InternalDevice: {
     ...device('DeviceAttribute'),
     description: "A device as the internal endpoints show it: a generated key is its attribute's `static_value`.",
@@ -138,6 +154,21 @@ export const responseSchemas = {
     ts: { type: 'string', pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$', examples: ['2026-05-01T12:00:00.000000Z'] },
     value: { description: 'The value as the device sent it (its JSON type kept).' },
     attr: { type: 'string' },
+  }),
+  HistoryBucket: object(['ts'], {
+    ts: {
+      type: 'string',
+      pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$',
+      description: 'The bucket start (UTC).',
+      examples: ['2026-05-01T12:00:00.000000Z'],
+    },
+    avg: { type: ['number', 'null'] },
+    min: { type: ['number', 'null'] },
+    max: { type: ['number', 'null'] },
+    sum: { type: ['number', 'null'] },
+    count: { type: 'integer', minimum: 0 },
+    first: { description: 'The earliest value of the bucket as the device sent it (null: empty bucket, fill=null).' },
+    last: { description: 'The latest value of the bucket as the device sent it (null: empty bucket, fill=null).' },
   }),
 
   // Answers
@@ -192,7 +223,10 @@ export const responseSchemas = {
       }),
     ],
   },
-  DeviceList: object(['devices', 'pagination'], { devices: { type: 'array', items: ref('Device') }, pagination: ref('Pagination') }),
+  DeviceList: object(['devices', 'pagination'], {
+    devices: { type: 'array', items: { anyOf: [ref('Device'), ref('DeviceWithLastValues')] } },
+    pagination: ref('Pagination'),
+  }),
   InternalDeviceList: object(['devices', 'pagination'], {
     devices: { type: 'array', items: ref('InternalDevice') },
     pagination: ref('Pagination'),
@@ -216,6 +250,12 @@ export const responseSchemas = {
     type: 'object',
     additionalProperties: { type: 'array', items: ref('HistoryRecord') },
     description: 'Several `attr` labels, or none (every attribute of the device): label -> records, `[]` where there are none.',
+  },
+  HistoryBuckets: { type: 'array', items: ref('HistoryBucket'), description: 'With `interval`, one `attr`: its buckets in time order.' },
+  HistoryBucketsByLabel: {
+    type: 'object',
+    additionalProperties: { type: 'array', items: ref('HistoryBucket') },
+    description: 'With `interval`, several `attr` labels or none: label -> buckets, `[]` where there are none.',
   },
 } satisfies Record<string, object>;
 

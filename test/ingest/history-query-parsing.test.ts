@@ -7,9 +7,12 @@ import { historyRoutes } from '../../src/history/routes.js';
 
 describe('history query parsing', () => {
   // As the route gets it: checked and typed by its query schema, then turned into the query.
-  const check = queryChecks(historyRoutes, { maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 100 }).get(
-    'GET /history/device/{id}/history',
-  )!;
+  const check = queryChecks(historyRoutes, {
+    maxPageSize: 1000,
+    maxDeviceCount: 10000,
+    historyMaxResults: 100,
+    historyMaxBuckets: 1000,
+  }).get('GET /history/device/{id}/history')!;
   const q = (s: string) => historyQueryOf(check.run(new URLSearchParams(s)).values, 100);
   it('modes and limits', () => {
     expect(q('attr=a')).toMatchObject({ attrs: ['a'], single: true, order: 'desc', limit: 100 });

@@ -42,12 +42,12 @@ describe('device status', () => {
       const slow = await create('slow', long.body.template.id);
       const never = await create('never', short.body.template.id);
 
-      const view = async (id: string) => (await http<StatusView>('GET', `${svc.base}/device/${id}?with_status`, { token })).body;
+      const view = async (id: string) => (await http<StatusView>('GET', `${svc.base}/device/${id}?withStatus`, { token })).body;
       expect(await view(never)).toMatchObject({ last_seen: null, status: 'offline' });
-      // Without with_status the view is exactly as before.
+      // Without withStatus the view is exactly as before.
       const plain = await http<Record<string, unknown>>('GET', `${svc.base}/device/${never}`, { token });
       expect(Object.keys(plain.body)).toEqual(['id', 'label', 'created', 'templates', 'attrs']);
-      const page = await http<{ devices: StatusView[] }>('GET', `${svc.base}/device/template/${short.body.template.id}?with_status`, {
+      const page = await http<{ devices: StatusView[] }>('GET', `${svc.base}/device/template/${short.body.template.id}?withStatus`, {
         token,
       });
       expect(page.body.devices.map((v) => v.status)).toEqual(['offline', 'offline']);
@@ -91,7 +91,7 @@ describe('device status', () => {
       await svc.stop();
       svc = await startTestService({ ...env, DATABASE_URL: svc.env.DATABASE_URL, DATA_DIR: svc.env.DATA_DIR });
       const again = await tenantToken(svc.base, await login(svc.base), 'status');
-      const after = (await http<StatusView>('GET', `${svc.base}/device/${slow}?with_status=true`, { token: again })).body;
+      const after = (await http<StatusView>('GET', `${svc.base}/device/${slow}?withStatus=true`, { token: again })).body;
       expect(after).toMatchObject({ status: 'online', last_seen: lastSeen });
     } finally {
       await svc.stop();

@@ -122,6 +122,9 @@ function request(
     const b = body as { templates: unknown[] };
     body = { ...b, templates: b.templates.map((t) => (t === FIXTURE_TEMPLATE_ID ? f.templateId : t)) };
   }
+  // A template id in a body (`{"template": 1}`, POST /history/latest) naming the fixture template.
+  if (body && typeof body === 'object' && (body as { template?: unknown }).template === FIXTURE_TEMPLATE_ID)
+    body = { ...body, template: f.templateId };
   body = inTenant(body, f.tenant);
   const qs = query.toString();
   // A bare flag (`?idsOnly`) is written without `=`.

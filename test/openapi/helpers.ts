@@ -1,6 +1,7 @@
 // Reading the served OpenAPI document in tests: its operations, their examples, and ajv
 // validators for the schemas it documents (JSON Schema 2020-12, strict).
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
+import { queryFormats } from '../../src/schemas/queries.js';
 
 export interface ServerDoc {
   url: string;
@@ -60,7 +61,7 @@ export function operationsOf(doc: Doc): DocOperation[] {
 
 /** Validators for schemas of the document; `#/components/...` references resolve into it. */
 export function schemaValidators(doc: Doc): (schema: unknown) => ValidateFunction {
-  const ajv = new Ajv2020({ strict: true, allErrors: true, allowUnionTypes: true });
+  const ajv = new Ajv2020({ strict: true, allErrors: true, allowUnionTypes: true, formats: queryFormats });
   ajv.addKeyword('components');
   ajv.addSchema({ $id: 'https://device-registry.local/openapi.json', components: doc.components });
   const rebase = (v: unknown): unknown => {

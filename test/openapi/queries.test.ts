@@ -7,7 +7,7 @@ import { queryChecks } from '../../src/http/route.js';
 import type { QueryResult } from '../../src/schemas/validator.js';
 import type { ErrorBody } from '../helpers/api.js';
 
-const checks = queryChecks(apiRoutes, { maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 10000 });
+const checks = queryChecks(apiRoutes, { maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 10000, historyMaxBuckets: 1000 });
 const run = (id: Parameters<typeof checks.get>[0], qs: string): QueryResult => checks.get(id)!.run(new URLSearchParams(qs));
 const failure = (id: Parameters<typeof checks.get>[0], qs: string) => {
   const f = run(id, qs).failure;
@@ -17,7 +17,14 @@ const plain = (message: string) => ({ message, status: 400 });
 
 describe('conversion', () => {
   it('defaults fill in; unknown parameters are not read', () => {
-    expect(run('GET /device', 'other=1').values).toEqual({ page_num: 1, page_size: 20, idsOnly: false, attr: [], attr_type: [] });
+    expect(run('GET /device', 'other=1').values).toEqual({
+      page_num: 1,
+      page_size: 20,
+      idsOnly: false,
+      attr: [],
+      attr_type: [],
+      lastValues: false,
+    });
   });
 
   it('integers: digits with an optional sign, blanks around allowed', () => {
@@ -134,7 +141,7 @@ describe("the contract's errors, in its order", () => {
 });
 
 describe('GET /history: its query schema', () => {
-  const history = queryChecks(apiRoutes, { maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 50 }).get(
+  const history = queryChecks(apiRoutes, { maxPageSize: 1000, maxDeviceCount: 10000, historyMaxResults: 50, historyMaxBuckets: 1000 }).get(
     'GET /history/device/{id}/history',
   )!;
   const values = (qs: string) => history.run(new URLSearchParams(qs)).values;

@@ -1,5 +1,7 @@
 // Device endpoints (interface.md §4.2 without actuation, §4.4 internal): HTTP in and out, and
 // what the API description says of each; rules live in the service.
+import type pg from 'pg';
+import { lastValuesJson, latestValues, type LatestRow } from '../../history/latest.js';
 import { listFiltersOf, pageOf, pagination } from '../../http/query.js';
 import type { Request, RouteSpec } from '../../http/types.js';
 import { BODY_ERRORS, DEV, KEY, LIST_ERRORS, T, TIME, bareDevice, device, deviceAttrs, err, page1 } from '../../openapi/examples.js';
@@ -14,7 +16,22 @@ import type { DeviceService } from './service.js';
 import type { DeviceQuery } from './types.js';
 import { deviceView } from './views.js';
 
-type Deps = { devices: DeviceService };
+type Deps = { devices: DeviceService; pool: pg.Pool };
+
+const lastValues = flag(
+  'Add `last_values`: each attribute\'s latest value and its time (`{label: {"ts", "value"}}`, labels without a value left out), ' +
+    'read in one query for the whole page.',
+);
+
+/** Views with `"last_values"` added before their closing brace (one query for all of them). */
+async function withLastValues(pool: pg.Pool, tenant: string, views: string[]): Promise<string[]> {
+  if (views.length === 0) return views;
+  const ids = views.map((v) => (JSON.parse(v) as { id: string }).id);
+  const rows = await latestValues(pool, tenant, { devices: ids }, undefined);
+  const byDevice = new Map<string, LatestRow[]>();
+  for (const r of rows) byDevice.set(r.device_id, [...(byDevice.get(r.device_id) ?? []), r]);
+  return views.map((v, i) => `${v.slice(0, -1)},"last_values":${lastValuesJson(byDevice.get(ids[i]!) ?? [])}}`);
+}
 
 const idsOnly = {
   ...flag('Answer every matching id (filters apply) as an array; page_size and page_num are then not read.'),
@@ -22,19 +39,24 @@ const idsOnly = {
 };
 
 /** GET /device and GET /internal/device: `idsOnly` (all ids, no paging) or a page. */
-async function listHandler(devices: DeviceService, req: Request, internal: boolean) {
+async function listHandler(devices: DeviceService, req: Request, internal: boolean, pool?: pg.Pool) {
   const page = req.values.idsOnly ? undefined : pageOf(req.values);
   const filters = listFiltersOf(req.values); // the internal listing's schema has no attr_type
   const status = internal ? undefined : await devices.statusQuery(req.values.status as string | undefined);
   if (!page) return { status: 200, body: await devices.listIds(req.tenant, { filters, status }) };
-  if (!internal) return publicPage(devices, req.tenant, { filters, status, withStatus: req.values.with_status === true }, page);
+  if (!internal) {
+    const q = { filters, status, withStatus: req.values.withStatus === true };
+    return publicPage(devices, req.tenant, q, page, req.values.lastValues === true ? pool : undefined);
+  }
   const { devices: found, matches } = await devices.listInternal(req.tenant, { filters }, page);
   return { status: 200, body: { devices: found.map((d) => deviceView(d, 'internal')), pagination: pagination(page, matches) } };
 }
 
 /** A public page, written from the cached JSON of each device's view. */
-async function publicPage(devices: DeviceService, tenant: string, q: DeviceQuery, page: Page) {
-  const { views, matches } = await devices.listJson(tenant, q, page);
+async function publicPage(devices: DeviceService, tenant: string, q: DeviceQuery, page: Page, lastValuesFrom?: pg.Pool) {
+  const listed = await devices.listJson(tenant, q, page);
+  const { matches } = listed;
+  const views = lastValuesFrom ? await withLastValues(lastValuesFrom, tenant, listed.views) : listed.views;
   return { status: 200, raw: `{"devices":[${views.join(',')}],"pagination":${JSON.stringify(pagination(page, matches))}}` };
 }
 
@@ -45,18 +67,18 @@ const statusParam = {
   'x-error': { enum: { error: 'badQuery', message: 'status must be online or offline, got "{input}"' } },
   description:
     'Only devices `online` (a stored message within their inactivity timeout: the largest `offline_after` of their templates, ' +
-    'else DEVICE_OFFLINE_AFTER_SECONDS) or `offline`. The views then carry `last_seen` and `status` (as with `with_status`).',
+    'else DEVICE_OFFLINE_AFTER_SECONDS) or `offline`. The views then carry `last_seen` and `status` (as with `withStatus`).',
 };
 
 /**
  * Opt-in, so that answers without it stay exactly as the contract has them. No default: the
  * checked query of a request without it is the same as before.
  */
-const withStatus = {
+const withStatusParam = {
   type: 'boolean',
   description:
     'Add `last_seen` (when its last stored message was received; null if none) and `status` (`online`|`offline`) to each device view ' +
-    '(docs/live.md). `true`, `1` (any case) or the bare flag (`?with_status`) are true; any other value is false.',
+    '(docs/live.md). `true`, `1` (any case) or the bare flag (`?withStatus`) are true; any other value is false.',
 };
 
 const noFilters = () => ({ label: undefined, attrs: [], attrTypes: [], sortByLabel: false });
@@ -187,7 +209,7 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
     tag: 'devices',
     query: (l) => ({
       type: 'object',
-      properties: { ...pageParams(l), idsOnly, ...filterParams(true), status: statusParam, with_status: withStatus },
+      properties: { ...pageParams(l), idsOnly, ...filterParams(true), status: statusParam, withStatus: withStatusParam, lastValues },
       'x-error-order': [...PAGE_ERRORS, ...FILTER_ERRORS],
     }),
     responses: {
@@ -218,7 +240,7 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
         response: err('pageSizeTooLarge', 1000),
       },
     ],
-    handler: (req, { devices }) => listHandler(devices, req, false),
+    handler: (req, { devices, pool }) => listHandler(devices, req, false, pool),
   },
   {
     method: 'DELETE',
@@ -242,18 +264,30 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
     description: 'A `psk` attribute never shows its key here.',
     tag: 'devices',
     params: { id: deviceIdParam },
-    query: () => ({ type: 'object', properties: { with_status: withStatus } }),
+    query: () => ({ type: 'object', properties: { withStatus: withStatusParam, lastValues } }),
     responses: {
-      200: { description: 'The device.', schema: 'Device' },
+      200: {
+        description: 'The device; with `lastValues`, also `last_values`.',
+        schema: { anyOf: [ref('Device'), ref('DeviceWithLastValues')] },
+      },
       404: { description: 'No such device.', errors: ['noSuchDevice'] },
     },
     exampleParams: { id: DEV },
     examples: [
       { name: 'found', summary: 'Device a1b2c3', status: 200, response: device() },
+      {
+        name: 'lastValues',
+        summary: 'Device a1b2c3 with its latest values',
+        query: { lastValues: 'true' },
+        status: 200,
+        response: { ...device(), last_values: { temperature: { ts: '2026-05-01T12:01:00.000000Z', value: 22 } } },
+      },
       { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, status: 404, response: err('noSuchDevice', 'ffffff') },
     ],
-    async handler(req, { devices }) {
-      return { status: 200, raw: await devices.viewJson(req.tenant, req.params.id!, req.values.with_status === true) };
+    async handler(req, { devices, pool }) {
+      const view = await devices.viewJson(req.tenant, req.params.id!, req.values.withStatus === true);
+      if (req.values.lastValues !== true) return { status: 200, raw: view };
+      return { status: 200, raw: (await withLastValues(pool, req.tenant, [view]))[0]! };
     },
   },
   {
@@ -345,7 +379,7 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
     description: 'An unknown template is an empty page.',
     tag: 'devices',
     params: { template_id: templateIdParam },
-    query: (l) => ({ type: 'object', properties: { ...pageParams(l), with_status: withStatus }, 'x-error-order': PAGE_ERRORS }),
+    query: (l) => ({ type: 'object', properties: { ...pageParams(l), withStatus: withStatusParam }, 'x-error-order': PAGE_ERRORS }),
     responses: {
       200: { description: 'One page.', schema: 'DeviceList' },
       400: { description: 'Bad paging parameters, checked in this order.', errors: PAGE_ERRORS },
@@ -367,7 +401,7 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
       const templateId = parseTemplateId(req.params.template_id!);
       // An unknown (or malformed) template id is an empty page, not an error.
       if (templateId === undefined) return { status: 200, body: { devices: [], pagination: pagination(page, 0) } };
-      return publicPage(devices, req.tenant, { filters: noFilters(), templateId, withStatus: req.values.with_status === true }, page);
+      return publicPage(devices, req.tenant, { filters: noFilters(), templateId, withStatus: req.values.withStatus === true }, page);
     },
   },
 ];

@@ -47,6 +47,6 @@ export interface DeviceQuery {
   templateId?: number;
   /** Only devices with this status (GET /device?status=); the service fills in the default timeout. */
   status?: { online: boolean; offlineAfterSeconds: number };
-  /** Views with `last_seen` and `status` (`with_status`, or a status filter). */
+  /** Views with `last_seen` and `status` (`withStatus`, or a status filter). */
   withStatus?: boolean;
 }

@@ -1,0 +1,175 @@
+// Streamed export (docs/messaging.md §6 "Streamed export"): CSV and NDJSON on the history
+// endpoint by Accept, GET /history/export for the tenant, tenant isolation, and a client that
+// disconnects mid-stream: its COPY is gone from pg_stat_activity shortly after.
+import { beforeAll, describe, expect, it } from 'vitest';
+import type { ErrorBody } from '../helpers/api.js';
+import { createDevice, createTemplate, eventually, insertHistory } from '../helpers/registry-fixtures.js';
+import { http, useService } from '../helpers/service.js';
+
+const svc = useService();
+let tenant: string;
+let token: string;
+let otherToken: string;
+let template: number;
+let device: string;
+let second: string;
+let big: string;
+
+const BIG_ROWS = 300_000;
+
+beforeAll(async () => {
+  ({ tenant, token } = await svc.freshTenant('exp'));
+  const other = await svc.freshTenant('exo');
+  otherToken = other.token;
+  const pool = svc.service.pool;
+  template = await createTemplate(pool, tenant, 'sensor', [
+    { label: 'temperature', type: 'dynamic', value_type: 'float' },
+    { label: 'mode', type: 'dynamic', value_type: 'string' },
+  ]);
+  device = await createDevice(pool, tenant, [template]);
+  const t2 = await createTemplate(pool, tenant, 'other', [{ label: 'temperature', type: 'dynamic', value_type: 'float' }]);
+  second = await createDevice(pool, tenant, [t2]);
+  big = await createDevice(pool, tenant, [t2]);
+  const ot = await createTemplate(pool, other.tenant, 'sensor', [{ label: 'temperature', type: 'dynamic', value_type: 'float' }]);
+  await createDevice(pool, other.tenant, [ot], { id: device });
+  await insertHistory(pool, [
+    { tenant, device, attr: 'temperature', ts: '2024-05-01T12:00:00Z', value: '21.5' },
+    { tenant, device, attr: 'mode', ts: '2024-05-01T12:01:00Z', value: '"eco, \\"quiet\\""' },
+    { tenant, device, attr: 'temperature', ts: '2024-05-01T12:02:00Z', value: '22' },
+    { tenant, device: second, attr: 'temperature', ts: '2024-05-01T12:03:00Z', value: '5' },
+    { tenant: other.tenant, device, attr: 'temperature', ts: '2024-05-01T12:00:30Z', value: '99' },
+  ]);
+  // BIG_ROWS values of `big`, one a second from 2024-06-01
+  await pool.query(`SELECT history_ensure_partition(t) FROM generate_series('2024-06-01'::timestamptz, '2024-06-05', '1 hour') t`);
+  await pool.query(
+    `INSERT INTO history (tenant, device_id, attr, series, ts, value)
+     SELECT $1, $2, 'temperature', history_series($1, $2, 'temperature'), '2024-06-01'::timestamptz + i * interval '1 second', i::text
+       FROM generate_series(1, $3::int) i`,
+    [tenant, big, BIG_ROWS],
+  );
+});
+
+const csvHeader = 'ts,device_id,attr,value';
+
+describe('the history endpoint with Accept', () => {
+  it('text/csv: the header, then every value of the range oldest first, quoted as CSV requires', async () => {
+    const r = await http('GET', `${svc.base}/history/device/${device}/history`, { token, headers: { accept: 'text/csv' } });
+    expect(r.status).toBe(200);
+    expect(r.headers.get('content-type')).toBe('text/csv; charset=utf-8');
+    expect(r.text).toBe(
+      [
+        csvHeader,
+        `2024-05-01T12:00:00.000000Z,${device},temperature,21.5`,
+        `2024-05-01T12:01:00.000000Z,${device},mode,"""eco, \\""quiet\\"""""`,
+        `2024-05-01T12:02:00.000000Z,${device},temperature,22`,
+        '',
+      ].join('\n'),
+    );
+  });
+
+  it('application/x-ndjson: one record per line, as the JSON answer writes them; attr and bounds apply', async () => {
+    const r = await http(
+      'GET',
+      `${svc.base}/history/device/${device}/history?attr=temperature&dateFrom=2024-05-01T12:00:00Z&dateTo=2024-05-01T12:05:00Z`,
+      {
+        token,
+        headers: { accept: 'application/x-ndjson' },
+      },
+    );
+    expect(r.headers.get('content-type')).toBe('application/x-ndjson');
+    const lines = r.text
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l) as unknown);
+    expect(lines).toEqual([
+      { device_id: device, ts: '2024-05-01T12:00:00.000000Z', value: 21.5, attr: 'temperature' },
+      { device_id: device, ts: '2024-05-01T12:02:00.000000Z', value: 22, attr: 'temperature' },
+    ]);
+    // the JSON answer for the same query has the same records (newest first)
+    const json = await http<unknown[]>('GET', `${svc.base}/history/device/${device}/history?attr=temperature`, { token });
+    expect(json.body).toEqual([...lines].reverse());
+  });
+
+  it('JSON stays the answer for Accept application/json or */*, and lastN with csv is 400; an unknown device 404', async () => {
+    const j = await http('GET', `${svc.base}/history/device/${device}/history?attr=mode`, {
+      token,
+      headers: { accept: 'application/json, text/csv' },
+    });
+    expect(j.headers.get('content-type')).toBe('application/json');
+    const bad = await http<ErrorBody>('GET', `${svc.base}/history/device/${device}/history?lastN=1`, {
+      token,
+      headers: { accept: 'text/csv' },
+    });
+    expect(bad.status).toBe(400);
+    const none = await http<ErrorBody>('GET', `${svc.base}/history/device/ffffff/history`, { token, headers: { accept: 'text/csv' } });
+    expect(none.body).toEqual({ message: 'No such device: ffffff', status: 404 });
+  });
+});
+
+describe('GET /history/export', () => {
+  it('the tenant’s rows only, filtered by devices, template, attr and range; format by parameter or Accept', async () => {
+    const range = 'dateFrom=2024-05-01T00:00:00Z&dateTo=2024-05-02T00:00:00Z';
+    const all = await http('GET', `${svc.base}/history/export?${range}&format=csv`, { token });
+    const rows = all.text.trimEnd().split('\n');
+    expect(rows[0]).toBe(csvHeader);
+    expect(rows.slice(1).sort()).toEqual(
+      [
+        `2024-05-01T12:00:00.000000Z,${device},temperature,21.5`,
+        `2024-05-01T12:01:00.000000Z,${device},mode,"""eco, \\""quiet\\"""""`,
+        `2024-05-01T12:02:00.000000Z,${device},temperature,22`,
+        `2024-05-01T12:03:00.000000Z,${second},temperature,5`,
+      ].sort(),
+    );
+    const byTemplate = await http('GET', `${svc.base}/history/export?${range}&template=${template}&attr=temperature`, {
+      token,
+      headers: { accept: 'text/csv' },
+    });
+    expect(byTemplate.text.trimEnd().split('\n').slice(1).sort()).toEqual([
+      `2024-05-01T12:00:00.000000Z,${device},temperature,21.5`,
+      `2024-05-01T12:02:00.000000Z,${device},temperature,22`,
+    ]);
+    const nd = await http('GET', `${svc.base}/history/export?${range}&devices=${second}`, { token });
+    expect(nd.headers.get('content-type')).toBe('application/x-ndjson');
+    expect(nd.text).toBe(`{"device_id":"${second}","ts":"2024-05-01T12:03:00.000000Z","value":5,"attr":"temperature"}\n`);
+    // the other tenant: its own row of the same device id, nothing of ours
+    const other = await http('GET', `${svc.base}/history/export?${range}&format=csv`, { token: otherToken });
+    expect(other.text).toBe(`${csvHeader}\n2024-05-01T12:00:30.000000Z,${device},temperature,99\n`);
+    expect((await http<ErrorBody>('GET', `${svc.base}/history/export?format=xml`, { token })).body).toEqual({
+      message: 'format must be csv or ndjson, got "xml"',
+      status: 400,
+    });
+  });
+
+  it(`streams ${BIG_ROWS} rows completely`, async () => {
+    const r = await http('GET', `${svc.base}/history/export?devices=${big}&format=csv`, { token });
+    const lines = r.text.trimEnd().split('\n');
+    expect(lines).toHaveLength(BIG_ROWS + 1);
+    expect(new Set(lines.slice(1).map((l) => Number(l.split(',')[3]))).size).toBe(BIG_ROWS);
+  });
+
+  it('a client that stops reading holds the query (backpressure); one that disconnects stops it', async () => {
+    const pool = svc.service.pool;
+    const exports = async () =>
+      (
+        await pool.query<{ pid: number }>(
+          `SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'COPY (SELECT%' AND query LIKE $1 AND pid <> pg_backend_pid()`,
+          [`%${big}%`],
+        )
+      ).rows;
+    const abort = new AbortController();
+    const res = await fetch(`${svc.base}/history/export?devices=${big}&format=ndjson`, {
+      headers: { authorization: `Bearer ${token}` },
+      signal: abort.signal,
+    });
+    const reader = res.body!.getReader();
+    const first = await reader.read();
+    expect(new TextDecoder().decode(first.value as Uint8Array).split('\n')[0]).toMatch(/^\{"device_id":/);
+    // Not reading: the socket buffers fill, uWS reports backpressure, the COPY waits, still running.
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(await exports()).toHaveLength(1);
+    abort.abort();
+    await eventually(async () => (await exports()).length === 0, 'the export query to stop');
+    // the service still answers
+    expect((await http('GET', `${svc.base}/history/export?devices=${second}&format=csv`, { token })).status).toBe(200);
+  });
+});
