@@ -47,6 +47,7 @@ export interface Config {
   mqttSessionExpirySeconds: number;
   /** MQTT 5 Receive Maximum of each subscriber connection: messages in flight before the broker waits for acks. */
   mqttReceiveMaximum: number;
+  mqttKeepaliveSeconds: number;
   /** Device logins; default `required` with DATABASE_URL, `optional` with the embedded database. */
   mqttDeviceAuth: DeviceAuthMode;
   /** The embedded broker's TLS listener (PEM file paths); both or neither. */
@@ -323,6 +324,7 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     mqttSessionExpirySeconds: integer(env, 'MQTT_SESSION_EXPIRY_SECONDS', 86400, 1, 0xffffffff),
     mqttSessionLeaseSeconds: integer(env, 'MQTT_SESSION_LEASE_SECONDS', 15, 3, 3600),
     mqttReceiveMaximum: integer(env, 'MQTT_RECEIVE_MAXIMUM', 10000, 1, 65535),
+    mqttKeepaliveSeconds: integer(env, 'MQTT_KEEPALIVE_SECONDS', 30, 2, 65535),
     ...deviceAuth(env, databaseUrl),
     logLevel: logLevel as LogLevel,
     logFormat: logFormatOf(env),

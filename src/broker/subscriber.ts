@@ -46,6 +46,8 @@ export interface SubscriberOptions {
   sessionExpirySeconds: number;
   receiveMaximum: number;
   keepaliveSeconds?: number;
+  /** Sent as Maximum Packet Size (MQTT 5): the broker sends nothing larger (it drops such a message for this session). */
+  maxPacketBytes?: number;
   log: Logger;
   /** Unsubscribe from `filters` on connecting instead of subscribing: take what the session holds, and no more. */
   drain?: boolean;
@@ -118,6 +120,8 @@ export class SubscriberConnection extends EventEmitter {
   /** When a message last came in, or reading resumed (performance.now()). */
   private lastActivity = 0;
   private reconnectDelay = 250;
+  private reconnected = 0;
+  private everConnected = false;
   private reconnectTimer: NodeJS.Timeout | undefined;
   private pingTimer: NodeJS.Timeout | undefined;
   private lastReceived = 0;
@@ -153,7 +157,18 @@ export class SubscriberConnection extends EventEmitter {
     });
   }
 
-  /** Stops reading from the broker (backpressure); acks still go out. */
+  /** How often the connection lost the broker and connected again (a session resumed). */
+  get reconnects(): number {
+    return this.reconnected;
+  }
+
+  /**
+   * Stops reading from the broker (backpressure); acks and pings still go out. Unread, the
+   * broker's PINGRESPs wait in the socket, so while paused the broker's liveness is TCP's
+   * business (keepalive probes, see open()), not the MQTT keepalive's: a paused connection
+   * would otherwise hang up on a live broker and reconnect in a loop, and every reconnect
+   * forgets the acks it had pending (the broker sends those messages again: duplicates).
+   */
   pause(): void {
     this.paused = true;
     this.socket?.pause();
@@ -162,6 +177,8 @@ export class SubscriberConnection extends EventEmitter {
   resume(): void {
     this.paused = false;
     this.lastActivity = performance.now();
+    // Whatever the broker said meanwhile is read now: its silence counts from here.
+    this.lastReceived = Date.now();
     this.socket?.resume();
   }
 
@@ -256,6 +273,9 @@ export class SubscriberConnection extends EventEmitter {
     const host = this.url.hostname;
     const socket = this.isTls() ? tls.connect({ host, port, servername: host }) : net.connect({ host, port });
     socket.setNoDelay(true);
+    // Probes a silent peer after the keepalive interval: a dead broker (or path) is noticed even
+    // while the connection is paused and reads nothing (the MQTT keepalive cannot tell then).
+    socket.setKeepAlive(true, this.keepalive * 1000);
     this.socket = socket;
     this.rest = undefined;
     this.sessionOpen = false;
@@ -288,7 +308,11 @@ export class SubscriberConnection extends EventEmitter {
   private connectPacket(): Buffer {
     const properties =
       this.opts.version === 5
-        ? { sessionExpiryInterval: this.opts.sessionExpirySeconds, receiveMaximum: this.opts.receiveMaximum }
+        ? {
+            sessionExpiryInterval: this.opts.sessionExpirySeconds,
+            receiveMaximum: this.opts.receiveMaximum,
+            ...(this.opts.maxPacketBytes !== undefined ? { maximumPacketSize: this.opts.maxPacketBytes } : {}),
+          }
         : undefined;
     const username = this.url.username ? decodeURIComponent(this.url.username) : undefined;
     const password = this.url.password ? Buffer.from(decodeURIComponent(this.url.password)) : undefined;
@@ -366,7 +390,8 @@ export class SubscriberConnection extends EventEmitter {
   }
 
   private keepAlive(socket: net.Socket): void {
-    if (Date.now() - this.lastReceived > this.keepalive * 1500) {
+    // Paused, nothing is read, PINGRESPs included: no verdict on the broker's silence then.
+    if (!this.paused && Date.now() - this.lastReceived > this.keepalive * 1500) {
       this.opts.log.warn('broker stopped answering; reconnecting', { client: this.opts.clientId });
       socket.destroy();
       return;
@@ -448,6 +473,8 @@ export class SubscriberConnection extends EventEmitter {
   }
 
   private markConnected(): void {
+    if (this.everConnected) this.reconnected++;
+    this.everConnected = true;
     this.connected = true;
     this.reconnectDelay = 250;
     this.emit('connected');

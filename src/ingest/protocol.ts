@@ -58,6 +58,7 @@ export const INGEST_CONFIG_KEYS = [
   'mqttShareGroup',
   'mqttSessionExpirySeconds',
   'mqttReceiveMaximum',
+  'mqttKeepaliveSeconds',
   'mqttSessionLeaseSeconds',
   'ingestWorkers',
   'ingestBatchRows',

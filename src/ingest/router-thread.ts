@@ -10,7 +10,7 @@ import { REGISTRY_CHANNEL, type RegistryEvent } from '../registry/events.js';
 import { EmbeddedLink } from '../broker/embedded.js';
 import { ExternalLink } from '../broker/external.js';
 import { SessionLeases } from '../broker/session-leases.js';
-import type { BrokerLink } from '../broker/link.js';
+import { maxPacketBytes, type BrokerLink } from '../broker/link.js';
 import { IngestRouter } from './router.js';
 import { ShardPool } from './shard-pool.js';
 import { CopyTurn } from './copy-turn.js';
@@ -78,6 +78,8 @@ function startLink(): Promise<BrokerLink> {
         shareGroup: settings.mqttShareGroup,
         sessionExpirySeconds: settings.mqttSessionExpirySeconds,
         receiveMaximum: settings.mqttReceiveMaximum,
+        keepaliveSeconds: settings.mqttKeepaliveSeconds,
+        maxPacketBytes: maxPacketBytes(settings.maxMessageBytes),
         publishTimeoutMs: settings.actuationTimeoutMs,
         log,
         leases: new SessionLeases(brokerPool!, {
