@@ -8,7 +8,7 @@
 // comes in and settled exactly once, acknowledged when the actor reports its batch committed,
 // or, when it is dropped for good (counted by reason), at once.
 import type { Logger } from '../log.js';
-import type { AckHandle, Inbox, Unreadable } from '../broker/link.js';
+import { NO_ACK, type AckHandle, type Inbox, type Unreadable } from '../broker/link.js';
 import { deviceKey } from '../topics.js';
 import type { DropReason } from './drop-reasons.js';
 import type { IngestMetricsDelta, ShardTask, WorkerMetricsDelta } from './protocol.js';
@@ -126,6 +126,14 @@ export class IngestRouter implements Inbox {
     this.delta.messagesReceived++;
     if (payload.length > this.opts.maxMessageBytes) {
       this.drop('oversized', ack);
+      return;
+    }
+    // The queue is fixed: past INGEST_MAX_PENDING a message with nothing to acknowledge (QoS 0)
+    // is dropped. The embedded broker reads a QoS 0 sender's next message at once, so holding
+    // them would grow without bound; a QoS 1 message waits instead (its PUBACK with its commit,
+    // and the embedded broker reads nothing more from that sender meanwhile).
+    if (ack === NO_ACK && this.totalUnacked >= this.opts.maxPending) {
+      this.drop('overload', ack);
       return;
     }
     // Receive time in µs, strictly increasing: arrival order is kept even within a millisecond.
