@@ -102,7 +102,10 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       checkpoint();
     }
     const databaseUrl = config.databaseUrl ?? embeddedDb!.url;
-    const pool = createPool(databaseUrl, config.pgPoolSize, log);
+    const pool = createPool(databaseUrl, config.pgPoolSize, log, {
+      statementTimeoutMs: config.dbStatementTimeoutMs,
+      keepaliveSeconds: config.dbKeepaliveSeconds,
+    });
     // pool.end() waits for connections in use: a request cut off by the shutdown may hold one.
     cleanup.push((clock) => until(endPool(pool), clock.deadline));
     if (config.databaseUrl) await checkDatabase(pool, config.databaseUrl);
