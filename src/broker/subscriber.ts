@@ -89,20 +89,26 @@ interface Wire {
   error: Error | undefined;
 }
 
-/** The ack handle of one QoS 1/2 message: bound to its network connection and packet id, used once. */
+/**
+ * The ack handle of one QoS 1/2 message: bound to its network connection, its packet id and its
+ * arrival (a number no other message of the connection has), used once. A packet id is reused
+ * by the broker once acknowledged, so the id alone could name a later message: a handle whose
+ * arrival is no longer the id's current one sends nothing.
+ */
 class InflightAck implements AckHandle {
   constructor(
     private connection: SubscriberConnection | undefined,
     private readonly generation: number,
     private readonly qos: number,
     private readonly packetId: number,
+    private readonly arrival: number,
   ) {}
 
   ack(): void {
     const connection = this.connection;
     if (!connection) return;
     this.connection = undefined;
-    connection.acknowledge(this.generation, this.qos, this.packetId);
+    connection.acknowledge(this.generation, this.qos, this.packetId, this.arrival);
   }
 }
 
@@ -131,6 +137,10 @@ export class SubscriberConnection extends EventEmitter {
   private inflight = 0;
   /** Per packet id: 0 not in flight, 1 waiting for its ack, 2 acknowledged (its PUBACK waits for older ones). */
   private readonly state = new Uint8Array(65536);
+  /** Per packet id in flight: the arrival number of the message it names now (see InflightAck). */
+  private readonly arrivalOf = new Uint32Array(65536);
+  /** The last arrival number given (0 is none: a handle with it acknowledges nothing). */
+  private arrivalCount = 0;
   private flushScheduled = false;
   /** An incomplete packet from the previous chunk. */
   private rest: Buffer | undefined;
@@ -237,13 +247,14 @@ export class SubscriberConnection extends EventEmitter {
    * Sends the PUBACK (PUBREC for QoS 2) of a message, unless its network connection is gone.
    * Only a message's InflightAck calls this.
    */
-  acknowledge(generation: number, qos: number, id: number): void {
+  acknowledge(generation: number, qos: number, id: number, arrival: number): void {
     if (generation !== this.generation || !this.sessionOpen || !this.socket) return;
     if (qos === 2) {
       this.write(Buffer.from([0x50, 0x02, id >> 8, id & 0xff]));
       return;
     }
-    if (this.state[id] !== 1) return;
+    // Not the message the id names now (a copy sent again while it was in flight, or an id reused since).
+    if (this.state[id] !== 1 || this.arrivalOf[id] !== arrival) return;
     this.state[id] = 2;
     if (!this.flushScheduled && this.arrivals[this.head] === id) {
       this.flushScheduled = true;
@@ -532,8 +543,7 @@ export class SubscriberConnection extends EventEmitter {
     if (qos > 0) {
       const id = buf.readUInt16BE(p);
       p += 2;
-      if (qos === 1) this.track(id);
-      ack = new InflightAck(this, generation, qos, id);
+      ack = new InflightAck(this, generation, qos, id, qos === 1 ? this.track(id) : 0);
     }
     if (this.opts.version === 5) {
       // Skip the properties (no topic aliases: none were offered to the broker). A malformed
@@ -547,14 +557,18 @@ export class SubscriberConnection extends EventEmitter {
   }
 
   /**
-   * A QoS 1 message joins the arrival order. An id already in flight would be a broker
-   * resending on the same connection, which MQTT forbids: its one PUBACK answers both.
+   * A QoS 1 message joins the arrival order; returns its arrival number. An id already in flight
+   * would be a broker resending on the same connection, which MQTT forbids: the first copy's
+   * PUBACK answers both, and the second copy's handle acknowledges nothing (0).
    */
-  private track(id: number): void {
-    if (this.state[id] !== 0) return;
+  private track(id: number): number {
+    if (this.state[id] !== 0) return 0;
     this.state[id] = 1;
+    this.arrivalCount = this.arrivalCount === 0xffffffff ? 1 : this.arrivalCount + 1;
+    this.arrivalOf[id] = this.arrivalCount;
     this.arrivals[(this.head + this.inflight) & 0xffff] = id;
     this.inflight++;
+    return this.arrivalCount;
   }
 
   /**
