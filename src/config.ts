@@ -47,6 +47,9 @@ export interface Config {
   mqttSessionExpirySeconds: number;
   /** MQTT 5 Receive Maximum of each subscriber connection: messages in flight before the broker waits for acks. */
   mqttReceiveMaximum: number;
+  mqttKeepaliveSeconds: number;
+  dbStatementTimeoutMs: number;
+  dbKeepaliveSeconds: number;
   /** Device logins; default `required` with DATABASE_URL, `optional` with the embedded database. */
   mqttDeviceAuth: DeviceAuthMode;
   /** The embedded broker's TLS listener (PEM file paths); both or neither. */
@@ -324,6 +327,8 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     embeddedPgPort: optionalInteger(env, 'EMBEDDED_PG_PORT', 1, 65535),
     embeddedPgSettings: embeddedPgSettings(env),
     pgPoolSize: integer(env, 'PG_POOL_SIZE', 10, 1, 1000),
+    dbStatementTimeoutMs: integer(env, 'DB_STATEMENT_TIMEOUT_MS', 60_000, 0, 86_400_000),
+    dbKeepaliveSeconds: integer(env, 'DB_KEEPALIVE_SECONDS', 30, 1, 7200),
     mqttUrl: url(env, 'MQTT_URL', ['mqtt:', 'mqtts:', 'tcp:', 'ssl:']),
     mqttHost: host(env, 'MQTT_HOST', '0.0.0.0'),
     mqttPort: integer(env, 'MQTT_PORT', 1883, 0, 65535),
@@ -333,6 +338,7 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     mqttSessionExpirySeconds: integer(env, 'MQTT_SESSION_EXPIRY_SECONDS', 86400, 1, 0xffffffff),
     mqttSessionLeaseSeconds: integer(env, 'MQTT_SESSION_LEASE_SECONDS', 15, 3, 3600),
     mqttReceiveMaximum: integer(env, 'MQTT_RECEIVE_MAXIMUM', 10000, 1, 65535),
+    mqttKeepaliveSeconds: integer(env, 'MQTT_KEEPALIVE_SECONDS', 30, 2, 65535),
     ...deviceAuth(env, databaseUrl),
     logLevel: logLevel as LogLevel,
     logFormat: logFormatOf(env),

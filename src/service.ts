@@ -123,7 +123,10 @@ async function openDatabase(config: Config, log: Logger, started: Started): Prom
     started.checkpoint();
     url = embedded.url;
   }
-  const pool = createPool(url, config.pgPoolSize, log);
+  const pool = createPool(url, config.pgPoolSize, log, {
+    statementTimeoutMs: config.dbStatementTimeoutMs,
+    keepaliveSeconds: config.dbKeepaliveSeconds,
+  });
   // pool.end() waits for connections in use: a request cut off by the shutdown may hold one.
   started.onStop((clock) => until(endPool(pool), clock.deadline));
   if (config.databaseUrl) await checkDatabase(pool, config.databaseUrl);

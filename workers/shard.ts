@@ -5,6 +5,7 @@
 import { BroadcastChannel, workerData } from 'node:worker_threads';
 import pg from 'pg';
 import { createLogger } from '../src/log.js';
+import { connectionLimits } from '../src/db/limits.js';
 import { REGISTRY_CHANNEL, type RegistryEvent } from '../src/registry/events.js';
 import { DeviceCache } from '../src/ingest/device-cache.js';
 import { HistoryWriter } from '../src/ingest/history-writer.js';
@@ -19,7 +20,14 @@ const settings = workerData as ShardWorkerSettings;
 const log = createLogger(settings.logLevel, { component: 'ingest-shard' }, { format: settings.logFormat });
 
 // Two connections: one for COPY, one for registry reads, so a lookup never waits behind a COPY.
-const pool = new pg.Pool({ connectionString: settings.databaseUrl, max: 2, idleTimeoutMillis: 60_000, connectionTimeoutMillis: 5000 });
+const pool = new pg.Pool({
+  connectionString: settings.databaseUrl,
+  max: 2,
+  idleTimeoutMillis: 60_000,
+  connectionTimeoutMillis: 5000,
+  // A hung COPY or read fails in bounded time (and is retried) instead of stalling the shard.
+  ...connectionLimits({ statementTimeoutMs: settings.dbStatementTimeoutMs, keepaliveSeconds: settings.dbKeepaliveSeconds }, true),
+});
 pool.on('error', (err) => log.debug('idle database connection failed', { error: err.message }));
 
 // One patience for both: a database outage is logged once, whichever of them meets it.

@@ -12,10 +12,8 @@ import { ConfigError, type DeviceAuthMode } from '../config.js';
 import type { Logger } from '../log.js';
 import type { LoginCheck } from '../registry/credentials/logins.js';
 import { DeviceAuthorisation } from './device-auth.js';
-import { NO_ACK, type BrokerLink, type Inbox, type LinkState } from './link.js';
+import { NO_ACK, maxPacketBytes, type BrokerLink, type Inbox, type LinkState } from './link.js';
 import type { RegistryEvent } from '../registry/events.js';
-
-const PACKET_OVERHEAD_BYTES = 128 * 1024;
 
 /** The TLS listener: PEM file paths (MQTT_TLS_CERT, MQTT_TLS_KEY, MQTT_TLS_CA) and its port. */
 export interface TlsListener {
@@ -210,9 +208,7 @@ export class EmbeddedLink implements BrokerLink {
       tls: opts.tls,
       log: opts.log,
       hooks: auth.hooks(),
-      // Room for the largest topic (65,535 bytes) and MQTT 5 properties beside the payload; a
-      // packet up to this size whose payload is too large is the inbox's to refuse.
-      maxPacketBytes: opts.maxMessageBytes + PACKET_OVERHEAD_BYTES,
+      maxPacketBytes: maxPacketBytes(opts.maxMessageBytes),
       // The connection is closed unread: nothing to acknowledge.
       onTooLarge: () => opts.inbox.refuse('packet_too_large', NO_ACK),
     });

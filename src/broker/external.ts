@@ -51,6 +51,9 @@ export interface ExternalLinkOptions {
   shareGroup: string;
   sessionExpirySeconds: number;
   receiveMaximum: number;
+  keepaliveSeconds: number;
+  /** Sent as the subscribers' Maximum Packet Size (MQTT 5): the broker sends nothing larger. */
+  maxPacketBytes: number;
   publishTimeoutMs: number;
   log: Logger;
   leases: SessionLeases;
@@ -102,6 +105,8 @@ async function connectSubscribers(
       ...(version === 5 && slot.staleGroup !== undefined ? { staleFilters: filtersOf(5, slot.staleGroup) } : {}),
       sessionExpirySeconds: opts.sessionExpirySeconds,
       receiveMaximum: opts.receiveMaximum,
+      keepaliveSeconds: opts.keepaliveSeconds,
+      maxPacketBytes: opts.maxPacketBytes,
       log: opts.log,
       onMessage,
       mayReconnect: () => opts.leases.holds(slot.prefix),
@@ -263,7 +268,12 @@ export class ExternalLink implements BrokerLink {
   state(): LinkState {
     const subscribers = this.subscribers.filter((c) => c.isConnected).length;
     const publisher = this.publisher.connected ? 1 : 0;
-    return { up: subscribers > 0 && publisher === 1, connected: subscribers + publisher, connections: this.subscribers.length + 1 };
+    return {
+      up: subscribers > 0 && publisher === 1,
+      connected: subscribers + publisher,
+      connections: this.subscribers.length + 1,
+      reconnects: this.subscribers.reduce((n, c) => n + c.reconnects, 0),
+    };
   }
 
   registryChanged(): void {
@@ -369,6 +379,8 @@ export class ExternalLink implements BrokerLink {
       filters: filtersOf(this.version, this.opts.shareGroup),
       sessionExpirySeconds: this.opts.sessionExpirySeconds,
       receiveMaximum: this.opts.receiveMaximum,
+      keepaliveSeconds: this.opts.keepaliveSeconds,
+      maxPacketBytes: this.opts.maxPacketBytes,
       log: this.opts.log,
       onMessage: this.onMessage,
       mayReconnect: () => this.opts.leases.holds(prefix),

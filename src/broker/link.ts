@@ -15,6 +15,17 @@ export interface AckHandle {
   ack(): void;
 }
 
+/** The largest MQTT packet (bytes) that may carry a payload of MAX_MESSAGE_BYTES. */
+export function maxPacketBytes(maxMessageBytes: number): number {
+  // Room for the largest topic (65,535 bytes) and MQTT 5 properties beside the payload; a
+  // packet up to this size whose payload is too large is the inbox's to refuse. MQTT's own
+  // limit is 2^28 - 1 bytes.
+  return Math.min(maxMessageBytes + PACKET_OVERHEAD_BYTES, MQTT_MAX_PACKET_BYTES);
+}
+
+const PACKET_OVERHEAD_BYTES = 128 * 1024;
+const MQTT_MAX_PACKET_BYTES = 268_435_455;
+
 /** The handle of a message that needs no acknowledgement (QoS 0, or a connection already closed). */
 export const NO_ACK: AckHandle = { ack() {} };
 
@@ -44,6 +55,8 @@ export interface LinkState {
   /** Of the link's connections (external: the subscribers and the publisher; embedded: its listener), how many are connected. */
   connected: number;
   connections: number;
+  /** How often the link's subscriber connections lost the broker and connected again, since the link started. */
+  reconnects?: number;
 }
 
 /** A running broker link, as the ingest router thread uses it. */

@@ -26,6 +26,8 @@ export interface DrainOptions {
   filters: string[];
   sessionExpirySeconds: number;
   receiveMaximum: number;
+  keepaliveSeconds: number;
+  maxPacketBytes: number;
   log: Logger;
   onMessage: (topic: string, payload: Buffer, ack: AckHandle) => void;
   /** Whether the drain's lease is still held (reconnects wait otherwise). */
@@ -48,6 +50,8 @@ export class SessionDrain {
           filters: opts.filters,
           sessionExpirySeconds: opts.sessionExpirySeconds,
           receiveMaximum: opts.receiveMaximum,
+          keepaliveSeconds: opts.keepaliveSeconds,
+          maxPacketBytes: opts.maxPacketBytes,
           log: opts.log,
           onMessage: opts.onMessage,
           drain: true,

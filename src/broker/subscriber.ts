@@ -46,6 +46,8 @@ export interface SubscriberOptions {
   sessionExpirySeconds: number;
   receiveMaximum: number;
   keepaliveSeconds?: number;
+  /** Sent as Maximum Packet Size (MQTT 5): the broker sends nothing larger (it drops such a message for this session). */
+  maxPacketBytes?: number;
   log: Logger;
   /** Unsubscribe from `filters` on connecting instead of subscribing: take what the session holds, and no more. */
   drain?: boolean;
@@ -87,20 +89,26 @@ interface Wire {
   error: Error | undefined;
 }
 
-/** The ack handle of one QoS 1/2 message: bound to its network connection and packet id, used once. */
+/**
+ * The ack handle of one QoS 1/2 message: bound to its network connection, its packet id and its
+ * arrival (a number no other message of the connection has), used once. A packet id is reused
+ * by the broker once acknowledged, so the id alone could name a later message: a handle whose
+ * arrival is no longer the id's current one sends nothing.
+ */
 class InflightAck implements AckHandle {
   constructor(
     private connection: SubscriberConnection | undefined,
     private readonly generation: number,
     private readonly qos: number,
     private readonly packetId: number,
+    private readonly arrival: number,
   ) {}
 
   ack(): void {
     const connection = this.connection;
     if (!connection) return;
     this.connection = undefined;
-    connection.acknowledge(this.generation, this.qos, this.packetId);
+    connection.acknowledge(this.generation, this.qos, this.packetId, this.arrival);
   }
 }
 
@@ -118,6 +126,8 @@ export class SubscriberConnection extends EventEmitter {
   /** When a message last came in, or reading resumed (performance.now()). */
   private lastActivity = 0;
   private reconnectDelay = 250;
+  private reconnected = 0;
+  private everConnected = false;
   private reconnectTimer: NodeJS.Timeout | undefined;
   private pingTimer: NodeJS.Timeout | undefined;
   private lastReceived = 0;
@@ -127,6 +137,10 @@ export class SubscriberConnection extends EventEmitter {
   private inflight = 0;
   /** Per packet id: 0 not in flight, 1 waiting for its ack, 2 acknowledged (its PUBACK waits for older ones). */
   private readonly state = new Uint8Array(65536);
+  /** Per packet id in flight: the arrival number of the message it names now (see InflightAck). */
+  private readonly arrivalOf = new Uint32Array(65536);
+  /** The last arrival number given (0 is none: a handle with it acknowledges nothing). */
+  private arrivalCount = 0;
   private flushScheduled = false;
   /** An incomplete packet from the previous chunk. */
   private rest: Buffer | undefined;
@@ -153,7 +167,18 @@ export class SubscriberConnection extends EventEmitter {
     });
   }
 
-  /** Stops reading from the broker (backpressure); acks still go out. */
+  /** How often the connection lost the broker and connected again (a session resumed). */
+  get reconnects(): number {
+    return this.reconnected;
+  }
+
+  /**
+   * Stops reading from the broker (backpressure); acks and pings still go out. Unread, the
+   * broker's PINGRESPs wait in the socket, so while paused the broker's liveness is TCP's
+   * business (keepalive probes, see open()), not the MQTT keepalive's: a paused connection
+   * would otherwise hang up on a live broker and reconnect in a loop, and every reconnect
+   * forgets the acks it had pending (the broker sends those messages again: duplicates).
+   */
   pause(): void {
     this.paused = true;
     this.socket?.pause();
@@ -162,6 +187,8 @@ export class SubscriberConnection extends EventEmitter {
   resume(): void {
     this.paused = false;
     this.lastActivity = performance.now();
+    // Whatever the broker said meanwhile is read now: its silence counts from here.
+    this.lastReceived = Date.now();
     this.socket?.resume();
   }
 
@@ -220,13 +247,14 @@ export class SubscriberConnection extends EventEmitter {
    * Sends the PUBACK (PUBREC for QoS 2) of a message, unless its network connection is gone.
    * Only a message's InflightAck calls this.
    */
-  acknowledge(generation: number, qos: number, id: number): void {
+  acknowledge(generation: number, qos: number, id: number, arrival: number): void {
     if (generation !== this.generation || !this.sessionOpen || !this.socket) return;
     if (qos === 2) {
       this.write(Buffer.from([0x50, 0x02, id >> 8, id & 0xff]));
       return;
     }
-    if (this.state[id] !== 1) return;
+    // Not the message the id names now (a copy sent again while it was in flight, or an id reused since).
+    if (this.state[id] !== 1 || this.arrivalOf[id] !== arrival) return;
     this.state[id] = 2;
     if (!this.flushScheduled && this.arrivals[this.head] === id) {
       this.flushScheduled = true;
@@ -256,6 +284,9 @@ export class SubscriberConnection extends EventEmitter {
     const host = this.url.hostname;
     const socket = this.isTls() ? tls.connect({ host, port, servername: host }) : net.connect({ host, port });
     socket.setNoDelay(true);
+    // Probes a silent peer after the keepalive interval: a dead broker (or path) is noticed even
+    // while the connection is paused and reads nothing (the MQTT keepalive cannot tell then).
+    socket.setKeepAlive(true, this.keepalive * 1000);
     this.socket = socket;
     this.rest = undefined;
     this.sessionOpen = false;
@@ -288,7 +319,11 @@ export class SubscriberConnection extends EventEmitter {
   private connectPacket(): Buffer {
     const properties =
       this.opts.version === 5
-        ? { sessionExpiryInterval: this.opts.sessionExpirySeconds, receiveMaximum: this.opts.receiveMaximum }
+        ? {
+            sessionExpiryInterval: this.opts.sessionExpirySeconds,
+            receiveMaximum: this.opts.receiveMaximum,
+            ...(this.opts.maxPacketBytes !== undefined ? { maximumPacketSize: this.opts.maxPacketBytes } : {}),
+          }
         : undefined;
     const username = this.url.username ? decodeURIComponent(this.url.username) : undefined;
     const password = this.url.password ? Buffer.from(decodeURIComponent(this.url.password)) : undefined;
@@ -366,7 +401,8 @@ export class SubscriberConnection extends EventEmitter {
   }
 
   private keepAlive(socket: net.Socket): void {
-    if (Date.now() - this.lastReceived > this.keepalive * 1500) {
+    // Paused, nothing is read, PINGRESPs included: no verdict on the broker's silence then.
+    if (!this.paused && Date.now() - this.lastReceived > this.keepalive * 1500) {
       this.opts.log.warn('broker stopped answering; reconnecting', { client: this.opts.clientId });
       socket.destroy();
       return;
@@ -448,6 +484,8 @@ export class SubscriberConnection extends EventEmitter {
   }
 
   private markConnected(): void {
+    if (this.everConnected) this.reconnected++;
+    this.everConnected = true;
     this.connected = true;
     this.reconnectDelay = 250;
     this.emit('connected');
@@ -505,8 +543,7 @@ export class SubscriberConnection extends EventEmitter {
     if (qos > 0) {
       const id = buf.readUInt16BE(p);
       p += 2;
-      if (qos === 1) this.track(id);
-      ack = new InflightAck(this, generation, qos, id);
+      ack = new InflightAck(this, generation, qos, id, qos === 1 ? this.track(id) : 0);
     }
     if (this.opts.version === 5) {
       // Skip the properties (no topic aliases: none were offered to the broker). A malformed
@@ -520,14 +557,18 @@ export class SubscriberConnection extends EventEmitter {
   }
 
   /**
-   * A QoS 1 message joins the arrival order. An id already in flight would be a broker
-   * resending on the same connection, which MQTT forbids: its one PUBACK answers both.
+   * A QoS 1 message joins the arrival order; returns its arrival number. An id already in flight
+   * would be a broker resending on the same connection, which MQTT forbids: the first copy's
+   * PUBACK answers both, and the second copy's handle acknowledges nothing (0).
    */
-  private track(id: number): void {
-    if (this.state[id] !== 0) return;
+  private track(id: number): number {
+    if (this.state[id] !== 0) return 0;
     this.state[id] = 1;
+    this.arrivalCount = this.arrivalCount === 0xffffffff ? 1 : this.arrivalCount + 1;
+    this.arrivalOf[id] = this.arrivalCount;
     this.arrivals[(this.head + this.inflight) & 0xffff] = id;
     this.inflight++;
+    return this.arrivalCount;
   }
 
   /**

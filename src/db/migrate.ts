@@ -35,6 +35,8 @@ export async function migrate(pool: pg.Pool, log: Logger, settings: Record<strin
   const client = await pool.connect();
   const applied: number[] = [];
   try {
+    // A migration (or waiting for another instance's) may take longer than DB_STATEMENT_TIMEOUT_MS.
+    await client.query('SET statement_timeout = 0');
     await client.query('SELECT pg_advisory_lock($1)', [LOCK_KEY]);
     await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
       version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
@@ -58,7 +60,12 @@ export async function migrate(pool: pg.Pool, log: Logger, settings: Record<strin
     }
   } finally {
     await client.query('SELECT pg_advisory_unlock($1)', [LOCK_KEY]).catch(() => undefined);
-    client.release();
+    // Back to the connection's own timeout (the pool's) before others use it.
+    const reset = await client.query('RESET statement_timeout').then(
+      () => undefined,
+      (err: Error) => err,
+    );
+    client.release(reset);
   }
   return applied;
 }

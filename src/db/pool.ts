@@ -1,5 +1,6 @@
 import pg from 'pg';
 import type { Logger } from '../log.js';
+import { connectionLimits, type ConnectionLimits } from './limits.js';
 
 // int8 (bigint) ids fit in a JS number for any realistic registry size.
 pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
@@ -10,7 +11,7 @@ export type Pool = pg.Pool;
 const inUse = new WeakMap<pg.Pool, Set<pg.PoolClient>>();
 const ending = new WeakMap<pg.Pool, Promise<void>>();
 
-export function createPool(url: string, max: number, log: Logger): pg.Pool {
+export function createPool(url: string, max: number, log: Logger, limits?: ConnectionLimits): pg.Pool {
   // JIT compilation only adds latency to the short, index-driven queries this service runs
   // (measured: ~200 ms on large counts where the server has JIT enabled).
   const pool = new pg.Pool({
@@ -19,6 +20,7 @@ export function createPool(url: string, max: number, log: Logger): pg.Pool {
     idleTimeoutMillis: 30_000,
     connectionTimeoutMillis: 10_000,
     options: '-c jit=off',
+    ...(limits ? connectionLimits(limits, false) : {}),
   });
   // An idle client losing its connection (database restart) must not crash the process.
   pool.on('error', (err) => log.warn('idle database connection failed', { error: err.message }));

@@ -51,6 +51,17 @@ export class CopyTurn {
     }
   }
 
+  /**
+   * Frees the turn if `mark` holds it: its holder died (the pool saw its worker go), and the
+   * others need not wait STEAL_MS for it. True if it was held.
+   */
+  static releaseFrom(shared: SharedArrayBuffer, mark: number): boolean {
+    const cell = new Int32Array(shared);
+    if (mark === FREE || Atomics.compareExchange(cell, 0, mark, FREE) !== mark) return false;
+    Atomics.notify(cell, 0);
+    return true;
+  }
+
   give(): void {
     // Only our own turn is given back (a stolen one belongs to the thief now).
     if (Atomics.compareExchange(this.cell, 0, this.mark, FREE) === this.mark) Atomics.notify(this.cell, 0, 1);

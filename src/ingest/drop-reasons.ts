@@ -17,6 +17,7 @@ export const DROP_REASONS = {
   not_object: { counts: 'message' },
   translation_failed: { counts: 'message' },
   unprocessable: { counts: 'message' },
+  overload: { counts: 'message', note: 'a QoS 0 message while INGEST_MAX_PENDING messages wait for their commit' },
   unknown_key: { counts: 'value' },
   wrong_type: { counts: 'value' },
   db_rejected: { counts: 'value' },

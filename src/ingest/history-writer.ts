@@ -2,9 +2,12 @@
 // transaction), retried until it commits. While the database is unreachable the writer waits
 // and retries with backoff (db-retry.ts), so the shard stops acknowledging (its callers wait)
 // and resumes by itself. The partitions a batch needs (plain PostgreSQL) are created first, and
-// again if one went missing meanwhile. A row the database rejects despite validation (a bug,
-// not an outage) is isolated by splitting the batch, dropped and counted, so one bad row
-// cannot stall a shard forever.
+// again if one went missing meanwhile. A batch refused for a lasting reason (a data, constraint
+// or size error: the row, not the database, is at fault) is split in halves down to the rows
+// that fail; those are dropped, counted and logged (tenant, device, attribute), the rest
+// commits, so one bad row cannot stall a shard forever. The parts not yet committed are kept
+// across retries: an outage in the middle of a split goes on where it stopped, and never
+// writes a committed row again.
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import type { Logger } from '../log.js';
@@ -29,10 +32,22 @@ function sqlState(err: unknown): string | undefined {
   return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
 }
 
-/** The database refused these rows (data or constraint), as opposed to being unreachable. */
+/**
+ * The database refused these rows for a lasting reason (data exception 22, integrity constraint
+ * 23, program limit 54: e.g. an index row too large), as opposed to being unreachable or busy:
+ * sending them again would fail again.
+ */
 function isRowError(err: unknown): boolean {
   const code = sqlState(err);
-  return code !== undefined && (code.startsWith('22') || code.startsWith('23'));
+  return code !== undefined && (code.startsWith('22') || code.startsWith('23') || code.startsWith('54'));
+}
+
+/** The tenant, device and attribute of a COPY text row (for the log line of a rejected one). */
+function rowNames(line: string): { tenant: string; device: string; attr: string } {
+  const [tenant = '', device = '', attr = ''] = line
+    .split('\t', 3)
+    .map((f) => f.replace(/\\(.)/g, (_, c: string) => (c === 't' ? '\t' : c === 'n' ? '\n' : c === 'r' ? '\r' : c)));
+  return { tenant, device, attr };
 }
 
 function isMissingPartition(err: unknown): boolean {
@@ -59,10 +74,14 @@ export class HistoryWriter {
   async write(lines: string[], times: number[]): Promise<CopyOutcome> {
     const layout = await this.readLayout();
     const chunks = layout.timescale ? new Set<number>() : chunksOf(times, layout.chunkUs);
-    return this.retry.run('write history', async () => {
+    // What is not committed yet, in order. Kept across retries (see the top of the file).
+    const todo: string[][] = [lines];
+    const outcome: CopyOutcome = { seconds: 0, rejected: 0 };
+    await this.retry.run('write history', async () => {
       await this.ensureChunks(chunks, layout);
-      return this.copyWithRecovery(lines, chunks, layout, false);
+      await this.copyAll(todo, chunks, layout, outcome);
     });
+    return outcome;
   }
 
   /** The table layout, read once (retrying until the database answers). */
@@ -79,44 +98,41 @@ export class HistoryWriter {
     return this.layout;
   }
 
-  private async copyWithRecovery(
-    lines: string[],
-    chunks: Set<number>,
-    layout: HistoryLayout,
-    partitionsRetried: boolean,
-  ): Promise<CopyOutcome> {
-    try {
-      return { seconds: await this.copy(lines), rejected: 0 };
-    } catch (err) {
-      if (!partitionsRetried && isMissingPartition(err) && !layout.timescale) {
-        // A partition was dropped (retention) or created elsewhere under us: check them all again.
-        this.knownChunks.clear();
-        await this.ensureChunks(chunks, layout);
-        return this.copyWithRecovery(lines, chunks, layout, true);
-      }
-      if (isRowError(err)) return this.bisect(lines, err as Error);
-      throw err;
-    }
-  }
-
-  private async bisect(lines: string[], err: Error): Promise<CopyOutcome> {
-    if (lines.length === 1) {
-      this.log.error('the database rejected a validated history row; dropped', { error: err.message, code: sqlState(err) });
-      return { seconds: 0, rejected: 1 };
-    }
-    const mid = lines.length >> 1;
-    const total: CopyOutcome = { seconds: 0, rejected: 0 };
-    for (const half of [lines.slice(0, mid), lines.slice(mid)]) {
+  /**
+   * Commits the parts in `todo` one COPY each, in order, removing each once committed; a part
+   * refused for a lasting reason is replaced by its halves, a single row is dropped. Throws on
+   * anything else (the caller retries: `todo` holds what is left).
+   */
+  private async copyAll(todo: string[][], chunks: Set<number>, layout: HistoryLayout, outcome: CopyOutcome): Promise<void> {
+    let partitionsRetried = false;
+    while (todo.length > 0) {
+      const part = todo[0]!;
       try {
-        total.seconds += await this.copy(half);
-      } catch (e) {
-        if (!isRowError(e)) throw e;
-        const part = await this.bisect(half, e as Error);
-        total.seconds += part.seconds;
-        total.rejected += part.rejected;
+        outcome.seconds += await this.copy(part);
+        todo.shift();
+      } catch (err) {
+        if (!partitionsRetried && isMissingPartition(err) && !layout.timescale) {
+          // A partition was dropped (retention) or created elsewhere under us: check them all again.
+          partitionsRetried = true;
+          this.knownChunks.clear();
+          await this.ensureChunks(chunks, layout);
+          continue;
+        }
+        if (!isRowError(err)) throw err;
+        if (part.length > 1) {
+          const mid = part.length >> 1;
+          todo.splice(0, 1, part.slice(0, mid), part.slice(mid));
+          continue;
+        }
+        this.log.error('the database rejected a history row; dropped', {
+          ...rowNames(part[0]!),
+          error: (err as Error).message,
+          code: sqlState(err),
+        });
+        outcome.rejected++;
+        todo.shift();
       }
     }
-    return total;
   }
 
   /** One COPY of `lines` in its own transaction, in this worker's turn (copy-turn.ts). */

@@ -76,6 +76,11 @@ export async function startIngest(opts: {
   return thread;
 }
 
+const FIRST_RESTART_MS = 1000;
+const MAX_RESTART_MS = 30_000;
+/** A thread that ran this long before it died was stable: its restart waits the first delay again. */
+const STABLE_MS = 60_000;
+
 /** One start of the router thread: settled by its first report ('ready' or 'failed') or its exit. */
 interface Launch {
   started: boolean;
@@ -96,6 +101,9 @@ class RouterThread implements Ingest {
   private pending = 0;
   private progressAt = Date.now();
   private readonly requests = new PublishRequests();
+  /** The wait before the next restart: doubles with every failed one, back to the first after a stable run. */
+  private restartDelay = FIRST_RESTART_MS;
+  private startedAt = 0;
 
   constructor(
     private readonly config: Config,
@@ -123,6 +131,7 @@ class RouterThread implements Ingest {
       const w = new Worker(ROUTER_THREAD_FILE, { workerData: this.settings });
       this.worker = w;
       const launch: Launch = { started: false, resolve, reject };
+      this.startedAt = Date.now();
       w.on('message', (m: RouterToMain) => this.onReport(w, m, launch));
       w.on('error', (err) => this.log.error('ingest router thread failed', { error: err }));
       w.on('exit', (code) => this.onExit(code, launch));
@@ -201,11 +210,24 @@ class RouterThread implements Ingest {
       return;
     }
     if (!this.stopping) {
-      this.log.error('ingest router thread exited; starting it again', { code });
-      setTimeout(() => {
-        this.launch().catch((err: Error) => this.log.error('ingest restart failed', { error: err.message }));
-      }, 1000).unref();
+      if (Date.now() - this.startedAt >= STABLE_MS) this.restartDelay = FIRST_RESTART_MS;
+      this.log.error('ingest router thread exited; starting it again', { code, inMs: this.restartDelay });
+      this.restartLater();
     }
+  }
+
+  /** Starts the thread again after the current delay, and again (backing off) for as long as that fails. */
+  private restartLater(): void {
+    const delay = this.restartDelay;
+    this.restartDelay = Math.min(delay * 2, MAX_RESTART_MS);
+    setTimeout(() => {
+      if (this.stopping) return;
+      this.launch().catch((err: Error) => {
+        if (this.stopping) return;
+        this.log.error('ingest restart failed; trying again', { error: err.message, inMs: this.restartDelay });
+        this.restartLater();
+      });
+    }, delay).unref();
   }
 }
 

@@ -15,6 +15,9 @@ export class IngestMetrics {
   private readonly commitLatency: CountedHistogram;
   private readonly linkUp: client.Gauge;
   private readonly linkConnections: client.Gauge<'state'>;
+  private readonly linkReconnects: client.Counter;
+  /** The link's own count when last reported (it starts again at 0 with a new link). */
+  private lastReconnects = 0;
   private readonly messagesStored: client.Counter;
   private readonly valuesReceived: client.Counter;
   private readonly valuesStored: client.Counter;
@@ -59,6 +62,11 @@ export class IngestMetrics {
       name: 'broker_link_connections',
       help: "The broker link's own connections (external broker: subscribers and publisher; embedded: its listener), by state (connected, configured)",
       labelNames: ['state'] as const,
+      registers,
+    });
+    this.linkReconnects = new client.Counter({
+      name: 'broker_link_reconnects_total',
+      help: "Times one of the broker link's subscriber connections (external broker) lost the broker and connected again",
       registers,
     });
     this.linkUp.set(0);
@@ -134,5 +142,12 @@ export class IngestMetrics {
     this.linkUp.set(state?.up ? 1 : 0);
     this.linkConnections.labels('connected').set(state?.connected ?? 0);
     this.linkConnections.labels('configured').set(state?.connections ?? 0);
+    if (state?.reconnects !== undefined) {
+      const n = state.reconnects;
+      if (n > this.lastReconnects) this.linkReconnects.inc(n - this.lastReconnects);
+      this.lastReconnects = n;
+    } else if (!state) {
+      this.lastReconnects = 0;
+    }
   }
 }

@@ -58,6 +58,9 @@ export const INGEST_CONFIG_KEYS = [
   'mqttShareGroup',
   'mqttSessionExpirySeconds',
   'mqttReceiveMaximum',
+  'mqttKeepaliveSeconds',
+  'dbStatementTimeoutMs',
+  'dbKeepaliveSeconds',
   'mqttSessionLeaseSeconds',
   'ingestWorkers',
   'ingestBatchRows',
@@ -85,7 +88,15 @@ export type IngestSettings = Pick<Config, (typeof INGEST_CONFIG_KEYS)[number]> &
 /** A shard worker's workerData (Piscina). */
 export type ShardWorkerSettings = Pick<
   IngestSettings,
-  'databaseUrl' | 'logLevel' | 'logFormat' | 'ingestBatchRows' | 'ingestBatchMs' | 'ingestCacheDevices' | 'registryCacheMaxAgeSeconds'
+  | 'databaseUrl'
+  | 'logLevel'
+  | 'logFormat'
+  | 'ingestBatchRows'
+  | 'ingestBatchMs'
+  | 'ingestCacheDevices'
+  | 'registryCacheMaxAgeSeconds'
+  | 'dbStatementTimeoutMs'
+  | 'dbKeepaliveSeconds'
 > & {
   /** The COPY turn shared by the shard workers (copy-turn.ts). */
   copyTurn: SharedArrayBuffer;

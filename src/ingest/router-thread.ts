@@ -6,11 +6,12 @@ import { BroadcastChannel, parentPort, workerData } from 'node:worker_threads';
 import pg from 'pg';
 import { ConfigError } from '../config.js';
 import { createLogger } from '../log.js';
+import { connectionLimits } from '../db/limits.js';
 import { REGISTRY_CHANNEL, type RegistryEvent } from '../registry/events.js';
 import { EmbeddedLink } from '../broker/embedded.js';
 import { ExternalLink } from '../broker/external.js';
 import { SessionLeases } from '../broker/session-leases.js';
-import type { BrokerLink } from '../broker/link.js';
+import { maxPacketBytes, type BrokerLink } from '../broker/link.js';
 import { IngestRouter } from './router.js';
 import { ShardPool } from './shard-pool.js';
 import { CopyTurn } from './copy-turn.js';
@@ -32,6 +33,8 @@ const shards = new ShardPool(
     ingestBatchMs: settings.ingestBatchMs,
     ingestCacheDevices: settings.ingestCacheDevices,
     registryCacheMaxAgeSeconds: settings.registryCacheMaxAgeSeconds,
+    dbStatementTimeoutMs: settings.dbStatementTimeoutMs,
+    dbKeepaliveSeconds: settings.dbKeepaliveSeconds,
     copyTurn: CopyTurn.shared(),
   },
   log,
@@ -55,7 +58,12 @@ const router = new IngestRouter(shards, {
 // The external link's session leases (the shard workers have their own connections); the
 // embedded broker's logins are decided by the main thread.
 const brokerPool = settings.mqttUrl
-  ? new pg.Pool({ connectionString: settings.databaseUrl, max: 2, connectionTimeoutMillis: 5000 })
+  ? new pg.Pool({
+      connectionString: settings.databaseUrl,
+      max: 2,
+      connectionTimeoutMillis: 5000,
+      ...connectionLimits({ statementTimeoutMs: settings.dbStatementTimeoutMs, keepaliveSeconds: settings.dbKeepaliveSeconds }, true),
+    })
   : undefined;
 brokerPool?.on('error', () => undefined);
 const logins = new LoginBridge(post);
@@ -78,6 +86,8 @@ function startLink(): Promise<BrokerLink> {
         shareGroup: settings.mqttShareGroup,
         sessionExpirySeconds: settings.mqttSessionExpirySeconds,
         receiveMaximum: settings.mqttReceiveMaximum,
+        keepaliveSeconds: settings.mqttKeepaliveSeconds,
+        maxPacketBytes: maxPacketBytes(settings.maxMessageBytes),
         publishTimeoutMs: settings.actuationTimeoutMs,
         log,
         leases: new SessionLeases(brokerPool!, {

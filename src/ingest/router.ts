@@ -8,7 +8,7 @@
 // comes in and settled exactly once, acknowledged when the actor reports its batch committed,
 // or, when it is dropped for good (counted by reason), at once.
 import type { Logger } from '../log.js';
-import type { AckHandle, Inbox, Unreadable } from '../broker/link.js';
+import { NO_ACK, type AckHandle, type Inbox, type Unreadable } from '../broker/link.js';
 import { deviceKey } from '../topics.js';
 import type { DropReason } from './drop-reasons.js';
 import type { IngestMetricsDelta, ShardTask, WorkerMetricsDelta } from './protocol.js';
@@ -49,6 +49,8 @@ class Pending {
 
 /** A batch in flight: the task and the messages to acknowledge when it is committed. */
 interface Batch {
+  /** Increases with every batch: the order a shard's batches are sent again in. */
+  seq: number;
   shard: number;
   task: ShardTask;
   acks: AckHandle[];
@@ -91,6 +93,13 @@ export class IngestRouter implements Inbox {
   private outstanding = 0;
   private idleWaiters: Array<() => void> = [];
   private stopped = false;
+  private seq = 0;
+  /**
+   * Per shard, while its failed batches wait to be sent again (its worker died, say): those and
+   * any newer batch of the shard, sent together in their original order, so one device's
+   * messages still reach the (new) worker in order.
+   */
+  private readonly held: Array<Batch[] | undefined>;
 
   constructor(
     private readonly runner: ShardRunner,
@@ -98,6 +107,7 @@ export class IngestRouter implements Inbox {
   ) {
     this.pending = Array.from({ length: runner.shards }, () => new Pending());
     this.unacked = new Array<number>(runner.shards).fill(0);
+    this.held = new Array<Batch[] | undefined>(runner.shards);
     this.delta = IngestRouter.emptyDelta(runner.shards);
   }
 
@@ -126,6 +136,14 @@ export class IngestRouter implements Inbox {
     this.delta.messagesReceived++;
     if (payload.length > this.opts.maxMessageBytes) {
       this.drop('oversized', ack);
+      return;
+    }
+    // The queue is fixed: past INGEST_MAX_PENDING a message with nothing to acknowledge (QoS 0)
+    // is dropped. The embedded broker reads a QoS 0 sender's next message at once, so holding
+    // them would grow without bound; a QoS 1 message waits instead (its PUBACK with its commit,
+    // and the embedded broker reads nothing more from that sender meanwhile).
+    if (ack === NO_ACK && this.totalUnacked >= this.opts.maxPending) {
+      this.drop('overload', ack);
       return;
     }
     // Receive time in µs, strictly increasing: arrival order is kept even within a millisecond.
@@ -204,7 +222,24 @@ export class IngestRouter implements Inbox {
       received: Float64Array.from(p.received),
     };
     this.outstanding++;
-    this.submit({ shard, task, acks: p.acks });
+    const batch: Batch = { seq: ++this.seq, shard, task, acks: p.acks };
+    const held = this.held[shard];
+    if (held) held.push(batch);
+    else this.submit(batch);
+  }
+
+  /** A failed batch waits RETRY_MS, and is sent again with the shard's others, in order. */
+  private retry(batch: Batch): void {
+    let held = this.held[batch.shard];
+    if (!held) {
+      held = this.held[batch.shard] = [];
+      setTimeout(() => {
+        this.held[batch.shard] = undefined;
+        if (this.stopped) return;
+        for (const b of held!.sort((x, y) => x.seq - y.seq)) this.submit(b);
+      }, RETRY_MS).unref();
+    }
+    held.push(batch);
   }
 
   private submit(batch: Batch): void {
@@ -223,7 +258,7 @@ export class IngestRouter implements Inbox {
           messages: batch.acks.length,
           error: err.message,
         });
-        setTimeout(() => this.submit(batch), RETRY_MS).unref();
+        this.retry(batch);
       },
     );
   }

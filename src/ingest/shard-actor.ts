@@ -2,7 +2,9 @@
 // hashes to its shard). Batches from the router are processed strictly in arrival order
 // (one promise chain), so one device's messages are validated and written in order. Rows
 // collect in a buffer that is written with one COPY when it reaches INGEST_BATCH_ROWS or
-// INGEST_BATCH_MS after its first row; while a COPY runs the next buffer fills. A batch's
+// INGEST_BATCH_MS after its first row; while a COPY runs the next buffer fills. A buffer that
+// reaches INGEST_BATCH_ROWS is sealed and a new one started, so a COPY never holds more than
+// INGEST_BATCH_ROWS rows, however much piled up behind a slow or absent database. A batch's
 // promise resolves once every row it produced (and every row before it) is committed; the
 // router acknowledges its messages to the broker only then. Per batch the actor asks the device
 // cache once (resolve) and, per buffer, the history writer once (write); both wait through
@@ -60,6 +62,8 @@ export interface ShardActorOptions {
 export class ShardActor {
   private chain: Promise<void> = Promise.resolve();
   private current = emptyBuffer();
+  /** Full buffers waiting for their COPY, oldest first (they pile up while the database is away). */
+  private readonly sealed: RowBuffer[] = [];
   private writing = false;
   private timer: NodeJS.Timeout | undefined;
   /** Fatal: a payload that is not UTF-8 is refused, not stored with U+FFFD in its place. */
@@ -119,23 +123,31 @@ export class ShardActor {
     const devices = await this.cache.resolve(keys, task.received);
     const message = (i: number) => task.payload.subarray(task.offsets[i], task.offsets[i + 1]);
     let recheck: number[] | undefined;
-    let buf = this.current;
     for (let i = 0; i < keys.length; i++) {
       const m = devices.model(i);
       if (!m) this.drop('unknown_device');
-      else if (!this.render(m, message(i), task.received[i]!, buf, devices.stale(i))) (recheck ??= []).push(i);
+      else if (!this.render(m, message(i), task.received[i]!, this.withRoom(), devices.stale(i))) (recheck ??= []).push(i);
     }
     if (recheck) {
       const fresh = await this.cache.reload(recheck.map((i) => keys[i]!));
-      buf = this.current; // a write may have taken the buffer meanwhile
       for (const i of recheck) {
         const m = fresh(keys[i]!);
         if (!m) this.drop('unknown_device');
-        else this.render(m, message(i), task.received[i]!, buf, false);
+        else this.render(m, message(i), task.received[i]!, this.withRoom(), false);
       }
     }
-    buf.waiters.push(done);
+    // The batch's rows are in this buffer or in sealed ones before it: they commit first.
+    this.current.waiters.push(done);
     this.schedule();
+  }
+
+  /** The buffer to render the next message into: the current one, unless it is full (then sealed). */
+  private withRoom(): RowBuffer {
+    if (this.current.lines.length >= this.opts.batchRows) {
+      this.sealed.push(this.current);
+      this.current = emptyBuffer();
+    }
+    return this.current;
   }
 
   /**
@@ -197,7 +209,7 @@ export class ShardActor {
   private schedule(): void {
     if (this.writing) return; // the running write looks at the buffer when it finishes
     const buf = this.current;
-    if (buf.lines.length === 0 || buf.lines.length >= this.opts.batchRows) {
+    if (this.sealed.length > 0 || buf.lines.length === 0 || buf.lines.length >= this.opts.batchRows) {
       void this.flush();
       return;
     }
@@ -214,22 +226,32 @@ export class ShardActor {
     if (this.writing) return;
     clearTimeout(this.timer);
     this.timer = undefined;
-    const buf = this.current;
-    if (buf.waiters.length === 0 && buf.lines.length === 0) return;
-    this.current = emptyBuffer();
+    let buf = this.sealed.shift();
+    if (!buf) {
+      buf = this.current;
+      if (buf.waiters.length === 0 && buf.lines.length === 0) return;
+      this.current = emptyBuffer();
+    }
     this.writing = true;
     try {
-      if (buf.lines.length > 0) {
-        const { seconds, rejected } = await this.writer.write(buf.lines, buf.times);
+      // One message's rows are never split across buffers, so a buffer may end past the limit
+      // by the rows of its last message: those go in a COPY of their own.
+      let rejectedRows = 0;
+      for (let at = 0; at < buf.lines.length; at += this.opts.batchRows) {
+        const lines = at === 0 && buf.lines.length <= this.opts.batchRows ? buf.lines : buf.lines.slice(at, at + this.opts.batchRows);
+        const { seconds, rejected } = await this.writer.write(lines, buf.times);
         this.metrics.copySeconds.push(seconds);
-        this.metrics.batchRows.push(buf.lines.length);
-        this.metrics.valuesStored += buf.lines.length - rejected;
+        this.metrics.batchRows.push(lines.length);
+        this.metrics.valuesStored += lines.length - rejected;
         if (rejected) this.drop('db_rejected', rejected);
+        rejectedRows += rejected;
+      }
+      if (buf.lines.length > 0) {
         this.metrics.messagesStored += buf.messagesWithRows;
         const now = Date.now();
         for (const receivedUs of buf.received) observeSince(this.metrics.commitLatency, receivedUs, now);
         // Committed: now, and only now, the live stream may show these messages.
-        if (this.opts.onCommitted && buf.committed.ids.length > 0 && rejected === 0) this.opts.onCommitted(buf.committed);
+        if (this.opts.onCommitted && buf.committed.ids.length > 0 && rejectedRows === 0) this.opts.onCommitted(buf.committed);
       }
     } finally {
       this.writing = false;
@@ -237,7 +259,9 @@ export class ShardActor {
     for (const w of buf.waiters) w.resolve();
     // What arrived meanwhile: write now if it is due, else when its time comes.
     const next = this.current;
-    if (next.waiters.length > 0 || next.lines.length > 0) {
+    if (this.sealed.length > 0) {
+      void this.flush();
+    } else if (next.waiters.length > 0 || next.lines.length > 0) {
       if (next.lines.length >= this.opts.batchRows || next.lines.length === 0 || performance.now() - next.firstAt >= this.opts.batchMs) {
         void this.flush();
       } else {

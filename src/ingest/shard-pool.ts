@@ -11,6 +11,7 @@ import { existsSync } from 'node:fs';
 import { Piscina, queueOptionsSymbol } from 'piscina';
 import { projectRoot } from '../paths.js';
 import type { Logger } from '../log.js';
+import { CopyTurn } from './copy-turn.js';
 import type { ShardTask, ShardWorkerSettings, WorkerMetricsDelta } from './protocol.js';
 
 /** The compiled worker: tests and `npm start` both run the real code from dist/. */
@@ -73,9 +74,19 @@ export class ShardPool {
       workerData: settings,
       loadBalancer: pinnedBalancer(this.owners),
     });
-    // A replaced worker's shards go to whoever has the fewest (its tasks are retried by the router).
-    this.piscina.on('workerDestroy', (worker: WorkerView) => {
-      for (const [shard, id] of this.owners) if (id === worker.id) this.owners.delete(shard);
+    // A replaced worker's shards go to whoever has the fewest (its tasks are retried by the
+    // router, in order), and a COPY turn it held is free at once (its mark: thread id + 1).
+    // A dead worker's thread id reads -1, so the dead are found as the known ids no longer alive.
+    const known = new Set<number>(this.piscina.threads.map((t) => t.threadId));
+    this.piscina.on('workerCreate', (worker: WorkerView) => known.add(worker.id));
+    this.piscina.on('workerDestroy', () => {
+      const alive = new Set(this.piscina.threads.map((t) => t.threadId).filter((id) => id >= 0));
+      for (const id of known) {
+        if (alive.has(id)) continue;
+        known.delete(id);
+        for (const [shard, owner] of this.owners) if (owner === id) this.owners.delete(shard);
+        if (CopyTurn.releaseFrom(settings.copyTurn, id + 1)) log.warn('a dead shard worker held the COPY turn; released');
+      }
     });
     this.piscina.on('error', (err: Error) => this.log.error('shard worker failed', { error: err.message }));
   }

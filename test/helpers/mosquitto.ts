@@ -27,10 +27,11 @@ export interface Mosquitto {
   stop(): Promise<void>;
 }
 
-export async function startMosquitto(configFile: string): Promise<Mosquitto> {
+/** Starts Mosquitto with `configFile` on `port` (default: a free one; give the old one's to restart it). */
+export async function startMosquitto(configFile: string, port?: number): Promise<Mosquitto> {
   const bin = mosquittoBinary();
   if (!bin) throw new Error('mosquitto is not installed');
-  const port = await freePort();
+  port ??= await freePort();
   const dir = await tempDir('dr-mosquitto-');
   const conf = path.join(dir, 'mosquitto.conf');
   await fs.writeFile(conf, (await fs.readFile(configFile, 'utf8')) + `\nlistener ${port} 127.0.0.1\n`);

@@ -44,4 +44,16 @@ describe('CopyTurn', () => {
     next.give();
     expect(new Int32Array(shared)[0]).toBe(0);
   });
+  it("is free at once when the pool releases a dead holder's mark", async () => {
+    const shared = CopyTurn.shared();
+    const dead = new CopyTurn(shared, 5);
+    const alive = new CopyTurn(shared, 6);
+    await dead.take();
+    const waiting = await tryTake(alive);
+    expect(waiting.inNow).toBe(false);
+    expect(CopyTurn.releaseFrom(shared, 6)).toBe(false); // not the holder: nothing changes
+    expect(CopyTurn.releaseFrom(shared, 5)).toBe(true);
+    await waiting.taken;
+    alive.give();
+  });
 });

@@ -48,6 +48,37 @@ describe('the router', () => {
     expect(router.unacknowledged).toBe(0);
   });
 
+  it("sends a dead worker's batches again in their order, and a newer batch of the shard only after them", async () => {
+    const { IngestRouter } = await import('../../src/ingest/router.js');
+    const calls: Array<{ keys: string[]; resolve: () => void; reject: (e: Error) => void }> = [];
+    const runner = {
+      shards: 1,
+      run: (_shard: number, task: { keys: string }) =>
+        new Promise<WorkerMetricsDelta>((resolve, reject) =>
+          calls.push({ keys: task.keys.split('\0'), resolve: () => resolve(ShardActorMetrics()), reject }),
+        ),
+    };
+    const router = new IngestRouter(runner, { maxMessageBytes: 100, maxPending: 1000, holdMs: 1, log: quiet, onPressure() {} });
+    const a = acker();
+    router.accept('t', 'one', Buffer.from('{}'), a.handle(1));
+    await eventuallyTrue(() => calls.length === 1);
+    router.accept('t', 'two', Buffer.from('{}'), a.handle(2));
+    await eventuallyTrue(() => calls.length === 2);
+    // The worker dies: both its batches fail (the later one first, as may happen)...
+    calls[1]!.reject(new Error('worker died'));
+    calls[0]!.reject(new Error('worker died'));
+    // ... and a newer batch of the shard comes while they wait to be sent again.
+    await new Promise((r) => setTimeout(r, 20));
+    router.accept('t', 'three', Buffer.from('{}'), a.handle(3));
+    await new Promise((r) => setTimeout(r, 50));
+    expect(calls).toHaveLength(2); // held behind the failed ones
+    await eventuallyTrue(() => calls.length === 5);
+    expect(calls.slice(2).map((c) => c.keys)).toEqual([['t/one'], ['t/two'], ['t/three']]);
+    for (const c of calls.slice(2)) c.resolve();
+    await eventuallyTrue(() => a.acked.length === 3);
+    expect(a.acked).toEqual([1, 2, 3]);
+  });
+
   it('asks the broker link to pause above INGEST_MAX_PENDING and to resume below half of it', async () => {
     const { IngestRouter } = await import('../../src/ingest/router.js');
     const pending: Array<() => void> = [];

@@ -1,0 +1,81 @@
+// Helpers of the fault tests: the database taken away and given back, and publishers whose
+// messages carry a unique sequence number, so what history holds can be checked for loss
+// (an acknowledged number missing) and duplicates (a number stored twice).
+import pg from 'pg';
+import type mqtt from 'mqtt';
+import { http } from './service.js';
+import { metric } from './registry-fixtures.js';
+
+/**
+ * Refuses new connections to the database of `databaseUrl` and ends the open ones (the
+ * service's pools too). Resolves with the function that lets connections in again.
+ */
+export async function takeDatabaseAway(databaseUrl: string): Promise<() => Promise<void>> {
+  const dbName = new URL(databaseUrl).pathname.slice(1);
+  const adminUrl = new URL(databaseUrl);
+  adminUrl.pathname = '/postgres';
+  const admin = new pg.Client({ connectionString: adminUrl.toString() });
+  await admin.connect();
+  await admin.query(`ALTER DATABASE "${dbName}" ALLOW_CONNECTIONS false`);
+  await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()', [dbName]);
+  return async () => {
+    await admin.query(`ALTER DATABASE "${dbName}" ALLOW_CONNECTIONS true`);
+    await admin.end();
+  };
+}
+
+/** The sum of a labelled gauge's samples, e.g. every shard's `ingest_queue_depth`. */
+export async function gaugeSum(base: string, name: string): Promise<number> {
+  const text = (await http('GET', `${base}/metrics`)).text;
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
+    .reduce((s, l) => s + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+}
+
+/** One sample of the service's metrics. */
+export async function metricOf(base: string, sample: string): Promise<number> {
+  return metric((await http('GET', `${base}/metrics`)).text, sample);
+}
+
+/**
+ * Publishes `{seq: n}` QoS 1 messages with numbers from `first` upwards to `topic`, `count` of
+ * them, all at once (no window: the client holds them until acknowledged). Resolves the
+ * numbers whose PUBACK came; a publish that failed (connection lost) is left out.
+ */
+export function publishSequence(client: mqtt.MqttClient, topic: string, first: number, count: number): Promise<number[]> {
+  return Promise.all(
+    Array.from({ length: count }, (_, i) =>
+      client.publishAsync(topic, JSON.stringify({ seq: first + i }), { qos: 1 }).then(
+        () => first + i,
+        () => -1,
+      ),
+    ),
+  ).then((acked) => acked.filter((n) => n >= 0));
+}
+
+export interface SequenceCheck {
+  /** Acknowledged numbers missing from history. */
+  lost: number[];
+  /** Rows beyond the first of numbers stored more than once. */
+  duplicates: number;
+  stored: number;
+}
+
+/** Compares the `seq` values stored for `tenant` (attribute `seq`) with the acknowledged numbers. */
+export async function checkSequence(db: Pick<pg.Pool, 'query'>, tenant: string, acked: Iterable<number>): Promise<SequenceCheck> {
+  const { rows } = await db.query<{ seq: number; n: number }>(
+    `SELECT value::bigint AS seq, count(*)::int AS n FROM history WHERE tenant = $1 AND attr = 'seq' GROUP BY 1`,
+    [tenant],
+  );
+  const counts = new Map(rows.map((r) => [Number(r.seq), r.n]));
+  const lost: number[] = [];
+  for (const n of acked) if (!counts.has(n)) lost.push(n);
+  let duplicates = 0;
+  let stored = 0;
+  for (const n of counts.values()) {
+    stored += n;
+    duplicates += n - 1;
+  }
+  return { lost, duplicates, stored };
+}

@@ -1,0 +1,79 @@
+// Fault 1 of issue 19: a subscriber connection paused by backpressure (the database is away,
+// the receive window full) read nothing, not even the broker's PINGRESPs, and its own
+// keepalive check hung up after 1.5 × keepalive, reconnected in a loop, forgot its pending acks
+// and had the broker send those messages again (stored twice). A paused connection keeps
+// pinging and stays up: no reconnect, nothing lost, nothing stored twice.
+import crypto from 'node:crypto';
+import path from 'node:path';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { projectRoot } from '../../src/paths.js';
+import { startTestService, type TestService } from '../helpers/service.js';
+import { mosquittoBinary, startMosquitto, type Mosquitto } from '../helpers/mosquitto.js';
+import { createDevice, createTemplate, deviceClient, eventually, historyCount } from '../helpers/registry-fixtures.js';
+import { checkSequence, gaugeSum, metricOf, publishSequence, takeDatabaseAway } from '../helpers/faults.js';
+
+const KEEPALIVE_SECONDS = 2;
+const MAX_PENDING = 100; // the smallest INGEST_MAX_PENDING
+const MESSAGES = 400;
+
+// Mosquitto of the test's own (MQTT 5, shared subscription: the production setup). Without the
+// binary the test fails: it must not pass without the broker it is about.
+describe('a subscriber connection paused through a database outage (Mosquitto)', () => {
+  let broker: Mosquitto;
+  let svc: TestService;
+  const tenant = `ps${crypto.randomBytes(3).toString('hex')}`;
+  let device: string;
+
+  beforeAll(async () => {
+    if (!mosquittoBinary()) throw new Error('this test needs mosquitto installed (apt-get install mosquitto)');
+    broker = await startMosquitto(path.join(projectRoot, 'test/ingest/fixtures/mosquitto.conf'));
+    svc = await startTestService({
+      MQTT_URL: broker.url,
+      MQTT_KEEPALIVE_SECONDS: String(KEEPALIVE_SECONDS),
+      INGEST_MAX_PENDING: String(MAX_PENDING),
+      MQTT_SUBSCRIBER_CONNECTIONS: '2',
+    });
+    const t = await createTemplate(svc.service.pool, tenant, 't', [{ label: 'seq', type: 'dynamic', value_type: 'integer' }]);
+    device = await createDevice(svc.service.pool, tenant, [t]);
+  });
+  afterAll(async () => {
+    await svc?.stop();
+    await broker?.stop();
+  });
+
+  it('stays connected, and stores every message once when the database is back', async () => {
+    const client = await deviceClient(svc.env.MQTT_URL!);
+    const topic = `${tenant}:${device}/attrs`;
+    const db = new pg.Pool({ connectionString: svc.env.DATABASE_URL, max: 2 });
+    db.on('error', () => undefined); // its idle connections are ended by the outage too
+    try {
+      expect(await publishSequence(client, topic, 0, 1)).toEqual([0]);
+      await eventually(async () => (await historyCount(db, tenant, device)) === 1 || undefined, 'the first value');
+      const reconnectsBefore = await metricOf(svc.base, 'broker_link_reconnects_total');
+
+      const restore = await takeDatabaseAway(svc.env.DATABASE_URL!);
+      let acked: Promise<number[]>;
+      try {
+        acked = publishSequence(client, topic, 1, MESSAGES);
+        // The receive window fills: the router holds INGEST_MAX_PENDING and pauses the connections.
+        await eventually(async () => (await gaugeSum(svc.base, 'ingest_queue_depth')) >= MAX_PENDING || undefined, 'a full window');
+        // Paused for well over 1.5 × keepalive (where the connection used to hang up).
+        await new Promise((r) => setTimeout(r, KEEPALIVE_SECONDS * 4000));
+        expect(await gaugeSum(svc.base, 'broker_link_connections{state="connected"}')).toBe(3); // 2 subscribers, the publisher
+      } finally {
+        await restore();
+      }
+      const numbers = await acked;
+      expect(numbers).toHaveLength(MESSAGES);
+      await eventually(async () => (await historyCount(db, tenant, device)) >= MESSAGES + 1 || undefined, 'every message stored', 30_000);
+      // Let anything sent twice arrive too before counting.
+      await new Promise((r) => setTimeout(r, 1000));
+      expect(await checkSequence(db, tenant, [0, ...numbers])).toEqual({ lost: [], duplicates: 0, stored: MESSAGES + 1 });
+      expect(await metricOf(svc.base, 'broker_link_reconnects_total')).toBe(reconnectsBefore);
+    } finally {
+      await db.end();
+      await client.endAsync();
+    }
+  });
+});
