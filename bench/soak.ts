@@ -118,7 +118,8 @@ async function main(): Promise<void> {
           MQTT_SUBSCRIBER_CONNECTIONS: String(CONNECTIONS),
           MQTT_SESSION_EXPIRY_SECONDS: '300',
         }
-      : {};
+      : // The soak measures ingest: its generated devices have no credentials (bench/connect-storm.ts measures logins).
+        { MQTT_DEVICE_AUTH: 'off' };
   log(`starting the service (${BROKER} broker) and an embedded PostgreSQL`);
   const svc = await startBenchService(env);
   const mqttUrl = BROKER === 'external' ? EXTERNAL_URL : svc.mqttUrl!;
