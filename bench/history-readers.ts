@@ -12,7 +12,7 @@
 //     BENCH_INGEST_SECONDS (15) without readers, then as long with 50 concurrent aggregate
 //     readers: acknowledged messages/s of both windows and their ratio (same run).
 //   npm run build && node dist/bench/history-readers.js
-import { fork, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -20,7 +20,7 @@ import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { projectRoot } from '../src/paths.js';
-import type { LoadConfig, LoadProgress } from './ingest-load.js';
+import { generator } from './lib/load-generator.js';
 
 const ADMIN_DB = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const REQUESTS = Number(process.env.BENCH_READERS_REQUESTS ?? 300);
@@ -30,29 +30,6 @@ const MQTT_URL = process.env.BENCH_MQTT_URL ?? 'mqtt://127.0.0.1:1883';
 const INGEST_SECONDS = Number(process.env.BENCH_INGEST_SECONDS ?? 15);
 const READERS = 50;
 
-/** The load generator as its own process (IPC progress every 200 ms), as bench/history-scale.ts runs it. */
-function generator(cfg: LoadConfig): { latest: () => LoadProgress | undefined; ready: Promise<void>; stop: () => Promise<void> } {
-  const proc = fork(path.join(projectRoot, 'dist/bench/ingest-load.js'), [JSON.stringify(cfg)], {
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  let latest: LoadProgress | undefined;
-  const ready = new Promise<void>((resolve, reject) => {
-    proc.on('message', (m: { type: string }) => {
-      if (m.type === 'ready') resolve();
-      if (m.type === 'progress') latest = m as LoadProgress;
-    });
-    proc.once('exit', (code) => reject(new Error(`ingest-load exited with ${code}`)));
-  });
-  return {
-    latest: () => latest,
-    ready,
-    stop: () =>
-      new Promise((resolve) => {
-        proc.once('exit', () => resolve());
-        proc.send({ type: 'stop' });
-      }),
-  };
-}
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const ATTRS = ['temperature', 'humidity', 'pressure'];
 const tenant = 'bench';

@@ -14,13 +14,10 @@
 // trigger), and the service's first pass writes the series' spans in one GROUP BY.
 //   npm run build && BENCH_ROWS=3000000 BENCH_INGEST_RATE=4000 node dist/bench/history-scale.js
 // The full-size run needs a quiet machine and ~30 GB of disk: docs/operations.md §6.
-import { fork } from 'node:child_process';
 import crypto from 'node:crypto';
 import os from 'node:os';
-import path from 'node:path';
 import pg from 'pg';
-import { projectRoot } from '../src/paths.js';
-import type { LoadConfig, LoadProgress } from './ingest-load.js';
+import { generator } from './lib/load-generator.js';
 import {
   ATTRS,
   deviceId,
@@ -45,30 +42,6 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 30);
 const INGEST_RATE = Number(process.env.BENCH_INGEST_RATE ?? 0);
 const MQTT_URL = process.env.BENCH_MQTT_URL ?? 'mqtt://127.0.0.1:1883';
 const CHUNK_INTERVAL = process.env.BENCH_CHUNK_INTERVAL ?? '1 day';
-
-/** The load generator as its own process (IPC progress every 200 ms), as bench/ingest.ts runs it. */
-function generator(cfg: LoadConfig): { latest: () => LoadProgress | undefined; ready: Promise<void>; stop: () => Promise<void> } {
-  const proc = fork(path.join(projectRoot, 'dist/bench/ingest-load.js'), [JSON.stringify(cfg)], {
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  let latest: LoadProgress | undefined;
-  const ready = new Promise<void>((resolve, reject) => {
-    proc.on('message', (m: { type: string }) => {
-      if (m.type === 'ready') resolve();
-      if (m.type === 'progress') latest = m as LoadProgress;
-    });
-    proc.once('exit', (code) => reject(new Error(`ingest-load exited with ${code}`)));
-  });
-  return {
-    latest: () => latest,
-    ready,
-    stop: () =>
-      new Promise((resolve) => {
-        proc.once('exit', () => resolve());
-        proc.send({ type: 'stop' });
-      }),
-  };
-}
 
 async function main(): Promise<void> {
   const db = await openDatabase();
