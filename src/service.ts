@@ -29,6 +29,7 @@ import { shutdownClock, until, type ShutdownClock } from './shutdown.js';
 import { CredentialHasher } from './registry/credentials/hashing.js';
 import { DeviceLogins } from './registry/credentials/logins.js';
 import { LoginMetrics } from './registry/credentials/metrics.js';
+import { watchViewCaches } from './registry/cache-metrics.js';
 import { CredentialService } from './registry/credentials/service.js';
 import { DynamicSecurity } from './broker/dynamic-security.js';
 import { DeviceStatusBook } from './registry/devices/status.js';
@@ -249,21 +250,31 @@ async function startBrokerAccounts(
 }
 
 /** The registry's services (templates, devices, keys, credentials), their caches bounded in size and age. */
-function registryServices(config: Config, db: Database, core: Core, messaging: Messaging, accounts: DynamicSecurity | undefined) {
+function registryServices(
+  config: Config,
+  db: Database,
+  core: Core,
+  messaging: Messaging,
+  accounts: DynamicSecurity | undefined,
+  started: Started,
+) {
   const cacheMaxAgeMs = config.registryCacheMaxAgeSeconds * 1000;
   const psk = new PskService(core.events, new KeySealer(messaging.pskKey));
-  return {
-    templates: new TemplateService(db.pool, core.events, { cacheSize: config.templateCacheSize, cacheMaxAgeMs }),
-    credentials: new CredentialService(db.pool, core.events, messaging.hasher, config.maxDeviceCredentials, accounts),
-    psk,
-    devices: new DeviceService(db.pool, core.events, {
-      cacheSize: config.deviceCacheSize,
-      cacheMaxAgeMs,
-      openKey: (sealed, place) => psk.open(sealed, place),
-      status: messaging.deviceStatus,
-      offlineAfterSeconds: config.deviceOfflineAfterSeconds,
-    }),
-  };
+  const templates = new TemplateService(db.pool, core.events, { cacheSize: config.templateCacheSize, cacheMaxAgeMs });
+  const devices = new DeviceService(db.pool, core.events, {
+    cacheSize: config.deviceCacheSize,
+    cacheMaxAgeMs,
+    openKey: (sealed, place) => psk.open(sealed, place),
+    status: messaging.deviceStatus,
+    offlineAfterSeconds: config.deviceOfflineAfterSeconds,
+  });
+  started.onStop(async () => {
+    templates.close();
+    devices.close();
+  });
+  watchViewCaches(core.metrics, { device: () => devices.viewCacheCounts(), template: () => templates.viewCacheCounts() });
+  const credentials = new CredentialService(db.pool, core.events, messaging.hasher, config.maxDeviceCredentials, accounts);
+  return { templates, credentials, psk, devices };
 }
 
 interface Api {
@@ -355,7 +366,7 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
     const core = await startCore(config, db, log, started);
     const messaging = await startMessaging(config, db, core, log, started);
     const accounts = await startBrokerAccounts(config, db, core, log, started);
-    const registry = registryServices(config, db, core, messaging, accounts);
+    const registry = registryServices(config, db, core, messaging, accounts, started);
     const api = await startApi(config, db, core, messaging, registry, log, started);
     return {
       config,

@@ -5,12 +5,15 @@ import type { ListFilters, Page } from './paging.js';
 // in between, the value may predate the change and is not kept. So a committed change (whose
 // event is delivered after the commit) is never hidden by a cached value. Should an event be
 // missed all the same (another instance's, lost with the listening connection), no value is
-// used longer than `maxAgeMs` after it was kept.
+// used longer than `maxAgeMs` after it was kept. Entries read meanwhile are read again before
+// they expire (`dueForRenewal`, used by CacheRenewal), so a hot entry never waits for the database.
 
 interface Entry<V> {
   value: V;
   /** performance.now() when it was kept. */
   at: number;
+  /** Read since it was kept. */
+  used: boolean;
 }
 
 export class TenantCache<V> {
@@ -18,6 +21,9 @@ export class TenantCache<V> {
   private readonly generations = new Map<string, number>();
   private epoch = 0;
   private size = 0;
+  /** Lookups answered from the cache, and not (metrics). */
+  hits = 0;
+  misses = 0;
 
   constructor(
     private readonly maxEntries: number,
@@ -27,11 +33,36 @@ export class TenantCache<V> {
   get(tenant: string, key: string): V | undefined {
     const entries = this.tenants.get(tenant);
     const entry = entries?.get(key);
-    if (!entry) return undefined;
-    if (performance.now() - entry.at <= this.maxAgeMs) return entry.value;
-    entries!.delete(key);
-    this.size--;
+    if (entry && performance.now() - entry.at <= this.maxAgeMs) {
+      entry.used = true;
+      this.hits++;
+      return entry.value;
+    }
+    this.misses++;
+    if (entry) {
+      entries!.delete(key);
+      this.size--;
+    }
     return undefined;
+  }
+
+  /**
+   * The keys, by tenant, of the entries read since they were kept and now older than `ageMs`
+   * (and still within the maximum age): what a renewal reads again before they expire.
+   */
+  dueForRenewal(ageMs: number): Map<string, string[]> {
+    const due = new Map<string, string[]>();
+    const now = performance.now();
+    for (const [tenant, entries] of this.tenants) {
+      const keys: string[] = [];
+      // In order of age: the first entry younger than `ageMs` ends the walk.
+      for (const [key, e] of entries) {
+        if (now - e.at < ageMs) break;
+        if (e.used && now - e.at <= this.maxAgeMs) keys.push(key);
+      }
+      if (keys.length > 0) due.set(tenant, keys);
+    }
+    return due;
   }
 
   /** Take before reading the value from the database. */
@@ -51,7 +82,7 @@ export class TenantCache<V> {
     if (!entries) this.tenants.set(tenant, (entries = new Map<string, Entry<V>>()));
     // Deleted first, so the map's order stays the order of age (eviction takes the first).
     if (entries.delete(key)) this.size--;
-    entries.set(key, { value, at: performance.now() });
+    entries.set(key, { value, at: performance.now(), used: false });
     this.size++;
     while (this.size > this.maxEntries) this.evictOne();
   }
@@ -147,6 +178,13 @@ export interface PageRequest<T> {
 export class ListCache {
   private readonly counts: TenantCache<number>;
   private readonly pages: TenantCache<ListPage<unknown>>;
+  /**
+   * Reads under way, by tenant, stamps and key: requests that miss the cache together share one
+   * query (a count of 100,000 matches asked by 50 clients at once is counted once, not 50 times).
+   * The stamps are part of the key, so a request that comes after an invalidation never shares
+   * a read that began before it.
+   */
+  private readonly reading = new Map<string, Promise<unknown>>();
 
   constructor(maxAgeMs: number) {
     this.counts = new TenantCache(10_000, maxAgeMs);
@@ -165,25 +203,40 @@ export class ListCache {
    */
   async page<T>(tenant: string, r: PageRequest<T>): Promise<ListPage<T>> {
     const pageKey = `${r.key}|${r.sortByLabel ? 'label' : 'id'}|${r.page.size}|${r.page.offset}`;
-    if (r.cachePage) {
-      const cached = this.pages.get(tenant, pageKey);
-      if (cached) return cached as ListPage<T>;
-    }
+    if (!r.cachePage) return this.read(tenant, r, pageKey);
+    const cached = this.pages.get(tenant, pageKey);
+    if (cached) return cached as ListPage<T>;
+    return this.once(`page|${tenant}|${this.pages.stamp(tenant)}|${this.counts.stamp(tenant)}|${pageKey}`, () =>
+      this.read(tenant, r, pageKey),
+    );
+  }
+
+  private async read<T>(tenant: string, r: PageRequest<T>, pageKey: string): Promise<ListPage<T>> {
     const countStamp = this.counts.stamp(tenant);
     const pageStamp = this.pages.stamp(tenant);
+    const count = () => this.once(`count|${tenant}|${countStamp}|${r.key}`, r.count);
     let matches = this.counts.get(tenant, r.key);
     if (matches === undefined && r.countFirst) {
-      matches = await r.count();
+      matches = await count();
       this.counts.set(tenant, r.key, matches, countStamp);
     }
     if (matches !== undefined && r.page.offset >= matches) return { items: [], matches };
     const items = await r.fetchPage(matches);
     if (matches === undefined) {
       const partial = items.length > 0 && items.length < r.page.size;
-      matches = partial ? r.page.offset + items.length : await r.count();
+      matches = partial ? r.page.offset + items.length : await count();
       this.counts.set(tenant, r.key, matches, countStamp);
     }
     if (r.cachePage && items.length <= MAX_CACHED_PAGE) this.pages.set(tenant, pageKey, { items, matches }, pageStamp);
     return { items, matches };
+  }
+
+  /** `load()`, or the same load already under way for `key`. */
+  private once<R>(key: string, load: () => Promise<R>): Promise<R> {
+    const running = this.reading.get(key);
+    if (running) return running as Promise<R>;
+    const p = load().finally(() => this.reading.delete(key));
+    this.reading.set(key, p);
+    return p;
   }
 }

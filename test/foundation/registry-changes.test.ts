@@ -11,6 +11,7 @@ import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { http, testEnv, useService, type ServiceForFile } from '../helpers/service.js';
 import { createDevice, createTemplate, deviceClient, eventually, historyCount, metric, notifySink } from '../helpers/registry-fixtures.js';
+import { metricOf } from '../helpers/faults.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -184,6 +185,28 @@ describe('cached entries with no notification at all', () => {
     expect(await label(svc, id)).toBe('first_0'); // from the cache
     await sleep(1200);
     expect(await label(svc, id)).toBe('second');
+  });
+
+  it('a view being read is renewed before it expires: no read waits for the database, and a change still shows within the age', async () => {
+    const id = await newDevice(svc, 'hot');
+    const sample = (name: string) => metricOf(svc.base, name);
+    expect(await label(svc, id)).toBe('hot_0');
+    const missesBefore = await sample('registry_view_cache_lookups_total{cache="device",result="miss"}');
+    const renewedBefore = await sample('registry_view_cache_renewed_total{cache="device"}');
+    // Read every 50 ms for 3 maximum ages: each read is answered from the cache.
+    const until = Date.now() + 3000;
+    while (Date.now() < until) {
+      expect(await label(svc, id)).toBe('hot_0');
+      await sleep(50);
+    }
+    // One miss is allowed for a renewal late on a loaded machine; without renewal there would be three.
+    expect(await sample('registry_view_cache_lookups_total{cache="device",result="miss"}')).toBeLessThanOrEqual(missesBefore + 1);
+    expect(await sample('registry_view_cache_renewed_total{cache="device"}')).toBeGreaterThanOrEqual(renewedBefore + 2);
+    // Renewal reads the database: a change nobody announced still shows within the maximum age.
+    await relabel(svc.service.pool, 'admin', id, 'renewed', false);
+    const changedAt = Date.now();
+    await eventually(async () => (await label(svc, id)) === 'renewed' || undefined, 'the unannounced change', 5000);
+    expect(Date.now() - changedAt).toBeLessThan(1500);
   });
 
   it('a device model in the ingest cache is read again once older than REGISTRY_CACHE_MAX_AGE_SECONDS', async () => {

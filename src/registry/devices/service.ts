@@ -9,6 +9,8 @@ import type { AttrRecord } from '../attrs.js';
 import type { RegistryEvent, RegistryEvents } from '../events.js';
 import { filtersCanMatch, parseTemplateId } from '../sql.js';
 import { countKey, ListCache, TenantCache } from '../tenant-cache.js';
+import { CacheRenewal } from '../cache-renewal.js';
+import type { ViewCacheCounts } from '../cache-metrics.js';
 import { parseDeviceBody } from './input.js';
 import * as repo from './repo.js';
 import type { CreateOptions, DeviceInput, DeviceQuery, DeviceRecord, OverrideRow } from './types.js';
@@ -53,6 +55,7 @@ export class DeviceService {
   private readonly views: TenantCache<CachedView>;
   /** Match counts and pages (ids) of list requests. */
   private readonly lists: ListCache;
+  private readonly renewal: CacheRenewal;
   private readonly randomId: () => string;
 
   constructor(
@@ -62,8 +65,19 @@ export class DeviceService {
   ) {
     this.views = new TenantCache(opts.cacheSize, opts.cacheMaxAgeMs);
     this.lists = new ListCache(opts.cacheMaxAgeMs);
+    this.renewal = new CacheRenewal(this.views, opts.cacheMaxAgeMs, async (tenant, ids) => (await this.readViews(tenant, ids)).size);
     this.randomId = opts.randomId ?? randomDeviceId;
     events.on((e) => this.invalidate(e));
+  }
+
+  /** Stops renewing the cached views. */
+  close(): void {
+    this.renewal.stop();
+  }
+
+  /** Lookups of the view cache, entries renewed and kept (metrics). */
+  viewCacheCounts(): ViewCacheCounts {
+    return { hits: this.views.hits, misses: this.views.misses, renewed: this.renewal.renewed, entries: this.views.entries };
   }
 
   async create(tenant: string, opts: CreateOptions, body: unknown): Promise<CreateResult> {
@@ -116,10 +130,9 @@ export class DeviceService {
   private async storedViewJson(tenant: string, id: string): Promise<string> {
     const hit = this.views.get(tenant, id);
     if (hit !== undefined) return hit.json;
-    const stamp = this.views.stamp(tenant);
-    const view = cachedView(await this.find(tenant, id, false));
-    this.views.set(tenant, id, view, stamp);
-    return view.json;
+    const json = id.includes('\0') ? undefined : (await this.readViews(tenant, [id])).get(id);
+    if (json === undefined) throw errors.noSuchDevice(id);
+    return json;
   }
 
   /** A GET view with `last_seen` and `status` (they change with every message: never cached). */
@@ -146,19 +159,24 @@ export class DeviceService {
       if (hit === undefined) missing.push(id);
       else found.set(id, hit.json);
     }
-    if (missing.length > 0) {
-      const stamp = this.views.stamp(tenant);
-      for (const d of await repo.getDevices(this.pool, tenant, missing)) {
-        const view = cachedView(d);
-        this.views.set(tenant, d.id, view, stamp);
-        found.set(d.id, view.json);
-      }
-    }
+    if (missing.length > 0) for (const [id, json] of await this.readViews(tenant, missing)) found.set(id, json);
     return ids.flatMap((id) => {
       const json = found.get(id);
       if (json === undefined) return [];
       return [withStatus ? this.withStatus(tenant, id, json) : json];
     });
+  }
+
+  /** The views of `ids` read from the database (one query) and kept in the cache; by id. */
+  private async readViews(tenant: string, ids: string[]): Promise<Map<string, string>> {
+    const stamp = this.views.stamp(tenant);
+    const read = new Map<string, string>();
+    for (const d of await repo.getDevices(this.pool, tenant, ids)) {
+      const view = cachedView(d);
+      this.views.set(tenant, d.id, view, stamp);
+      read.set(d.id, view.json);
+    }
+    return read;
   }
 
   /** One device with its keys opened (internal view). */

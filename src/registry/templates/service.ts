@@ -8,6 +8,8 @@ import type { AttrRecord } from '../attrs.js';
 import type { RegistryEvent, RegistryEvents } from '../events.js';
 import { filtersCanMatch, parseTemplateId } from '../sql.js';
 import { countKey, ListCache, TenantCache } from '../tenant-cache.js';
+import { CacheRenewal } from '../cache-renewal.js';
+import type { ViewCacheCounts } from '../cache-metrics.js';
 import { parseTemplateInput } from './input.js';
 import * as repo from './repo.js';
 import type { AttrChange, AttrInput, NewAttrRow, TemplateRecord } from './types.js';
@@ -46,6 +48,7 @@ export class TemplateService {
   private readonly lists: ListCache;
   /** Serialised views by template id, for GET /template/{id} and the list pages. */
   private readonly views: TenantCache<TemplateJson>;
+  private readonly renewal: CacheRenewal;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -54,11 +57,26 @@ export class TemplateService {
   ) {
     this.views = new TenantCache(cache.cacheSize, cache.cacheMaxAgeMs);
     this.lists = new ListCache(cache.cacheMaxAgeMs);
+    this.renewal = new CacheRenewal(
+      this.views,
+      cache.cacheMaxAgeMs,
+      async (tenant, ids) => (await this.readViews(tenant, ids.map(Number))).size,
+    );
     events.on((e) => {
       if (e.type === 'templates.changed') this.views.delete(e.tenant, e.templateIds.map(String));
       if (e.type === 'tenant.changed') this.views.dropTenant(e.tenant);
       if (e.type === 'templates.changed' || e.type === 'tenant.changed') this.lists.dropTenant(e.tenant);
     });
+  }
+
+  /** Stops renewing the cached views. */
+  close(): void {
+    this.renewal.stop();
+  }
+
+  /** Lookups of the view cache, entries renewed and kept (metrics). */
+  viewCacheCounts(): ViewCacheCounts {
+    return { hits: this.views.hits, misses: this.views.misses, renewed: this.renewal.renewed, entries: this.views.entries };
   }
 
   async create(tenant: string, body: unknown): Promise<TemplateRecord> {
@@ -109,15 +127,20 @@ export class TemplateService {
       if (hit === undefined) missing.push(id);
       else found.set(id, hit);
     }
-    if (missing.length > 0) {
-      const stamp = this.views.stamp(tenant);
-      for (const t of await repo.getTemplates(this.pool, tenant, missing)) {
-        const view = templateJson(t);
-        this.views.set(tenant, String(t.id), view, stamp);
-        found.set(t.id, view);
-      }
-    }
+    if (missing.length > 0) for (const [id, view] of await this.readViews(tenant, missing)) found.set(id, view);
     return ids.flatMap((id) => found.get(id) ?? []);
+  }
+
+  /** The views of `ids` read from the database (one query) and kept in the cache; by id. */
+  private async readViews(tenant: string, ids: number[]): Promise<Map<number, TemplateJson>> {
+    const stamp = this.views.stamp(tenant);
+    const read = new Map<number, TemplateJson>();
+    for (const t of await repo.getTemplates(this.pool, tenant, ids)) {
+      const view = templateJson(t);
+      this.views.set(tenant, String(t.id), view, stamp);
+      read.set(t.id, view);
+    }
+    return read;
   }
 
   /**
