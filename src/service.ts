@@ -268,9 +268,10 @@ function registryServices(
     status: messaging.deviceStatus,
     offlineAfterSeconds: config.deviceOfflineAfterSeconds,
   });
-  started.onStop(async () => {
+  started.onStop(() => {
     templates.close();
     devices.close();
+    return Promise.resolve();
   });
   watchViewCaches(core.metrics, { device: () => devices.viewCacheCounts(), template: () => templates.viewCacheCounts() });
   const credentials = new CredentialService(db.pool, core.events, messaging.hasher, config.maxDeviceCredentials, accounts);
