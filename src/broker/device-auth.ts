@@ -23,6 +23,7 @@ import type { Logger } from '../log.js';
 import type { RegistryEvent } from '../registry/events.js';
 import type { LoginCheck, LoginVerdict } from '../registry/credentials/logins.js';
 import { NO_ACK, type AckHandle, type Inbox } from './link.js';
+import { HeldKeepalives } from './held-keepalive.js';
 import { attrsTopic, configTopic, mayPublish, maySubscribe } from './topic-rules.js';
 import { deviceKey, parseDeviceName, sameDevice, type DeviceRef } from '../topics.js';
 
@@ -42,12 +43,16 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** The ack handle of a QoS 1/2 message: lets aedes go on with the publish, which sends its PUBACK. */
 class AuthorisedPublish implements AckHandle {
-  constructor(private done: PublishDone | undefined) {}
+  constructor(
+    private done: PublishDone | undefined,
+    private readonly settled: () => void,
+  ) {}
 
   ack(): void {
     const done = this.done;
     if (!done) return;
     this.done = undefined;
+    this.settled();
     done(null);
   }
 }
@@ -85,6 +90,8 @@ export class DeviceAuthorisation {
   private readonly byCredential = new Map<string, Set<Client>>();
   /** The password of a client that named no device, until its first legacy topic names one. */
   private readonly unnamed = new WeakMap<Client, Uint8Array | undefined>();
+  /** The keepalive checks held back while a client's publishes wait for their commit. */
+  private readonly keepalives = new HeldKeepalives();
 
   constructor(
     private readonly logins: LoginCheck,
@@ -163,11 +170,11 @@ export class DeviceAuthorisation {
     if (session) {
       if (!mayPublish(session.device, packet.topic))
         return done(new Error(`${deviceName(session.device)} may not publish to ${packet.topic}`));
-      return this.handOver(topic, packet, done);
+      return this.handOver(client, topic, packet, done);
     }
     if (!topic.legacy) return done(new Error('default-mode topics need the username <tenant>:<device id>'));
     this.nameByTopic(client, topic).then(
-      (ok) => (ok ? this.handOver(topic, packet, done) : done(new Error(`not allowed as ${deviceName(topic)}`))),
+      (ok) => (ok ? this.handOver(client, topic, packet, done) : done(new Error(`not allowed as ${deviceName(topic)}`))),
       (err: Error) => done(err),
     );
   }
@@ -182,14 +189,14 @@ export class DeviceAuthorisation {
   }
 
   /** An authorised attrs message to the inbox: QoS 0 goes on at once, QoS 1/2 (the PUBACK) when ingest uses its ack handle. */
-  private handOver(device: DeviceRef, packet: PublishPacket, done: PublishDone): void {
+  private handOver(client: Client, device: DeviceRef, packet: PublishPacket, done: PublishDone): void {
     if (this.holding) return;
     const payload = typeof packet.payload === 'string' ? Buffer.from(packet.payload) : packet.payload;
     if (packet.qos === 0) {
       done(null);
       this.inbox.accept(device.tenant, device.id, payload, NO_ACK);
     } else {
-      this.inbox.accept(device.tenant, device.id, payload, new AuthorisedPublish(done));
+      this.inbox.accept(device.tenant, device.id, payload, new AuthorisedPublish(done, this.keepalives.hold(client)));
     }
   }
 
@@ -208,6 +215,7 @@ export class DeviceAuthorisation {
 
   /** Forgets a client when it goes away. */
   disconnected(client: Client): void {
+    this.keepalives.forget(client);
     const session = this.identity.get(client);
     if (!session) return;
     this.identity.delete(client);
