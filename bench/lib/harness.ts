@@ -72,6 +72,8 @@ export async function startBenchService(env: Record<string, string> = {}, nodeAr
       MQTT_HOST: '127.0.0.1',
       MQTT_PORT: '0',
       LOG_LEVEL: 'info',
+      // As the image and `npm start` run it (fewer glibc arenas: docs/operations.md §3).
+      MALLOC_ARENA_MAX: '2',
       ...benchServiceEnv(),
       ...env,
     },
