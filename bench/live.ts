@@ -9,14 +9,11 @@
 //   (c) publish -> client latency: the load at half of (a)'s rate, one more device publishing its
 //       send time (ms) as a value every 20 ms, a client subscribed to it measures arrival - send;
 //   (d) first, the service's resident memory before and after 10,000 idle WebSocket clients connect.
-import { fork } from 'node:child_process';
 import fs from 'node:fs';
-import path from 'node:path';
 import mqtt from 'mqtt';
 import WebSocket from 'ws';
-import { projectRoot } from '../src/paths.js';
 import { startBenchService, type BenchService } from './lib/harness.js';
-import type { LoadConfig, LoadProgress } from './ingest-load.js';
+import { generator } from './lib/load-generator.js';
 
 const SECONDS = Number(process.env.LIVE_BENCH_SECONDS ?? 10);
 const ROUNDS = Number(process.env.LIVE_BENCH_ROUNDS ?? 2);
@@ -35,7 +32,7 @@ function rssMb(pid: number): number {
 
 /** The load generator as a child process; resolves once its devices are connected. */
 function startLoad(svc: BenchService, rate: number) {
-  const cfg: LoadConfig = {
+  const gen = generator({
     url: svc.mqttUrl!,
     tenant: TENANT,
     devices: { from: 0, count: DEVICES },
@@ -43,27 +40,8 @@ function startLoad(svc: BenchService, rate: number) {
     rate,
     window: 8,
     connectConcurrency: 50,
-  };
-  const proc = fork(path.join(projectRoot, 'dist/bench/ingest-load.js'), [JSON.stringify(cfg)], {
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
-  let latest: LoadProgress | undefined;
-  const ready = new Promise<void>((resolve, reject) => {
-    proc.on('message', (m: { type: string }) => {
-      if (m.type === 'ready') resolve();
-      if (m.type === 'progress') latest = m as LoadProgress;
-    });
-    proc.once('exit', (code) => reject(new Error(`ingest-load exited with ${code}`)));
-  });
-  return {
-    ready,
-    acked: () => latest?.acked ?? 0,
-    stop: () =>
-      new Promise<void>((resolve) => {
-        proc.once('exit', () => resolve());
-        proc.send({ type: 'stop' });
-      }),
-  };
+  return { ready: gen.ready, acked: () => gen.latest()?.acked ?? 0, stop: gen.stop };
 }
 
 /** Acknowledged messages per second over SECONDS, after 2 s of warm-up. */
