@@ -9,6 +9,7 @@
 // The outage lasts 4 × keepalive (8 s); FAULT_OUTAGE_SECONDS=90 makes it the issue's full 90 s.
 import crypto from 'node:crypto';
 import path from 'node:path';
+import type mqtt from 'mqtt';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { projectRoot } from '../../src/paths.js';
@@ -21,6 +22,47 @@ const KEEPALIVE_SECONDS = 2;
 const MAX_PENDING = 100; // the smallest INGEST_MAX_PENDING
 const MESSAGES = 400;
 const OUTAGE_MS = Number(process.env.FAULT_OUTAGE_SECONDS ?? KEEPALIVE_SECONDS * 4) * 1000;
+
+/**
+ * One message stored, then the database away for OUTAGE_MS with MESSAGES numbered QoS 1
+ * messages sent (the window full), then back: every message acknowledged and stored exactly
+ * once. `whilePaused` checks the connections at the end of the outage.
+ */
+async function outageWithFullWindow(
+  svc: TestService,
+  client: mqtt.MqttClient,
+  tenant: string,
+  device: string,
+  whilePaused: () => Promise<void>,
+): Promise<void> {
+  const topic = `${tenant}:${device}/attrs`;
+  const db = new pg.Pool({ connectionString: svc.env.DATABASE_URL, max: 2 });
+  db.on('error', () => undefined); // its idle connections are ended by the outage too
+  try {
+    expect(await publishSequence(client, topic, 0, 1)).toEqual([0]);
+    await eventually(async () => (await historyCount(db, tenant, device)) === 1 || undefined, 'the first value');
+    const restore = await takeDatabaseAway(svc.env.DATABASE_URL!);
+    let acked: Promise<number[]>;
+    try {
+      acked = publishSequence(client, topic, 1, MESSAGES);
+      // The receive window fills: the router holds INGEST_MAX_PENDING and pauses the connections.
+      await eventually(async () => (await gaugeSum(svc.base, 'ingest_queue_depth')) >= MAX_PENDING || undefined, 'a full window');
+      // Paused for well over 1.5 × keepalive (where the connection used to hang up).
+      await new Promise((r) => setTimeout(r, OUTAGE_MS));
+      await whilePaused();
+    } finally {
+      await restore();
+    }
+    const numbers = await acked;
+    expect(numbers).toHaveLength(MESSAGES);
+    await eventually(async () => (await historyCount(db, tenant, device)) >= MESSAGES + 1 || undefined, 'every message stored', 30_000);
+    // Let anything sent twice arrive too before counting.
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(await checkSequence(db, tenant, [0, ...numbers])).toEqual({ lost: [], duplicates: 0, stored: MESSAGES + 1 });
+  } finally {
+    await db.end();
+  }
+}
 
 // Mosquitto of the test's own (MQTT 5, shared subscription: the production setup). Without the
 // binary the test fails: it must not pass without the broker it is about.
@@ -51,35 +93,13 @@ describe('a subscriber connection paused through a database outage (Mosquitto)',
     'stays connected, and stores every message once when the database is back',
     async () => {
       const client = await deviceClient(svc.env.MQTT_URL!);
-      const topic = `${tenant}:${device}/attrs`;
-      const db = new pg.Pool({ connectionString: svc.env.DATABASE_URL, max: 2 });
-      db.on('error', () => undefined); // its idle connections are ended by the outage too
       try {
-        expect(await publishSequence(client, topic, 0, 1)).toEqual([0]);
-        await eventually(async () => (await historyCount(db, tenant, device)) === 1 || undefined, 'the first value');
         const reconnectsBefore = await metricOf(svc.base, 'broker_link_reconnects_total');
-
-        const restore = await takeDatabaseAway(svc.env.DATABASE_URL!);
-        let acked: Promise<number[]>;
-        try {
-          acked = publishSequence(client, topic, 1, MESSAGES);
-          // The receive window fills: the router holds INGEST_MAX_PENDING and pauses the connections.
-          await eventually(async () => (await gaugeSum(svc.base, 'ingest_queue_depth')) >= MAX_PENDING || undefined, 'a full window');
-          // Paused for well over 1.5 × keepalive (where the connection used to hang up).
-          await new Promise((r) => setTimeout(r, OUTAGE_MS));
+        await outageWithFullWindow(svc, client, tenant, device, async () => {
           expect(await gaugeSum(svc.base, 'broker_link_connections{state="connected"}')).toBe(3); // 2 subscribers, the publisher
-        } finally {
-          await restore();
-        }
-        const numbers = await acked;
-        expect(numbers).toHaveLength(MESSAGES);
-        await eventually(async () => (await historyCount(db, tenant, device)) >= MESSAGES + 1 || undefined, 'every message stored', 30_000);
-        // Let anything sent twice arrive too before counting.
-        await new Promise((r) => setTimeout(r, 1000));
-        expect(await checkSequence(db, tenant, [0, ...numbers])).toEqual({ lost: [], duplicates: 0, stored: MESSAGES + 1 });
+        });
         expect(await metricOf(svc.base, 'broker_link_reconnects_total')).toBe(reconnectsBefore);
       } finally {
-        await db.end();
         await client.endAsync();
       }
     },
@@ -109,30 +129,13 @@ describe('a database outage with the receive window full (embedded broker)', () 
       });
       let closed = 0;
       client.on('close', () => closed++);
-      const topic = `${tenant}:${device}/attrs`;
-      const db = new pg.Pool({ connectionString: svc.env.DATABASE_URL, max: 2 });
-      db.on('error', () => undefined);
       try {
-        expect(await publishSequence(client, topic, 0, 1)).toEqual([0]);
-        await eventually(async () => (await historyCount(db, tenant, device)) === 1 || undefined, 'the first value');
-        const restore = await takeDatabaseAway(svc.env.DATABASE_URL!);
-        let acked: Promise<number[]>;
-        try {
-          acked = publishSequence(client, topic, 1, MESSAGES);
-          await eventually(async () => (await gaugeSum(svc.base, 'ingest_queue_depth')) >= MAX_PENDING || undefined, 'a full window');
-          await new Promise((r) => setTimeout(r, OUTAGE_MS));
+        await outageWithFullWindow(svc, client, tenant, device, () => {
           expect(closed).toBe(0);
-        } finally {
-          await restore();
-        }
-        const numbers = await acked;
-        expect(numbers).toHaveLength(MESSAGES);
-        await eventually(async () => (await historyCount(db, tenant, device)) >= MESSAGES + 1 || undefined, 'every message stored', 30_000);
-        await new Promise((r) => setTimeout(r, 1000));
-        expect(await checkSequence(db, tenant, [0, ...numbers])).toEqual({ lost: [], duplicates: 0, stored: MESSAGES + 1 });
+          return Promise.resolve();
+        });
         expect(closed).toBe(0);
       } finally {
-        await db.end();
         await client.endAsync();
       }
     },
