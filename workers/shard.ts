@@ -40,7 +40,6 @@ const committed = new BroadcastChannel(COMMITTED_CHANNEL);
 committed.unref();
 const actor = new ShardActor(cache, writer, {
   batchRows: settings.ingestBatchRows,
-  batchMs: settings.ingestBatchMs,
   log,
   onCommitted: (batch) => committed.postMessage(batch),
 });

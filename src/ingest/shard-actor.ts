@@ -1,8 +1,9 @@
 // The shard actor: runs inside one Piscina worker and owns a set of devices (those whose key
 // hashes to its shard). Batches from the router are processed strictly in arrival order
 // (one promise chain), so one device's messages are validated and written in order. Rows
-// collect in a buffer that is written with one COPY when it reaches INGEST_BATCH_ROWS or
-// INGEST_BATCH_MS after its first row; while a COPY runs the next buffer fills. A buffer that
+// collect in a buffer that is written with one COPY as soon as the writer is free (group
+// commit: the router already held the messages INGEST_BATCH_MS); while a COPY runs the next
+// buffer fills, so COPYs grow with the load instead of multiplying. A buffer that
 // reaches INGEST_BATCH_ROWS is sealed and a new one started, so a COPY never holds more than
 // INGEST_BATCH_ROWS rows, however much piled up behind a slow or absent database. A batch's
 // promise resolves once every row it produced (and every row before it) is committed; the
@@ -33,7 +34,6 @@ interface RowBuffer {
   /** The arrival time (µs) of each message with rows, for the commit latency. */
   received: number[];
   messagesWithRows: number;
-  firstAt: number;
   waiters: Deferred[];
   /** The messages with rows, as the live stream shows them once committed. */
   committed: CommittedBatch;
@@ -45,7 +45,6 @@ function emptyBuffer(): RowBuffer {
     times: [],
     received: [],
     messagesWithRows: 0,
-    firstAt: 0,
     waiters: [],
     committed: { tenants: [], ids: [], ts: [], received: [], attrs: [] },
   };
@@ -53,7 +52,6 @@ function emptyBuffer(): RowBuffer {
 
 export interface ShardActorOptions {
   batchRows: number;
-  batchMs: number;
   log?: Logger;
   /** Told of every commit's stored messages, after the commit (the live stream; workers/shard.ts). */
   onCommitted?: (batch: CommittedBatch) => void;
@@ -201,25 +199,21 @@ export class ShardActor {
       c.ts.push(outcome.us);
       c.received.push(receivedUs);
       c.attrs.push(outcome.attrs ?? '{}');
-      if (buf.firstAt === 0) buf.firstAt = performance.now();
     }
     return true;
   }
 
+  /**
+   * Writes on the next turn of the event loop, unless a write runs (it looks at the buffer when
+   * it finishes). Measured against waiting INGEST_BATCH_MS here too (docs/messaging.md §9):
+   * publish → stream p50 146 → 89 ms, p99 260 → 209 ms at 25,000 msg/s, ingest rate unchanged.
+   */
   private schedule(): void {
-    if (this.writing) return; // the running write looks at the buffer when it finishes
-    const buf = this.current;
-    if (this.sealed.length > 0 || buf.lines.length === 0 || buf.lines.length >= this.opts.batchRows) {
+    if (this.writing || this.timer) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
       void this.flush();
-      return;
-    }
-    if (!this.timer) {
-      const wait = Math.max(0, this.opts.batchMs - (performance.now() - buf.firstAt));
-      this.timer = setTimeout(() => {
-        this.timer = undefined;
-        void this.flush();
-      }, wait);
-    }
+    }, 0);
   }
 
   private async flush(): Promise<void> {
@@ -257,16 +251,8 @@ export class ShardActor {
       this.writing = false;
     }
     for (const w of buf.waiters) w.resolve();
-    // What arrived meanwhile: write now if it is due, else when its time comes.
+    // What arrived meanwhile goes in the next COPY, at once.
     const next = this.current;
-    if (this.sealed.length > 0) {
-      void this.flush();
-    } else if (next.waiters.length > 0 || next.lines.length > 0) {
-      if (next.lines.length >= this.opts.batchRows || next.lines.length === 0 || performance.now() - next.firstAt >= this.opts.batchMs) {
-        void this.flush();
-      } else {
-        this.schedule();
-      }
-    }
+    if (this.sealed.length > 0 || next.waiters.length > 0 || next.lines.length > 0) void this.flush();
   }
 }

@@ -41,7 +41,7 @@ describe('the shard actor', () => {
     };
     const lines: string[] = [];
     const log = createLogger('info', { component: 'ingest-shard' }, { write: (line) => lines.push(line) });
-    const actor = new ShardActor(cache, writer as unknown as HistoryWriter, { batchRows: 100, batchMs: 1, log });
+    const actor = new ShardActor(cache, writer as unknown as HistoryWriter, { batchRows: 100, log });
     const payloads = ['{"a":1}', '{"a":2}', '{"a":3}'].map((p) => Buffer.from(p));
     const delta = await actor.handle({
       keys: ['t/good', 't/bad', 't/good'].join('\0'),
