@@ -172,11 +172,24 @@ async function main(): Promise<void> {
 
     const from = day0.toISOString();
     const to = new Date(day0.getTime() + 86_400_000 - 1).toISOString();
-    await measure(
-      'aggregate86400to24',
-      () => request('GET', `/history/device/${dev}/history?attr=temperature&interval=1h&agg=avg,min,max&dateFrom=${from}&dateTo=${to}`),
-      (t) => (JSON.parse(t) as unknown[]).length === 24,
-    );
+    const aggregate = () =>
+      request('GET', `/history/device/${dev}/history?attr=temperature&interval=1h&agg=avg,min,max&dateFrom=${from}&dateTo=${to}`);
+    const dayOfBuckets = (t: string) => (JSON.parse(t) as unknown[]).length === 24;
+    // The seeded rows are late rows to the service (older than its rollups): every hour is read
+    // from the rows until the rollup pass the service runs every 5 minutes; run it now, by hand,
+    // after measuring the reads from the rows.
+    await measure('aggregate86400to24FromRows', aggregate, dayOfBuckets);
+    const t0 = performance.now();
+    let settled = 0;
+    for (;;) {
+      const n = (await db.query<{ n: number }>('SELECT history_rollup_refresh(100000) AS n')).rows[0]!.n;
+      if (n === 0) break;
+      settled += n;
+    }
+    results.rollupPass = { seriesHours: settled, seconds: +((performance.now() - t0) / 1000).toFixed(2), rows: results.storedValues };
+    log(`rollup pass: ${JSON.stringify(results.rollupPass)}`);
+    // From the rollups: 23 whole hours, and the last hour's rows up to dateTo (23:59:59.999, not the hour's end).
+    await measure('aggregate86400to24', aggregate, dayOfBuckets);
     const ids = Array.from({ length: DEVICES }, (_, d) => d.toString(16).padStart(6, '0'));
     const latestBody = JSON.stringify({ devices: ids, attrs: ATTRS });
     await measure(

@@ -13,7 +13,7 @@ import { Tokens } from './auth/tokens.js';
 import { loadOrCreateKey, prepareDataDir } from './secrets.js';
 import { createMetrics, type Metrics } from './metrics.js';
 import { startIngest, type Ingest } from './ingest/index.js';
-import { startHistoryMaintenance } from './history/maintenance.js';
+import { startHistoryMaintenance, type HistoryMaintenance } from './history/maintenance.js';
 import { ActuationService } from './registry/actuation/service.js';
 import { apiRoutes } from './api.js';
 import { bindRoutes } from './http/route.js';
@@ -50,6 +50,8 @@ export interface Service {
   mqttTlsPort: number | undefined;
   /** Every route served (src/api.ts), its handler bound to the services. */
   routes: Route[];
+  /** History housekeeping (src/history/maintenance.ts); its timers run it, tests may too. */
+  historyMaintenance: HistoryMaintenance;
   /**
    * Within SHUTDOWN_TIMEOUT_MS: stops accepting requests and device messages, lets the requests
    * in flight finish while ingest commits and acknowledges what it took, then ends the broker
@@ -138,6 +140,7 @@ async function openDatabase(config: Config, log: Logger, started: Started): Prom
 }
 
 interface Messaging {
+  historyMaintenance: HistoryMaintenance;
   ingest: Ingest;
   deviceStatus: DeviceStatusBook;
   feed: LiveFeed;
@@ -177,7 +180,7 @@ async function startMessaging(config: Config, db: Database, core: Core, log: Log
   const ingest = await startIngest({ config, databaseUrl: db.url, metrics: core.metrics, logins, log });
   started.onStop((clock) => ingest.stop(clock.drainUntil));
   started.checkpoint();
-  return { ingest, logins, hasher, pskKey, deviceStatus, feed };
+  return { historyMaintenance, ingest, logins, hasher, pskKey, deviceStatus, feed };
 }
 
 /**
@@ -380,6 +383,7 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
       mqttPort: messaging.ingest.mqttPort,
       mqttTlsPort: messaging.ingest.mqttTlsPort,
       routes: api.routes,
+      historyMaintenance: messaging.historyMaintenance,
       async stop() {
         const clock = shutdownClock(config.shutdownTimeoutMs);
         api.readiness.draining = true;

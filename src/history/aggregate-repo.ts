@@ -82,9 +82,82 @@ const AGG_SQL: Record<Aggregate, string> = {
 /** A bucket as read: its start (UTC text) and each aggregate asked, as text (null: none). */
 export type BucketRow = { ts: string } & Partial<Record<Aggregate, string | null>>;
 
+/** The aggregates the hourly rollups hold (first and last need the rows). */
+const ROLLUP_AGGREGATES: ReadonlySet<Aggregate> = new Set(['avg', 'min', 'max', 'sum', 'count']);
+
+/** Combining partial aggregates (rollups and rows alike: n, nn, total, lo, hi) exactly as AGG_SQL combines rows. */
+const MERGE_SQL: Partial<Record<Aggregate, string>> = {
+  // numeric / numeric is what avg(numeric) computes (sum / count), so both give the same digits.
+  avg: `(sum(total) / nullif(sum(nn), 0))::float8`,
+  min: `min(lo)::float8`,
+  max: `max(hi)::float8`,
+  sum: `sum(total)::float8`,
+  count: `sum(n)::int8`,
+};
+
+const HOUR = `interval '1 hour'`;
+const hourOf = (ts: string) => `date_bin(${HOUR}, ${ts}, timestamptz 'epoch')`;
+
+/**
+ * The whole hours of the span the rollups may answer (sql/070_history_rollup.sql): from the
+ * first hour starting at or after `lo` to the last ending at or before `hi`, and before
+ * rolled_before; undefined when there is none, or when a bucket starts inside an hour (calendar
+ * units in a zone whose offset is not whole hours).
+ */
+async function rolledHours(
+  pool: pg.Pool,
+  span: { lo: string; hi: string },
+  b: Bucketing,
+): Promise<{ from: string; to: string } | undefined> {
+  const sql = bucketSql(b, '$3::text');
+  const L = hourOf(`$1::timestamptz + ${HOUR} - interval '1 microsecond'`);
+  const R = `least(${hourOf(`$2::timestamptz + interval '1 microsecond'`)}, (SELECT rolled_before FROM history_settings))`;
+  const aligned =
+    b.kind === 'fixed'
+      ? 'true'
+      : `NOT EXISTS (SELECT 1 FROM ${sql.series('h.l', 'h.r')} AS g(k) WHERE ${hourOf(sql.start('g.k'))} <> ${sql.start('g.k')})`;
+  const { rows } = await pool.query<{ l: string; r: string; usable: boolean }>({
+    text: `SELECT h.l::text AS l, h.r::text AS r, h.l < h.r AND ${aligned} AS usable FROM (SELECT ${L} AS l, ${R} AS r) h`,
+    values: [span.lo, span.hi, ...(b.kind === 'calendar' ? [b.tz] : [])],
+  });
+  const row = rows[0]!;
+  return row.usable ? { from: row.l, to: row.r } : undefined;
+}
+
+/**
+ * The bucket rows (`k` and the aggregates asked) from the hourly rollups of [$7, $8) that are
+ * not marked stale, and from the rows everywhere else: the span's partial first and last
+ * hours, the hours from rolled_before on, the marked hours. One statement, so one snapshot of
+ * rollups, marks and rows. Parameters: $1..$4 the series, $5 / $6 the span, $7 / $8 the rolled
+ * hours, then the zone.
+ */
+function rolledBucketsSql(key: (ts: string) => string, aggs: Aggregate[]): string {
+  const series = `series = $1::bigint AND tenant = $2 AND device_id = $3 AND attr = $4`;
+  return `SELECT k, ${aggs.map((a) => `${MERGE_SQL[a]} AS ${a}`).join(', ')}
+            FROM (SELECT ${key('r.hour')} AS k, r.n, r.nn, r.total, r.lo, r.hi
+                    FROM history_rollup r
+                   WHERE r.${series.replaceAll(' AND ', ' AND r.')} AND r.hour >= $7::timestamptz AND r.hour < $8::timestamptz
+                     AND NOT EXISTS (SELECT 1 FROM history_rollup_dirty d WHERE d.series = r.series AND d.hour = r.hour)
+                  UNION ALL
+                  SELECT ${key('x.ts')}, 1, (x.num IS NOT NULL)::int, x.num, x.num, x.num
+                    FROM (SELECT ts, ${NUMBER} AS num FROM history WHERE ${series} AND ts >= $5::timestamptz AND ts < $7::timestamptz
+                          UNION ALL
+                          SELECT ts, ${NUMBER} AS num FROM history WHERE ${series} AND ts >= $8::timestamptz AND ts <= $6::timestamptz
+                          UNION ALL
+                          SELECT h.ts, ${NUMBER.replaceAll('value', 'h.value')} AS num
+                            FROM history_rollup_dirty d
+                            JOIN LATERAL (SELECT ts, value FROM history
+                                           WHERE ${series} AND ts >= d.hour AND ts < d.hour + ${HOUR}
+                                             AND ts >= $7::timestamptz AND ts < $8::timestamptz) h ON true
+                           WHERE d.series = $1::bigint AND d.hour >= $7::timestamptz AND d.hour < $8::timestamptz) x) p
+           GROUP BY k`;
+}
+
 /**
  * The buckets of one series in time order, over the span `lo`..`hi` (their bounds also bound the
- * rows); `fill`: every bucket of the span, empty ones with null aggregates (count 0).
+ * rows); `fill`: every bucket of the span, empty ones with null aggregates (count 0). Whole
+ * hours come from the hourly rollups where they can (every aggregate asked is one they hold,
+ * and every bucket is whole hours); the answer is the same either way.
  */
 export async function readBuckets(
   pool: pg.Pool,
@@ -95,20 +168,26 @@ export async function readBuckets(
   fill: boolean,
 ): Promise<BucketRow[]> {
   const rows = seriesRows({ from: span.lo, to: span.hi });
-  const sql = bucketSql(b, '$7::text');
+  const z = b.kind === 'calendar' ? [b.tz] : [];
+  const rollable = aggs.every((a) => ROLLUP_AGGREGATES.has(a)) && (b.kind === 'calendar' || b.seconds % 3600 === 0);
+  const hours = rollable ? await rolledHours(pool, span, b) : undefined;
+  const zParam = `$${hours ? 9 : 7}::text`;
+  const sql = bucketSql(b, zParam);
   const needsNumber = aggs.some((a) => NUMERIC_AGGREGATES.has(a));
+  const buckets = hours
+    ? rolledBucketsSql(sql.key, aggs)
+    : `SELECT ${sql.key('ts')} AS k, ${aggs.map((a) => `${AGG_SQL[a]} AS ${a}`).join(', ')}
+         FROM (SELECT ts, value${needsNumber ? `, ${NUMBER} AS num` : ''} ${rows.sql}) r
+        GROUP BY 1`;
   // Output as text: count as an integer, numbers in float8's shortest form, first/last the stored JSON.
   const cols = aggs.map((a) => (fill && a === 'count' ? `coalesce(b.count, 0)::text AS count` : `b.${a}::text AS ${a}`)).join(', ');
   const from = fill ? `${sql.series('$5::timestamptz', '$6::timestamptz')} AS g(k) LEFT JOIN b ON b.k = g.k` : 'b';
   const k = fill ? 'g.k' : 'b.k';
-  const z = b.kind === 'calendar' ? [b.tz] : [];
-  const text = `WITH b AS (
-                  SELECT ${sql.key('ts')} AS k, ${aggs.map((a) => `${AGG_SQL[a]} AS ${a}`).join(', ')}
-                    FROM (SELECT ts, value${needsNumber ? `, ${NUMBER} AS num` : ''} ${rows.sql}) r
-                   GROUP BY 1)
+  const text = `WITH b AS (${buckets})
                 SELECT ${historyTimeSql(sql.start(k))} AS ts, ${cols}
                   FROM ${from}
                  ORDER BY ${k}`;
-  const { rows: out } = await pool.query<BucketRow>({ text, values: [...rows.values(s), ...z] });
+  const values = [...rows.values(s), ...(hours ? [hours.from, hours.to] : []), ...z];
+  const { rows: out } = await pool.query<BucketRow>({ text, values });
   return out;
 }

@@ -7,17 +7,29 @@
 //     (sql/022_history_closed_spans.sql): reads then plan the open chunks only, and find older
 //     rows through the series' spans;
 //   * at start and whenever a chunk completes, it warns when the chunk interval makes the
-//     current chunk's index larger than shared_buffers (src/history/sizing.ts).
+//     current chunk's index larger than shared_buffers (src/history/sizing.ts);
+//   * every ROLLUP_EVERY_MS, it rolls up the hours that ended ROLLUP_LAG_MINUTES ago and computes
+//     again the hours late rows landed in (sql/070_history_rollup.sql), for aggregate reads.
 // All of it goes through the SQL functions of sql/020_history.sql and sql/022_*.sql.
 import type pg from 'pg';
 import type { Logger } from '../log.js';
 import { forgetHorizon } from './horizon.js';
 import { checkChunkSizing } from './sizing.js';
 
+/** How long after an hour ends it is rolled up: rows of devices whose clocks lag arrive first. */
+export const ROLLUP_LAG_MINUTES = 5;
+const ROLLUP_EVERY_MS = 5 * 60_000;
+/** Most hours per transaction when a long history is rolled up the first time. */
+const ROLLUP_STEP = '1 day';
+/** Most marked hours computed again per transaction. */
+const REFRESH_MOST = 10_000;
+
 export interface HistoryMaintenance {
   timescale: boolean;
   /** One maintenance pass (also run by the timer). */
   runOnce(): Promise<void>;
+  /** One rollup pass (also run by its timer). */
+  rollUp(): Promise<void>;
   stop(): void;
 }
 
@@ -94,6 +106,35 @@ export async function startHistoryMaintenance(opts: {
     await housekeep();
     if (await close()) await checkSizing();
   };
+
+  /**
+   * Rollups up to the start of the hour that ended ROLLUP_LAG_MINUTES ago (late rows before it
+   * noted first), then the hours marked by late rows, then (with retention) those whose rows
+   * are gone. Each step is a transaction of its own; one pass at a time.
+   */
+  let rolling: Promise<void> | undefined;
+  const rollUpOnce = async () => {
+    const { rows } = await pool.query<{ t: Date; behind: boolean }>(
+      `SELECT t, t > rolled_before AS behind
+         FROM (SELECT date_bin(interval '1 hour', now() - interval '${ROLLUP_LAG_MINUTES} minutes', timestamptz 'epoch') AS t, rolled_before
+                 FROM history_settings) x`,
+    );
+    const { t, behind } = rows[0]!;
+    if (behind) {
+      await pool.query('SELECT history_rollup_note_before($1::timestamptz)', [t]);
+      for (;;) {
+        if (stopped) return;
+        const r = await pool.query<{ to: Date }>(`SELECT history_rollup_advance($1::timestamptz, interval '${ROLLUP_STEP}') AS to`, [t]);
+        if (r.rows[0]!.to.getTime() >= t.getTime()) break;
+      }
+    }
+    while (!stopped && (await pool.query<{ n: number }>('SELECT history_rollup_refresh($1::int) AS n', [REFRESH_MOST])).rows[0]!.n > 0);
+    if (retention !== null && !stopped) await pool.query('SELECT history_rollup_forget_expired()');
+  };
+  const rollUp = () => {
+    rolling ??= rollUpOnce().finally(() => (rolling = undefined));
+    return rolling;
+  };
   const failed = (err: Error) => log.warn('history maintenance failed; trying again later', { error: err.message });
 
   if (settings.timescale) await pool.query('SELECT history_apply_retention($1::int)', [retention]);
@@ -102,15 +143,20 @@ export async function startHistoryMaintenance(opts: {
   // Moving the open region is not waited for: on a database upgraded with a long history, the
   // first spans are written from every row before the horizon, which may take a while.
   void close().catch(failed);
+  void rollUp().catch(failed);
   const everyMs = Math.min(settings.secs / 4, 3600) * 1000;
   const timer = setInterval(() => void runOnce().catch(failed), everyMs);
   timer.unref();
+  const rollupTimer = setInterval(() => void rollUp().catch(failed), ROLLUP_EVERY_MS);
+  rollupTimer.unref();
   return {
     timescale: settings.timescale,
     runOnce,
+    rollUp,
     stop: () => {
       stopped = true;
       clearInterval(timer);
+      clearInterval(rollupTimer);
     },
   };
 }
