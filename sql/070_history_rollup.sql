@@ -21,6 +21,7 @@
 -- read from the rows (src/history/aggregate-repo.ts). The marks, the rollups and the rows are
 -- read in one statement, so in one snapshot. History rows are insert-only; rows deleted by hand
 -- leave their hour's rollup as it was (history_rollup_rebuild() computes everything again).
+-- Every statement here is the same on both layouts.
 
 ALTER TABLE history_settings
   ADD COLUMN rolled_before timestamptz NOT NULL DEFAULT '-infinity',
@@ -179,13 +180,16 @@ BEGIN
 END
 $$;
 
--- Everything again (after rows were deleted by hand): the next maintenance pass rolls the
--- history up from its first row.
+-- Everything again: after rows were deleted by hand, or before loading many old rows at once
+-- (with history_reopen(), every service instance stopped): drops the trigger (old rows load
+-- without marking their hours) and the rollups; the next pass rolls the history up from its
+-- first row, in steps of a day. Until then reads read rows.
 CREATE FUNCTION history_rollup_rebuild() RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM pg_advisory_xact_lock(7341002120);
+  DROP TRIGGER IF EXISTS history_rollup_late_rows ON history;
   TRUNCATE history_rollup, history_rollup_dirty;
-  UPDATE history_settings SET rolled_before = '-infinity';
+  UPDATE history_settings SET rolled_before = '-infinity', rollup_noted_before = '-infinity';
 END
 $$;

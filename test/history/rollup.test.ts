@@ -78,7 +78,7 @@ describe('hourly rollups', () => {
       ]);
     });
 
-    const maxOf = async (query: string) => ((await get(query)).body).map((b) => b.max);
+    const maxOf = async (query: string) => (await get(query)).body.map((b) => b.max);
 
     it('whole hours inside the range come from the rollups (hourly, 2-hourly and daily buckets)', async () => {
       expect(await maxOf(HOURLY.replace('avg,min,max,sum,count', 'max'))).toEqual([5, 999, 17, 23]);
