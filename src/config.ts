@@ -97,6 +97,10 @@ export interface Config {
   ingestCacheDevices: number;
   /** Unacknowledged messages held by the ingest router before it stops reading from the broker. */
   ingestMaxPending: number;
+  /** The young generation of each ingest thread, MB (INGEST_THREAD_YOUNG_GENERATION_MB; 0: V8's default). */
+  ingestThreadYoungGenerationMb: number;
+  /** Fixed heap growth between full collections, percent (V8_HEAP_GROWING_PERCENT; 0: V8's adaptive growth). */
+  v8HeapGrowingPercent: number;
   /** Largest lastN/firstN, and the cap of a history query without them. */
   historyMaxResults: number;
   /** Most buckets an aggregate history read answers per attribute (HISTORY_MAX_BUCKETS). */
@@ -359,6 +363,8 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     maxMessageBytes: integer(env, 'MAX_MESSAGE_BYTES', 64 * 1024, 1, 256 * 1024 * 1024),
     ingestCacheDevices: integer(env, 'INGEST_CACHE_DEVICES', 1_000_000, 1, 100_000_000),
     ingestMaxPending: integer(env, 'INGEST_MAX_PENDING', 200_000, 100, 100_000_000),
+    ingestThreadYoungGenerationMb: integer(env, 'INGEST_THREAD_YOUNG_GENERATION_MB', 24, 0, 4096),
+    v8HeapGrowingPercent: integer(env, 'V8_HEAP_GROWING_PERCENT', 30, 0, 1000),
     historyMaxResults: integer(env, 'HISTORY_MAX_RESULTS', 10_000, 1, 10_000_000),
     historyMaxBuckets: integer(env, 'HISTORY_MAX_BUCKETS', 1000, 1, 1_000_000),
     ingestStallSeconds: integer(env, 'INGEST_STALL_SECONDS', 30, 1, 86_400),

@@ -3,6 +3,7 @@
 import { ConfigError, logFormatOf, readConfig, type Config } from './config.js';
 import { createLogger, writeStartFailure, type LogFormat } from './log.js';
 import { startService, StartAborted, type Service } from './service.js';
+import { applyHeapGrowing } from './v8-heap.js';
 
 /** How much longer than SHUTDOWN_TIMEOUT_MS the process may take before it is ended with code 1. */
 const HARD_STOP_GRACE_MS = 1000;
@@ -27,6 +28,8 @@ try {
   fail(format, err);
 }
 const log = createLogger(config.logLevel, { service: 'device-registry' }, { format: config.logFormat });
+// Process-wide, so before any thread starts.
+applyHeapGrowing(config.v8HeapGrowingPercent);
 
 process.on('unhandledRejection', (reason) =>
   log.error('unhandled promise rejection', { error: reason instanceof Error ? reason : String(reason) }),

@@ -7,6 +7,7 @@ import crypto from 'node:crypto';
 import path from 'node:path';
 import { existsSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
+import { ingestThreadLimits } from '../v8-heap.js';
 import { ConfigError, type Config } from '../config.js';
 import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
@@ -128,7 +129,10 @@ class RouterThread implements Ingest {
   /** Starts the thread; resolves once its broker link runs, rejects if it cannot start. */
   launch(): Promise<void> {
     return new Promise<void>((resolve, reject) => {
-      const w = new Worker(ROUTER_THREAD_FILE, { workerData: this.settings });
+      const w = new Worker(ROUTER_THREAD_FILE, {
+        workerData: this.settings,
+        resourceLimits: ingestThreadLimits(this.settings.ingestThreadYoungGenerationMb),
+      });
       this.worker = w;
       const launch: Launch = { started: false, resolve, reject };
       this.startedAt = Date.now();

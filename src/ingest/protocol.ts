@@ -69,6 +69,7 @@ export const INGEST_CONFIG_KEYS = [
   'ingestCacheDevices',
   'registryCacheMaxAgeSeconds',
   'ingestMaxPending',
+  'ingestThreadYoungGenerationMb',
   'actuationTimeoutMs',
   'mqttDeviceAuth',
   'mqttPlain',

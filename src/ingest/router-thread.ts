@@ -6,6 +6,7 @@ import { BroadcastChannel, parentPort, workerData } from 'node:worker_threads';
 import pg from 'pg';
 import { ConfigError } from '../config.js';
 import { createLogger } from '../log.js';
+import { ingestThreadLimits } from '../v8-heap.js';
 import { connectionLimits } from '../db/limits.js';
 import { REGISTRY_CHANNEL, type RegistryEvent } from '../registry/events.js';
 import { EmbeddedLink } from '../broker/embedded.js';
@@ -38,6 +39,7 @@ const shards = new ShardPool(
     copyTurn: CopyTurn.shared(),
   },
   log,
+  ingestThreadLimits(settings.ingestThreadYoungGenerationMb),
 );
 let link: BrokerLink | undefined;
 const router = new IngestRouter(shards, {

@@ -8,6 +8,7 @@
 // batch timers and the registry events that invalidate its cache.
 import path from 'node:path';
 import { existsSync } from 'node:fs';
+import type { ResourceLimits } from 'node:worker_threads';
 import { Piscina, queueOptionsSymbol } from 'piscina';
 import { projectRoot } from '../paths.js';
 import type { Logger } from '../log.js';
@@ -58,6 +59,7 @@ export class ShardPool {
     readonly shards: number,
     settings: ShardWorkerSettings,
     private readonly log: Logger,
+    resourceLimits?: ResourceLimits,
   ) {
     if (!existsSync(SHARD_WORKER_FILE)) {
       throw new Error(`the shard worker ${SHARD_WORKER_FILE} is missing; run "npm run build" first`);
@@ -72,6 +74,7 @@ export class ShardPool {
       atomics: 'disabled',
       maxQueue: Infinity,
       workerData: settings,
+      resourceLimits,
       loadBalancer: pinnedBalancer(this.owners),
     });
     // A replaced worker's shards go to whoever has the fewest (its tasks are retried by the

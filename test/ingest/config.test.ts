@@ -23,6 +23,8 @@ describe('messaging configuration', () => {
     expect(c.historyRetentionDays).toBeUndefined();
     expect(c.historyMaxResults).toBe(10000);
     expect(c.actuationTimeoutMs).toBe(5000);
+    expect(c.ingestThreadYoungGenerationMb).toBe(24);
+    expect(c.v8HeapGrowingPercent).toBe(30);
   });
 
   it('one share group whatever MQTT_CLIENT_ID is (instances with their own ids must not each get every message)', () => {
@@ -43,6 +45,8 @@ describe('messaging configuration', () => {
     ['ACTUATION_TIMEOUT_MS', 'soon', /ACTUATION_TIMEOUT_MS must be an integer/],
     ['MQTT_SESSION_LEASE_SECONDS', '2', /MQTT_SESSION_LEASE_SECONDS must be an integer between 3 and 3600/],
     ['REGISTRY_CACHE_MAX_AGE_SECONDS', '0', /REGISTRY_CACHE_MAX_AGE_SECONDS must be an integer between 1 and 86400/],
+    ['INGEST_THREAD_YOUNG_GENERATION_MB', '-1', /INGEST_THREAD_YOUNG_GENERATION_MB must be an integer between 0 and 4096/],
+    ['V8_HEAP_GROWING_PERCENT', 'lots', /V8_HEAP_GROWING_PERCENT must be an integer between 0 and 1000/],
   ])('rejects %s=%s naming the variable', (name, value, message) => {
     const run = () => readConfig({ [name]: value });
     expect(run).toThrow(ConfigError);
