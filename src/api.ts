@@ -5,6 +5,7 @@ import type pg from 'pg';
 import type { Tokens } from './auth/tokens.js';
 import type { Readiness } from './health.js';
 import { authRoutes } from './auth/routes.js';
+import type { ReadGate } from './history/read-gate.js';
 import { historyRoutes } from './history/routes.js';
 import { brokerAuthRoutes } from './http/broker-auth-routes.js';
 import { opsRoutes } from './http/ops-routes.js';
@@ -38,6 +39,8 @@ export interface ApiDeps {
   actuation: ActuationService;
   historyMaxResults: number;
   historyMaxBuckets: number;
+  /** Holds aggregate and latest-value reads while ingest has the CPU (src/history/read-gate.ts). */
+  historyReads: ReadGate;
   /** The document GET /openapi.json answers, built from these routes at start. */
   openApi: ServedOpenApi;
 }

@@ -105,6 +105,8 @@ export interface Config {
   historyMaxResults: number;
   /** Most buckets an aggregate history read answers per attribute (HISTORY_MAX_BUCKETS). */
   historyMaxBuckets: number;
+  /** Share of the time aggregate and latest-value reads may take while ingest has the host's CPU (HISTORY_READ_SHARE_PERCENT; 100: no limit). */
+  historyReadSharePercent: number;
   /** Messages waiting this long with none acknowledged make ingest "stalled" (GET /health/ready). */
   ingestStallSeconds: number;
   /** How long an actuation waits for the broker to accept the message before answering 503. */
@@ -367,6 +369,7 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     v8HeapGrowingPercent: integer(env, 'V8_HEAP_GROWING_PERCENT', 30, 0, 1000),
     historyMaxResults: integer(env, 'HISTORY_MAX_RESULTS', 10_000, 1, 10_000_000),
     historyMaxBuckets: integer(env, 'HISTORY_MAX_BUCKETS', 1000, 1, 1_000_000),
+    historyReadSharePercent: integer(env, 'HISTORY_READ_SHARE_PERCENT', 10, 1, 100),
     ingestStallSeconds: integer(env, 'INGEST_STALL_SECONDS', 30, 1, 86_400),
     actuationTimeoutMs: integer(env, 'ACTUATION_TIMEOUT_MS', 5000, 1, 600_000),
     historyChunkInterval: chunk,

@@ -96,6 +96,7 @@ export const errors = {
 
   // History
   badHistoryQuery: (message: string) => plain(400, message),
+  historyReadsBusy: () => plain(503, 'Too many aggregate history reads are waiting while ingest has the CPU; send the request again later'),
 
   // Health and operations
   unhealthy: () => plain(503, 'Database unavailable'),

@@ -14,6 +14,8 @@ import { loadOrCreateKey, prepareDataDir } from './secrets.js';
 import { createMetrics, type Metrics } from './metrics.js';
 import { startIngest, type Ingest } from './ingest/index.js';
 import { startHistoryMaintenance, type HistoryMaintenance } from './history/maintenance.js';
+import { MAX_HELD_READS, ReadGate, SATURATED } from './history/read-gate.js';
+import { HostCpu } from './host-cpu.js';
 import { ActuationService } from './registry/actuation/service.js';
 import { apiRoutes } from './api.js';
 import { bindRoutes } from './http/route.js';
@@ -308,6 +310,19 @@ async function startApi(
     metrics: core.metrics,
   });
   const openApi = new ServedOpenApi(apiRoutes, config);
+  // Ingest first: aggregate reads wait while ingest has messages in hand and the host's CPUs are saturated.
+  const hostCpu = new HostCpu();
+  const historyReads = new ReadGate({
+    sharePercent: config.historyReadSharePercent,
+    closed: () => hostCpu.busy >= SATURATED && messaging.ingest.status().pending > 0,
+    maxWaiting: MAX_HELD_READS,
+    registry: core.metrics.registry,
+  });
+  started.onStop(() => {
+    historyReads.stop();
+    hostCpu.stop();
+    return Promise.resolve();
+  });
   const routes: Route[] = bindRoutes(apiRoutes, {
     ...registry,
     pool: db.pool,
@@ -318,6 +333,7 @@ async function startApi(
     actuation: new ActuationService(db.pool, messaging.ingest),
     historyMaxResults: config.historyMaxResults,
     historyMaxBuckets: config.historyMaxBuckets,
+    historyReads,
     openApi,
   });
   // The live stream (GET /stream): committed telemetry, registry changes, status changes.

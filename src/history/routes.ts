@@ -12,7 +12,13 @@ import { AGG_LIST_PATTERN, INTERVAL_PATTERN } from './buckets.js';
 import { latestBody, latestJson, latestRequestOf, latestValues, MAX_LATEST_DEVICES, templateDeviceCount } from './latest.js';
 import { EXPORT_CONTENT_TYPES, exportFormatOf, streamExport, type ExportFormat } from './export.js';
 import { historyQueryOf } from './query.js';
+import { MAX_HELD_READS, type ReadGate } from './read-gate.js';
 import { deviceAttributeLabels, readOneSeriesOfDevice, readSeries, type HistoryRow } from './repo.js';
+
+/** The 503 of the reads the read gate holds (src/history/read-gate.ts). */
+const HELD_READS_TEXT =
+  `While ingest has messages in hand and the host's CPUs are saturated, these reads wait their turn (at most ` +
+  `HISTORY_READ_SHARE_PERCENT of the time goes to them); with ${MAX_HELD_READS} already waiting, 503.`;
 
 /** lastN / firstN: the contract's 400 names the operator and what was sent. */
 const historyCount = (name: 'lastN' | 'firstN', max: number, description: string) => {
@@ -58,7 +64,7 @@ const exportReply = (format: ExportFormat, stream: Reply['stream']): Reply => ({
   stream,
 });
 
-export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number; historyMaxBuckets: number }>[] = [
+export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number; historyMaxBuckets: number; historyReads: ReadGate }>[] = [
   {
     method: 'GET',
     path: '/history/device/:id/history',
@@ -142,6 +148,10 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       },
       400: { description: 'A bad operator value.', errors: ['badHistoryQuery'] },
       404: { description: 'No such device.', errors: ['noSuchDevice'] },
+      503: {
+        description: `With \`interval\`: ${HELD_READS_TEXT}`,
+        errors: ['historyReadsBusy'],
+      },
     },
     exampleParams: { id: DEV },
     examples: [
@@ -216,7 +226,7 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       },
       { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, status: 404, response: err('noSuchDevice', 'ffffff') },
     ],
-    async handler(req, { pool, historyMaxResults, historyMaxBuckets }) {
+    async handler(req, { pool, historyMaxResults, historyMaxBuckets, historyReads }) {
       const id = req.params.id!;
       // The operators were checked against the query schema before the handler (400 before the device's 404).
       const q = historyQueryOf(req.values, historyMaxResults);
@@ -232,7 +242,7 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       }
       if (asksAggregates(req.values)) {
         const a = aggregateQueryOf(req.values);
-        const raw = await answerAggregates(pool, req.tenant, id, q, a, historyMaxBuckets);
+        const raw = await historyReads.run(() => answerAggregates(pool, req.tenant, id, q, a, historyMaxBuckets));
         if (raw === undefined) throw errors.noSuchDevice(id);
         return { status: 200, raw };
       }
@@ -288,6 +298,7 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
         description: 'A body that is not JSON, or not of this shape, or too many devices.',
         errors: ['payloadNotJson', 'badHistoryQuery'],
       },
+      503: { description: HELD_READS_TEXT, errors: ['historyReadsBusy'] },
     },
     examples: [
       {
@@ -312,14 +323,14 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
         response: err('badHistoryQuery', 'Give exactly one of "devices" and "template"'),
       },
     ],
-    async handler(req, { pool }) {
+    async handler(req, { pool, historyReads }) {
       const { sel, labels } = latestRequestOf(req.body);
       if ('template' in sel) {
         const n = await templateDeviceCount(pool, req.tenant, sel.template);
         if (n > MAX_LATEST_DEVICES)
           throw errors.badHistoryQuery(`At most ${MAX_LATEST_DEVICES} devices per request; template ${sel.template} has ${n}`);
       }
-      return { status: 200, raw: latestJson(await latestValues(pool, req.tenant, sel, labels)) };
+      return { status: 200, raw: latestJson(await historyReads.run(() => latestValues(pool, req.tenant, sel, labels))) };
     },
   },
   {

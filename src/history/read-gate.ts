@@ -1,0 +1,107 @@
+// Ingest first: the heavy history reads (aggregates, latest values of many devices) yield to
+// ingest when the host has no CPU to spare. While the gate is closed (ingest has messages in
+// hand and the host's cores are saturated) those reads run one at a time, and after each the
+// next waits long enough that reads take at most HISTORY_READ_SHARE_PERCENT of the time: a
+// closed loop of readers then costs ingest a bounded share instead of whatever it can take
+// (docs/messaging.md §6, "Readers and ingest"). With CPU to spare the gate is open and reads
+// run at once, as many as the database pool serves. Raw reads (the contract's history) and
+// exports never wait here.
+import client from 'prom-client';
+import { errors } from '../errors.js';
+
+/** The host's CPUs are saturated at this busy share (of all cores, over the last sample). */
+export const SATURATED = 0.9;
+/** Reads held at once by the service; one more is answered 503 (each holds an HTTP request, nothing else). */
+export const MAX_HELD_READS = 1000;
+/** While the lane rests, how often the gate looks whether it opened. */
+const RECHECK_MS = 250;
+
+export interface ReadGateOptions {
+  /** 1..100: the share of time held reads may take while the gate is closed; 100: never closed. */
+  sharePercent: number;
+  /** True while reads would take CPU from ingest (ingest busy and the host saturated). */
+  closed: () => boolean;
+  /** Reads held at once; one more is refused with 503. */
+  maxWaiting: number;
+  registry: client.Registry;
+}
+
+export class ReadGate {
+  /** Each held read's start: resolved with true (runs on the lane) or false (the gate opened). */
+  private readonly waiting: Array<(onLane: boolean) => void> = [];
+  private laneBusy = false;
+  /** performance.now() before which the lane's next read does not start. */
+  private nextAt = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private readonly held: client.Counter;
+
+  constructor(private readonly opts: ReadGateOptions) {
+    const waiting = this.waiting;
+    new client.Gauge({
+      name: 'history_reads_waiting',
+      help: 'Aggregate and latest-value history reads held by the read gate while ingest has the CPU',
+      registers: [opts.registry],
+      collect() {
+        this.set(waiting.length);
+      },
+    });
+    this.held = new client.Counter({
+      name: 'history_reads_held_total',
+      help: 'Aggregate and latest-value history reads that waited at the read gate (the host was saturated with ingest running)',
+      registers: [opts.registry],
+    });
+  }
+
+  /** Runs `read` now, or when the gate lets it; rejects with 503 when too many are waiting. */
+  async run<T>(read: () => Promise<T>): Promise<T> {
+    if (this.opts.sharePercent >= 100 || (this.waiting.length === 0 && !this.opts.closed())) return read();
+    if (this.waiting.length >= this.opts.maxWaiting) throw errors.historyReadsBusy();
+    this.held.inc();
+    const onLane = await new Promise<boolean>((resolve) => {
+      this.waiting.push(resolve);
+      this.pump();
+    });
+    if (!onLane) return read();
+    const started = performance.now();
+    try {
+      return await read();
+    } finally {
+      const took = performance.now() - started;
+      // The lane rests (100 / share - 1) times what the read took: reads fill `share` of its time.
+      this.nextAt = performance.now() + took * (100 / this.opts.sharePercent - 1);
+      this.laneBusy = false;
+      this.pump();
+    }
+  }
+
+  stop(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    // Whatever waits runs now: the service is stopping and answers what it took.
+    for (const start of this.waiting.splice(0)) start(false);
+  }
+
+  /** Starts what may start: everything once the gate is open, else the lane's next read when it has rested. */
+  private pump(): void {
+    if (this.timer) return;
+    if (!this.opts.closed()) {
+      for (const start of this.waiting.splice(0)) start(false);
+      return;
+    }
+    if (this.laneBusy || this.waiting.length === 0) return;
+    const rest = this.nextAt - performance.now();
+    if (rest > 0) {
+      // Looked at again at least every RECHECK_MS: if the gate opens meanwhile, the held reads go at once.
+      this.timer = setTimeout(
+        () => {
+          this.timer = undefined;
+          this.pump();
+        },
+        Math.min(rest, RECHECK_MS),
+      );
+      return;
+    }
+    this.laneBusy = true;
+    this.waiting.shift()!(true);
+  }
+}
