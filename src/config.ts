@@ -99,6 +99,8 @@ export interface Config {
   ingestMaxPending: number;
   /** The young generation of each ingest thread, MB (INGEST_THREAD_YOUNG_GENERATION_MB; 0: V8's default). */
   ingestThreadYoungGenerationMb: number;
+  /** The nice value of the ingest threads (router and shard workers), 0..19 (INGEST_THREAD_NICE; 0: the process's). */
+  ingestThreadNice: number;
   /** Fixed heap growth between full collections, percent (V8_HEAP_GROWING_PERCENT; 0: V8's adaptive growth). */
   v8HeapGrowingPercent: number;
   /** Largest lastN/firstN, and the cap of a history query without them. */
@@ -366,6 +368,7 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     ingestCacheDevices: integer(env, 'INGEST_CACHE_DEVICES', 1_000_000, 1, 100_000_000),
     ingestMaxPending: integer(env, 'INGEST_MAX_PENDING', 200_000, 100, 100_000_000),
     ingestThreadYoungGenerationMb: integer(env, 'INGEST_THREAD_YOUNG_GENERATION_MB', 24, 0, 4096),
+    ingestThreadNice: integer(env, 'INGEST_THREAD_NICE', 0, 0, 19),
     v8HeapGrowingPercent: integer(env, 'V8_HEAP_GROWING_PERCENT', 30, 0, 1000),
     historyMaxResults: integer(env, 'HISTORY_MAX_RESULTS', 10_000, 1, 10_000_000),
     historyMaxBuckets: integer(env, 'HISTORY_MAX_BUCKETS', 1000, 1, 1_000_000),

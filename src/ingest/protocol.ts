@@ -70,6 +70,7 @@ export const INGEST_CONFIG_KEYS = [
   'registryCacheMaxAgeSeconds',
   'ingestMaxPending',
   'ingestThreadYoungGenerationMb',
+  'ingestThreadNice',
   'actuationTimeoutMs',
   'mqttDeviceAuth',
   'mqttPlain',

@@ -7,6 +7,7 @@ import pg from 'pg';
 import { ConfigError } from '../config.js';
 import { createLogger } from '../log.js';
 import { ingestThreadLimits } from '../v8-heap.js';
+import { lowerThreadPriority } from '../thread-priority.js';
 import { connectionLimits } from '../db/limits.js';
 import { REGISTRY_CHANNEL, type RegistryEvent } from '../registry/events.js';
 import { EmbeddedLink } from '../broker/embedded.js';
@@ -21,6 +22,8 @@ import type { IngestSettings, MainToRouter, RouterToMain } from './protocol.js';
 
 const settings = workerData as IngestSettings;
 const log = createLogger(settings.logLevel, { component: 'ingest' }, { format: settings.logFormat });
+// Before the shard workers start: they inherit it.
+if (!lowerThreadPriority(settings.ingestThreadNice)) log.warn('INGEST_THREAD_NICE could not be applied; the ingest threads keep their priority');
 const port = parentPort!;
 const post = (m: RouterToMain) => port.postMessage(m);
 

@@ -26,6 +26,7 @@ describe('messaging configuration', () => {
     expect(c.ingestThreadYoungGenerationMb).toBe(24);
     expect(c.v8HeapGrowingPercent).toBe(30);
     expect(c.historyReadSharePercent).toBe(10);
+    expect(c.ingestThreadNice).toBe(0);
   });
 
   it('one share group whatever MQTT_CLIENT_ID is (instances with their own ids must not each get every message)', () => {
@@ -48,6 +49,7 @@ describe('messaging configuration', () => {
     ['REGISTRY_CACHE_MAX_AGE_SECONDS', '0', /REGISTRY_CACHE_MAX_AGE_SECONDS must be an integer between 1 and 86400/],
     ['INGEST_THREAD_YOUNG_GENERATION_MB', '-1', /INGEST_THREAD_YOUNG_GENERATION_MB must be an integer between 0 and 4096/],
     ['V8_HEAP_GROWING_PERCENT', 'lots', /V8_HEAP_GROWING_PERCENT must be an integer between 0 and 1000/],
+    ['INGEST_THREAD_NICE', '20', /INGEST_THREAD_NICE must be an integer between 0 and 19/],
     ['HISTORY_READ_SHARE_PERCENT', '0', /HISTORY_READ_SHARE_PERCENT must be an integer between 1 and 100/],
     ['HISTORY_READ_SHARE_PERCENT', '101', /HISTORY_READ_SHARE_PERCENT must be an integer between 1 and 100/],
   ])('rejects %s=%s naming the variable', (name, value, message) => {
