@@ -21,7 +21,9 @@ function threadNice(pid: number): Map<number, number> {
 
 describe('the ingest threads priority', () => {
   it.skipIf(process.platform !== 'linux')('INGEST_THREAD_NICE=7: the router and shard threads at 7, the HTTP thread at 0', async () => {
-    const { svc } = await services.ready(await testEnv({ INGEST_THREAD_NICE: '7', INGEST_WORKERS: '2' }));
+    const { svc } = await services.ready(
+      await testEnv({ INGEST_THREAD_NICE: '7', INGEST_WORKERS: '2', LOG_LEVEL: 'info', LOG_FORMAT: 'json' }),
+    );
     const pid = svc.child.pid!;
     const nice = threadNice(pid);
     expect(nice.get(pid)).toBe(0);
@@ -33,7 +35,7 @@ describe('the ingest threads priority', () => {
   });
 
   it.skipIf(process.platform !== 'linux')('by default every thread keeps the process priority', async () => {
-    const { svc } = await services.ready(await testEnv({ INGEST_WORKERS: '2' }));
+    const { svc } = await services.ready(await testEnv({ INGEST_WORKERS: '2', LOG_LEVEL: 'info', LOG_FORMAT: 'json' }));
     const nice = threadNice(svc.child.pid!);
     expect([...nice.values()].every((n) => n === 0)).toBe(true);
     svc.child.kill('SIGTERM');
