@@ -23,7 +23,8 @@ import type { IngestSettings, MainToRouter, RouterToMain } from './protocol.js';
 const settings = workerData as IngestSettings;
 const log = createLogger(settings.logLevel, { component: 'ingest' }, { format: settings.logFormat });
 // Before the shard workers start: they inherit it.
-if (!lowerThreadPriority(settings.ingestThreadNice)) log.warn('INGEST_THREAD_NICE could not be applied; the ingest threads keep their priority');
+if (!lowerThreadPriority(settings.ingestThreadNice))
+  log.warn('INGEST_THREAD_NICE could not be applied; the ingest threads keep their priority');
 const port = parentPort!;
 const post = (m: RouterToMain) => port.postMessage(m);
 
