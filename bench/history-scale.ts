@@ -8,6 +8,10 @@
 //            3 values a message) publishes BENCH_INGEST_RATE msg/s through BENCH_MQTT_URL
 //            (mqtt://127.0.0.1:1883) into the service: set it to 80 % of the sustainable rate
 //            bench/ingest.js measured on the machine; 0 skips this phase.
+//   aggregate (BENCH_AGGREGATE, on unless 0; issue 22): 24 hourly avg,min,max of one day of
+//            1 Hz values (86,400 rows added to device 0), idle and while ingest runs, one
+//            client paced at one request every BENCH_AGGREGATE_PACE_MS (250; a dashboard),
+//            then back to back (a closed loop, which the read gate holds on a saturated host).
 // Reported: p50 / p99 / max of lastN, the ingest rate offered, acknowledged and stored
 // (history rows a second), and the database's shared_buffers against the current chunk's index.
 // The values are written set-based before the service starts (history_reopen(): no per-row
@@ -46,6 +50,8 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 30);
 let INGEST_RATE = Number(process.env.BENCH_INGEST_RATE ?? 0);
 const MQTT_URL = process.env.BENCH_MQTT_URL ?? 'mqtt://127.0.0.1:1883';
 const CHUNK_INTERVAL = process.env.BENCH_CHUNK_INTERVAL ?? '1 day';
+const AGGREGATE = process.env.BENCH_AGGREGATE !== '0';
+const AGG_PACE_MS = Number(process.env.BENCH_AGGREGATE_PACE_MS ?? 250);
 
 async function main(): Promise<void> {
   const db = await openDatabase();
@@ -80,6 +86,17 @@ async function main(): Promise<void> {
       slice: Math.max(1, Math.floor(2_000_000 / (ATTRS.length * perSeries))),
     });
     results.loadSeconds = Math.round((performance.now() - t0) / 1000);
+    // The aggregate of issue 22: one day (yesterday, UTC) of 1 Hz values of device 0's first
+    // attribute, beside its own sparse values; rolled up by the service's first pass.
+    const aggDay = new Date(Math.floor(Date.now() / 86_400_000) * 86_400_000 - 86_400_000);
+    if (AGGREGATE) {
+      await pool.query(
+        `INSERT INTO history (tenant, device_id, attr, series, ts, value)
+         SELECT $1, $2, $3, history_series($1, $2, $3), $4::timestamptz + i * interval '1 second', round((20 + random() * 5)::numeric, 2)::text
+           FROM generate_series(0, 86399) i`,
+        [tenant, deviceId(0), ATTRS[0], aggDay.toISOString()],
+      );
+    }
     log('VACUUM ANALYZE');
     await pool.query('VACUUM ANALYZE history');
     if (timescale) {
@@ -113,6 +130,18 @@ async function main(): Promise<void> {
     log(`lastN=10, idle, ${SECONDS} s`);
     results.idle = await sequential(svc, lastN, SECONDS);
     log(`  ${JSON.stringify(results.idle)}`);
+    const aggregate = () =>
+      `/history/device/${deviceId(0)}/history?attr=${ATTRS[0]}&interval=1h&agg=avg,min,max&dateFrom=${aggDay.toISOString()}&dateTo=${new Date(aggDay.getTime() + 86_400_000 - 1).toISOString()}`;
+    const aggregates = async (phase: string) => {
+      log(`24 hourly avg,min,max of a 1 Hz day, ${phase}: one request every ${AGG_PACE_MS} ms, then back to back, ${SECONDS} s each`);
+      const out = {
+        paced: await sequential(svc!, aggregate, SECONDS, AGG_PACE_MS),
+        backToBack: await sequential(svc!, aggregate, SECONDS),
+      };
+      log(`  ${JSON.stringify(out)}`);
+      return out;
+    };
+    if (AGGREGATE) results.aggregateIdle = await aggregates('idle');
 
     if (INGEST_RATE > 0) {
       const gen = generator({
@@ -143,6 +172,14 @@ async function main(): Promise<void> {
       const rows1 = await inserted();
       const secs = (performance.now() - t2) / 1000;
       const acked = Math.round(((gen.latest()?.acked ?? 0) - acked0) / secs);
+      if (AGGREGATE) {
+        const acked1 = gen.latest()?.acked ?? 0;
+        const t3 = performance.now();
+        results.aggregateDuringIngest = {
+          ...(await aggregates('while ingest runs')),
+          ackedMsgPerSecond: Math.round(((gen.latest()?.acked ?? 0) - acked1) / ((performance.now() - t3) / 1000)),
+        };
+      }
       await gen.stop();
       results.duringIngest = {
         ...during,

@@ -271,10 +271,11 @@ export interface Latency {
 const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 
 /**
- * One client, one request after the other, for `seconds`: latency as a user sees it. node:http
+ * One client, one request after the other, for `seconds` (with `paceMs`, one every paceMs at
+ * most): latency as a user sees it. node:http
  * with keep-alive (fetch adds its own ~0.5 ms and GC pauses). Fails on any non-200 answer.
  */
-export async function sequential(svc: BenchService, next: () => string, seconds: number): Promise<Latency> {
+export async function sequential(svc: BenchService, next: () => string, seconds: number, paceMs = 0): Promise<Latency> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   const headers = { authorization: `Bearer ${svc.token}` };
   const one = (p: string) =>
@@ -289,7 +290,12 @@ export async function sequential(svc: BenchService, next: () => string, seconds:
     });
   const times: number[] = [];
   const until = performance.now() + seconds * 1000;
-  while (performance.now() < until) times.push(await one(next()));
+  while (performance.now() < until) {
+    const t = performance.now();
+    times.push(await one(next()));
+    // Paced: the next request no sooner than paceMs after this one started (a dashboard's refresh).
+    if (paceMs > 0) await sleep(Math.max(0, paceMs - (performance.now() - t)));
+  }
   agent.destroy();
   times.sort((a, b) => a - b);
   return { requests: times.length, p50Ms: +pct(times, 50).toFixed(2), p99Ms: +pct(times, 99).toFixed(2), maxMs: +times.at(-1)!.toFixed(2) };
