@@ -71,9 +71,11 @@ describe('over HTTP, on both listeners', () => {
   it('the broker goes away: not ready, naming the broker link; live and /health stay 200; back when the broker is', async () => {
     const port = Number(new URL(broker.url).port);
     await broker.stop();
+    // Each connection notices the broker's end on its own: wait until every one has (not ready
+    // already says "down: 1 of 2" while the other is still closing).
     const down = await eventually(async () => {
       const r = await http<ReadinessAnswer>('GET', `${svc.base}/health/ready`);
-      return r.status === 503 ? r : undefined;
+      return r.status === 503 && /^down: 0 of/.test(r.body.checks.broker) ? r : undefined;
     }, 'readiness to notice the broker is gone');
     expect(down.body.status).toBe('not ready');
     expect(down.body.checks).toMatchObject({ database: 'ok', migrations: 'ok', ingest: 'ok' });
