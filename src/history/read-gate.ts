@@ -9,7 +9,7 @@
 import client from 'prom-client';
 import { errors } from '../errors.js';
 
-/** The host's CPUs are saturated at this busy share (of all cores, over the last sample). */
+/** The host's CPUs are saturated at this busy share (of all cores, in a sample of the last second: src/host-cpu.ts). */
 export const SATURATED = 0.9;
 /** Reads held at once by the service; one more is answered 503 (each holds an HTTP request, nothing else). */
 export const MAX_HELD_READS = 1000;
