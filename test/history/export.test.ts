@@ -152,7 +152,10 @@ describe('GET /history/export', () => {
     const exports = async () =>
       (
         await pool.query<{ pid: number }>(
-          `SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'COPY (SELECT%' AND query LIKE $1 AND pid <> pg_backend_pid()`,
+          // client backends only: a parallel plan's workers show the same query text
+          `SELECT pid FROM pg_stat_activity
+            WHERE backend_type = 'client backend' AND state = 'active'
+              AND query LIKE 'COPY (SELECT%' AND query LIKE $1 AND pid <> pg_backend_pid()`,
           [`%${big}%`],
         )
       ).rows;
