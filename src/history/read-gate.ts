@@ -1,8 +1,10 @@
 // Ingest first: the heavy history reads (aggregates, latest values of many devices) yield to
 // ingest when the host has no CPU to spare. While the gate is closed (ingest has messages in
-// hand and the host's cores are saturated) those reads run one at a time, and after each the
-// next waits long enough that reads take at most HISTORY_READ_SHARE_PERCENT of the time: a
-// closed loop of readers then costs ingest a bounded share instead of whatever it can take
+// hand and the host's cores are saturated) those reads run one at a time on a lane whose read
+// time is budgeted: it earns HISTORY_READ_SHARE_PERCENT of the time passing, up to a burst of
+// BURST_SECONDS' worth, and each read spends what it took. A closed loop of readers then costs
+// ingest a bounded share instead of whatever it can take, while a reader that keeps within the
+// share on average (a dashboard's paced reads) is not held for one slow read
 // (docs/messaging.md §6, "Readers and ingest"). With CPU to spare the gate is open and reads
 // run at once, as many as the database pool serves. Raw reads (the contract's history) and
 // exports never wait here.
@@ -15,6 +17,8 @@ export const SATURATED = 0.9;
 export const MAX_HELD_READS = 1000;
 /** While the lane rests, how often the gate looks whether it opened. */
 const RECHECK_MS = 250;
+/** The lane's budget holds at most what it earns in this many seconds (share x 2 s: 200 ms of reads at 10 %). */
+export const BURST_SECONDS = 2;
 
 export interface ReadGateOptions {
   /** 1..100: the share of time held reads may take while the gate is closed; 100: never closed. */
@@ -30,12 +34,18 @@ export class ReadGate {
   /** Each held read's start: resolved with true (runs on the lane) or false (the gate opened). */
   private readonly waiting: Array<(onLane: boolean) => void> = [];
   private laneBusy = false;
-  /** performance.now() before which the lane's next read does not start. */
-  private nextAt = 0;
+  /** Read time (ms) the lane may still spend: earned at `rate` per ms passing, up to `burst`; negative after an overdraft. */
+  private credit: number;
+  private creditAt = performance.now();
+  private readonly rate: number;
+  private readonly burst: number;
   private timer: NodeJS.Timeout | undefined;
   private readonly held: client.Counter;
 
   constructor(private readonly opts: ReadGateOptions) {
+    this.rate = opts.sharePercent / 100;
+    this.burst = this.rate * BURST_SECONDS * 1000;
+    this.credit = this.burst;
     const waiting = this.waiting;
     new client.Gauge({
       name: 'history_reads_waiting',
@@ -66,9 +76,8 @@ export class ReadGate {
     try {
       return await read();
     } finally {
-      const took = performance.now() - started;
-      // The lane rests (100 / share - 1) times what the read took: reads fill `share` of its time.
-      this.nextAt = performance.now() + took * (100 / this.opts.sharePercent - 1);
+      this.earn();
+      this.credit -= performance.now() - started;
       this.laneBusy = false;
       this.pump();
     }
@@ -81,7 +90,13 @@ export class ReadGate {
     for (const start of this.waiting.splice(0)) start(false);
   }
 
-  /** Starts what may start: everything once the gate is open, else the lane's next read when it has rested. */
+  private earn(): void {
+    const now = performance.now();
+    this.credit = Math.min(this.burst, this.credit + (now - this.creditAt) * this.rate);
+    this.creditAt = now;
+  }
+
+  /** Starts what may start: everything once the gate is open, else the lane's next read once its budget is not overdrawn. */
   private pump(): void {
     if (this.timer) return;
     if (!this.opts.closed()) {
@@ -89,7 +104,10 @@ export class ReadGate {
       return;
     }
     if (this.laneBusy || this.waiting.length === 0) return;
-    const rest = this.nextAt - performance.now();
+    this.earn();
+    // An overdraft is earned back in -credit / rate: after a read of t ms with nothing left,
+    // the lane rests t x (100 / share - 1), so reads fill `share` of its time.
+    const rest = -this.credit / this.rate;
     if (rest > 0) {
       // Looked at again at least every RECHECK_MS: if the gate opens meanwhile, the held reads go at once.
       this.timer = setTimeout(
