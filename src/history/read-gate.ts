@@ -76,8 +76,7 @@ export class ReadGate {
     try {
       return await read();
     } finally {
-      this.earn();
-      this.credit -= performance.now() - started;
+      this.credit -= this.earn() - started;
       this.laneBusy = false;
       this.pump();
     }
@@ -90,10 +89,12 @@ export class ReadGate {
     for (const start of this.waiting.splice(0)) start(false);
   }
 
-  private earn(): void {
+  /** Adds what the lane earned since the last call (up to the burst); returns the time it counted to. */
+  private earn(): number {
     const now = performance.now();
     this.credit = Math.min(this.burst, this.credit + (now - this.creditAt) * this.rate);
     this.creditAt = now;
+    return now;
   }
 
   /** Starts what may start: everything once the gate is open, else the lane's next read once its budget is not overdrawn. */
