@@ -3,8 +3,10 @@
 // BENCH_CHUNK_INTERVAL (1 day),
 // on either layout (BENCH_DATABASE_URL as in bench/history-chunks.ts; on TimescaleDB the chunks
 // older than two intervals are compressed, as the compression policy would have done), then:
-//   idle:    GET ...?lastN=10&attr=<a> of random devices, one client, BENCH_SECONDS (30);
-//   ingest:  the same while the MQTT load generator (bench/ingest-load.ts, the devices above,
+//   idle:    GET ...?lastN=10&attr=<a> of random devices, one client, BENCH_SECONDS (30): back to
+//            back (a closed loop: the reader itself keeps a core busy), then paced at one request
+//            every BENCH_LASTN_PACE_MS (10: 100 a second, many dashboards' worth);
+//   ingest:  both again while the MQTT load generator (bench/ingest-load.ts, the devices above,
 //            3 values a message) publishes BENCH_INGEST_RATE msg/s through BENCH_MQTT_URL
 //            (mqtt://127.0.0.1:1883) into the service: set it to 80 % of the sustainable rate
 //            bench/ingest.js measured on the machine; 0 skips this phase.
@@ -52,6 +54,7 @@ const MQTT_URL = process.env.BENCH_MQTT_URL ?? 'mqtt://127.0.0.1:1883';
 const CHUNK_INTERVAL = process.env.BENCH_CHUNK_INTERVAL ?? '1 day';
 const AGGREGATE = process.env.BENCH_AGGREGATE !== '0';
 const AGG_PACE_MS = Number(process.env.BENCH_AGGREGATE_PACE_MS ?? 250);
+const LASTN_PACE_MS = Number(process.env.BENCH_LASTN_PACE_MS ?? 10);
 
 async function main(): Promise<void> {
   const db = await openDatabase();
@@ -130,6 +133,9 @@ async function main(): Promise<void> {
     log(`lastN=10, idle, ${SECONDS} s`);
     results.idle = await sequential(svc, lastN, SECONDS);
     log(`  ${JSON.stringify(results.idle)}`);
+    log(`lastN=10, idle, one request every ${LASTN_PACE_MS} ms, ${SECONDS} s`);
+    results.idlePaced = await sequential(svc, lastN, SECONDS, LASTN_PACE_MS);
+    log(`  ${JSON.stringify(results.idlePaced)}`);
     const aggregate = () =>
       `/history/device/${deviceId(0)}/history?attr=${ATTRS[0]}&interval=1h&agg=avg,min,max&dateFrom=${aggDay.toISOString()}&dateTo=${new Date(aggDay.getTime() + 86_400_000 - 1).toISOString()}`;
     const aggregates = async (phase: string) => {
@@ -169,6 +175,10 @@ async function main(): Promise<void> {
       const t2 = performance.now();
       log(`lastN=10 while ingest runs, ${SECONDS} s`);
       const during = await sequential(svc, lastN, SECONDS);
+      log(`  ${JSON.stringify(during)}`);
+      log(`lastN=10 while ingest runs, one request every ${LASTN_PACE_MS} ms, ${SECONDS} s`);
+      const duringPaced = await sequential(svc, lastN, SECONDS, LASTN_PACE_MS);
+      log(`  ${JSON.stringify(duringPaced)}`);
       const rows1 = await inserted();
       const secs = (performance.now() - t2) / 1000;
       const acked = Math.round(((gen.latest()?.acked ?? 0) - acked0) / secs);
@@ -183,6 +193,7 @@ async function main(): Promise<void> {
       await gen.stop();
       results.duringIngest = {
         ...during,
+        paced: duringPaced,
         offeredMsgPerSecond: INGEST_RATE,
         ackedMsgPerSecond: acked,
         storedValuesPerSecond: Math.round((rows1 - rows0) / secs),
