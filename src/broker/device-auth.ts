@@ -26,6 +26,7 @@ import { NO_ACK, type AckHandle, type Inbox } from './link.js';
 import { HeldKeepalives } from './held-keepalive.js';
 import { attrsTopic, configTopic, mayPublish, maySubscribe } from './topic-rules.js';
 import { deviceKey, parseDeviceName, sameDevice, type DeviceRef } from '../topics.js';
+import { atTime, type WallTimer } from '../wall-timer.js';
 
 // The hooks' callbacks (aedes does not export their types).
 type AuthenticateDone = (error: AuthenticateError | null, success: boolean | null) => void;
@@ -39,7 +40,6 @@ type ReturnCode = 3 | 4 | 5;
 /** Their MQTT 5 reason codes. */
 const REASON_CODE_V5: Record<ReturnCode, number> = { 3: 0x88, 4: 0x86, 5: 0x87 };
 const UNSUPPORTED_PROTOCOL_V5 = 0x84;
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** The ack handle of a QoS 1/2 message: lets aedes go on with the publish, which sends its PUBACK. */
 class AuthorisedPublish implements AckHandle {
@@ -79,7 +79,7 @@ interface Session {
   credentialId: string | undefined;
   /** Logged in without any credential (MQTT_DEVICE_AUTH optional, a device that had none). */
   bare: boolean;
-  expiry: NodeJS.Timeout | undefined;
+  expiry: WallTimer | undefined;
 }
 
 export class DeviceAuthorisation {
@@ -219,7 +219,7 @@ export class DeviceAuthorisation {
     const session = this.identity.get(client);
     if (!session) return;
     this.identity.delete(client);
-    clearTimeout(session.expiry);
+    session.expiry?.cancel();
     removeFrom(this.sessions, deviceKey(session.device.tenant, session.device.id), client);
     if (session.credentialId) removeFrom(this.byCredential, session.credentialId, client);
   }
@@ -272,11 +272,7 @@ export class DeviceAuthorisation {
     };
     if (verdict.expiresMs !== undefined) {
       // The credential expires while the connection lasts: the connection ends with it.
-      session.expiry = setTimeout(
-        () => this.close(new Set([client]), 'the credential it logged in with expired'),
-        Math.min(MAX_TIMER_MS, Math.max(0, verdict.expiresMs - Date.now())),
-      );
-      session.expiry.unref();
+      session.expiry = atTime(verdict.expiresMs, () => this.close(new Set([client]), 'the credential it logged in with expired'));
     }
     this.identity.set(client, session);
     addTo(this.sessions, deviceKey(device.tenant, device.id), client);

@@ -68,11 +68,17 @@ export async function spanOf(pool: pg.Pool, s: SeriesRef, r: Range, b: Bucketing
 
 const NUMBER = `CASE WHEN value ~ '^-?[0-9]' THEN value::numeric END`;
 
+/**
+ * An exact (numeric) sum as a double, or NULL past a double's range: two stored values of
+ * 1.7e308 sum to more than any double (or JSON number a client can read) holds.
+ */
+const sumAsDouble = (sum: string) => `(CASE WHEN abs(${sum}) <= 1.7976931348623157e308 THEN (${sum})::float8 END)`;
+
 const AGG_SQL: Record<Aggregate, string> = {
   avg: `avg(num)::float8`,
   min: `min(num)::float8`,
   max: `max(num)::float8`,
-  sum: `sum(num)::float8`,
+  sum: sumAsDouble('sum(num)'),
   count: `count(*)`,
   // Ties at the same time: the smaller / larger text, so both layouts pick the same row.
   first: `(array_agg(value ORDER BY ts, value))[1]`,
@@ -91,7 +97,7 @@ const MERGE_SQL: Partial<Record<Aggregate, string>> = {
   avg: `(sum(total) / nullif(sum(nn), 0))::float8`,
   min: `min(lo)::float8`,
   max: `max(hi)::float8`,
-  sum: `sum(total)::float8`,
+  sum: sumAsDouble('sum(total)'),
   count: `sum(n)::int8`,
 };
 

@@ -45,12 +45,12 @@ export async function latestValues(
     ids !== undefined
       ? `SELECT id FROM devices WHERE tenant = $1 AND id = ANY($2::text[])`
       : `SELECT device_id AS id FROM device_templates WHERE tenant = $1 AND template_id = $2::bigint`;
-  const pairs =
-    labels !== undefined
-      ? `SELECT d.id, l.label FROM d CROSS JOIN unnest($3::text[]) AS l(label)`
-      : `SELECT DISTINCT d.id, a.label FROM d
+  // A device's labels are its templates' now: a label it no longer has answers nothing, whatever
+  // rows it left (as in every other history read).
+  const pairs = `SELECT DISTINCT d.id, a.label FROM d
            JOIN device_templates dt ON dt.tenant = $1 AND dt.device_id = d.id
-           JOIN template_attrs a ON a.tenant = dt.tenant AND a.template_id = dt.template_id AND a.parent_id IS NULL`;
+           JOIN template_attrs a ON a.tenant = dt.tenant AND a.template_id = dt.template_id AND a.parent_id IS NULL
+          ${labels !== undefined ? 'WHERE a.label = ANY($3::text[])' : ''}`;
   const row = (where: string) =>
     `SELECT ts, value FROM history
       WHERE series = k.series AND tenant = $1 AND device_id = k.id AND attr = k.label AND ${where}

@@ -16,11 +16,16 @@ import type { Metrics } from '../metrics.js';
 import type { RegistryEvent } from '../registry/events.js';
 import type { StatusChange } from '../registry/devices/status.js';
 import { microsToText } from '../time.js';
+import { atTime, type WallTimer } from '../wall-timer.js';
 import { LIVE_PAGE } from './page.js';
 
 /** WebSocket close codes of the stream. */
 export const CLOSE_TOKEN_EXPIRED = 4001;
 export const CLOSE_SHUTDOWN = 1001;
+/** RFC 6455: a message too big to process. */
+export const CLOSE_TOO_BIG = 1009;
+/** The largest client message (a `subscribe`) read. */
+const MAX_MESSAGE_BYTES = 64 * 1024;
 /** The subprotocol the server selects; a browser offers it beside `bearer.<token>`. */
 export const SUBPROTOCOL = 'device-registry.live.v1';
 const MAX_FILTER_ENTRIES = 10_000;
@@ -54,8 +59,16 @@ export function parseSubscription(input: { devices?: unknown; templates?: unknow
   return { devices: devices && new Set(devices), templates: ids && new Set(ids), attrs: attrs && new Set(attrs) };
 }
 
+/** The query parameters of GET /stream: a misspelt filter would otherwise widen the stream to the whole tenant. */
+const QUERY_PARAMS = new Set(['token', 'device', 'template', 'attr', 'max_messages']);
+/** The fields of a `subscribe` message. */
+const SUBSCRIBE_FIELDS = new Set(['type', 'devices', 'templates', 'attrs']);
+
 /** The subscription of a query string: `device`, `template`, `attr`, each repeatable or comma-separated. */
 function subscriptionOfQuery(query: URLSearchParams): Subscription {
+  for (const name of query.keys())
+    if (!QUERY_PARAMS.has(name))
+      throw new BadSubscription(`unknown query parameter "${name}" (GET /stream takes ${[...QUERY_PARAMS].join(', ')})`);
   const values = (name: string) => {
     const all = query.getAll(name).flatMap((v) => v.split(',').filter((x) => x !== ''));
     return query.has(name) ? all : undefined;
@@ -86,7 +99,7 @@ abstract class Client {
   templateDevices: Set<string> | undefined;
   dropped = 0;
   closed = false;
-  expiry: NodeJS.Timeout | undefined;
+  expiry: WallTimer | undefined;
   /** `max_messages`: how many more messages it gets before its stream ends; undefined: no end. */
   remaining: number | undefined;
 
@@ -326,7 +339,9 @@ export class LiveHub {
   /** GET /stream on the public app: the WebSocket upgrade, and SSE for the other GETs. */
   attach(app: uWS.TemplatedApp): void {
     app.ws<WsData>('/stream', {
-      maxPayloadLength: 64 * 1024,
+      // Past MAX_MESSAGE_BYTES the client is told (1009); uWS itself drops a connection whose
+      // message exceeds maxPayloadLength without a close frame, so that bound is set higher.
+      maxPayloadLength: MAX_MESSAGE_BYTES * 16,
       idleTimeout: 120,
       sendPingsAutomatically: true,
       maxBackpressure: this.opts.bufferBytes * 2,
@@ -340,7 +355,13 @@ export class LiveHub {
       },
       message: (ws, message) => {
         const c = ws.getUserData().client;
-        if (c) void this.resubscribe(c, Buffer.from(message).toString('utf8'));
+        if (!c) return;
+        if (message.byteLength > MAX_MESSAGE_BYTES) {
+          c.end(CLOSE_TOO_BIG, `message too big: at most ${MAX_MESSAGE_BYTES} bytes`);
+          this.forget(c);
+          return;
+        }
+        void this.resubscribe(c, Buffer.from(message).toString('utf8'));
       },
       drain: (ws) => ws.getUserData().client?.drained(),
       close: (ws) => {
@@ -415,7 +436,7 @@ export class LiveHub {
     this.closing = true;
     for (const set of this.byTenant.values())
       for (const c of set) {
-        clearTimeout(c.expiry);
+        c.expiry?.cancel();
         c.end(CLOSE_SHUTDOWN, 'server shutting down');
       }
     this.byTenant.clear();
@@ -481,21 +502,17 @@ export class LiveHub {
     if (!set) this.byTenant.set(c.tenant, (set = new Set()));
     set.add(c);
     // The token's end is the stream's end.
-    c.expiry = setTimeout(
-      () => {
-        c.end(CLOSE_TOKEN_EXPIRED, 'token expired');
-        this.forget(c);
-      },
-      Math.max(0, claims.exp * 1000 - Date.now()),
-    );
-    c.expiry.unref();
+    c.expiry = atTime(claims.exp * 1000, () => {
+      c.end(CLOSE_TOKEN_EXPIRED, 'token expired');
+      this.forget(c);
+    });
     void this.subscribe(c, sub);
   }
 
   /** A client whose stream ended or went away. */
   forget(c: Client): void {
     c.closed = true;
-    clearTimeout(c.expiry);
+    c.expiry?.cancel();
     const set = this.byTenant.get(c.tenant);
     set?.delete(c);
     if (set?.size === 0) this.byTenant.delete(c.tenant);
@@ -519,8 +536,11 @@ export class LiveHub {
     let sub: Subscription;
     try {
       const msg = JSON.parse(text) as { type?: unknown };
-      if (msg === null || typeof msg !== 'object' || msg.type !== 'subscribe')
+      if (msg === null || typeof msg !== 'object' || Array.isArray(msg) || msg.type !== 'subscribe')
         throw new BadSubscription('expected {"type":"subscribe", ...}');
+      const unknown = Object.keys(msg).find((k) => !SUBSCRIBE_FIELDS.has(k));
+      if (unknown !== undefined)
+        throw new BadSubscription(`unknown field "${unknown}" (a subscribe message has devices, templates, attrs)`);
       sub = parseSubscription(msg as Record<string, unknown>);
     } catch (err) {
       const message = err instanceof BadSubscription ? err.message : 'the message is not JSON';

@@ -77,6 +77,30 @@ describe('fixed-length buckets', () => {
     ]);
   });
 
+  it('a sum beyond the range of a double is null, from the rows and from the rollups alike', async () => {
+    const pool = svc.service.pool;
+    const t = await createTemplate(pool, tenant, 'huge', [{ label: 'temperature', type: 'dynamic', value_type: 'float' }]);
+    const huge = await createDevice(pool, tenant, [t]);
+    await insertHistory(pool, [
+      { tenant, device: huge, attr: 'temperature', ts: '2024-05-02T10:00:00Z', value: '1.7e308' },
+      { tenant, device: huge, attr: 'temperature', ts: '2024-05-02T10:00:01Z', value: '1.7e308' },
+      { tenant, device: huge, attr: 'temperature', ts: '2024-05-02T11:00:00Z', value: '-1' },
+    ]);
+    const q = '?attr=temperature&interval=1h&agg=avg,max,sum,count&dateFrom=2024-05-02T10:00:00Z&dateTo=2024-05-02T11:59:59Z';
+    const expected = [
+      { ts: at('2024-05-02T10:00:00Z'), avg: 1.7e308, max: 1.7e308, sum: null, count: 2 },
+      { ts: at('2024-05-02T11:00:00Z'), avg: -1, max: -1, sum: -1, count: 1 },
+    ];
+    const rows = await get(q, huge);
+    expect(rows.status).toBe(200);
+    expect(rows.body).toEqual(expected);
+    await svc.service.historyMaintenance.rollUp();
+    expect((await get(q, huge)).body).toEqual(expected);
+    const day = (await get(q.replace('interval=1h', 'interval=1d'), huge)).body;
+    expect(day).toMatchObject([{ ts: at('2024-05-02T00:00:00Z'), max: 1.7e308, sum: null, count: 3 }]);
+    expect((day[0]!.avg as number) / 1e308).toBeCloseTo((1.7 * 2) / 3, 12);
+  });
+
   it('bounds are inclusive and cut buckets: a partial bucket aggregates only the rows inside', async () => {
     const r = await get('?attr=temperature&interval=1h&agg=sum,count&dateFrom=2024-05-01T10:10:00Z&dateTo=2024-05-01T11:10:00Z');
     expect(r.body).toEqual([

@@ -71,6 +71,21 @@ describe('POST /history/latest', () => {
     expect(byPair(r.body)).toEqual({ [`${a}/temperature`]: 21.5, [`${a}/mode`]: 'eco', [`${b}/temperature`]: 6 });
   });
 
+  it('a label the device no longer has answers nothing, named or not (its rows stay in history)', async () => {
+    const pool = svc.service.pool;
+    const t = await createTemplate(pool, tenant, 'before', [{ label: 'lbl', type: 'dynamic', value_type: 'string' }]);
+    const d = await createDevice(pool, tenant, [t]);
+    await insertHistory(pool, [{ tenant, device: d, attr: 'lbl', ts: new Date().toISOString(), value: '"x"' }]);
+    expect(byPair((await latest({ devices: [d], attrs: ['lbl'] })).body)).toEqual({ [`${d}/lbl`]: 'x' });
+    const put = await http('PUT', `${svc.base}/template/${t}`, {
+      token,
+      body: { label: 'after', attrs: [{ label: 'other', type: 'dynamic', value_type: 'string' }] },
+    });
+    expect(put.status).toBe(200);
+    expect((await latest({ devices: [d], attrs: ['lbl'] })).body).toEqual([]);
+    expect((await latest({ devices: [d] })).body).toEqual([]);
+  });
+
   it('another tenant sees only its own device', async () => {
     const r = await latest({ devices: [a, b, foreign], attrs: ['temperature'] }, otherToken);
     expect(byPair(r.body)).toEqual({ [`${foreign}/temperature`]: 99 });

@@ -107,6 +107,12 @@ describe('GET /stream over WebSocket', () => {
         type: 'error',
         message: 'templates must be template ids, got "x"',
       });
+      // A misspelt field is an error too, not a subscription to everything.
+      filtered.send({ type: 'subscribe', device: [d1] });
+      expect(await filtered.next((m) => m.type === 'error' && m.message !== 'templates must be template ids, got "x"', 'error')).toEqual({
+        type: 'error',
+        message: 'unknown field "device" (a subscribe message has devices, templates, attrs)',
+      });
 
       // Registry changes, with no secret.
       const created = await http<DevicesCreated>('POST', `${svc.base}/device`, { token: a.token, body: { label: 'new', templates: [] } });
@@ -149,6 +155,16 @@ describe('GET /stream over WebSocket', () => {
       // Offline after 3 s without a message.
       for (const id of [d0, d1])
         await all.next((m) => m.type === 'status' && m.status === 'offline' && m.device_id === id, 'offline', 20_000);
+      // A longer timeout on their template brings them back online: a status event with no message.
+      const mark = all.messages.length;
+      await http('PUT', `${svc.base}/template/${a.templateId}`, {
+        token: a.token,
+        body: { label: 'sensor2', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }], offline_after: 3600 },
+      });
+      for (const id of [d0, d1]) {
+        const back = (m: LiveMessage) => all.messages.indexOf(m) >= mark && m.type === 'status' && m.device_id === id;
+        expect(await all.next(back, 'online again', 20_000)).toMatchObject({ status: 'online' });
+      }
 
       // The other tenant saw nothing of these.
       expect(other.messages.map((m) => m.type)).toEqual(['subscribed']);
@@ -169,6 +185,23 @@ describe('GET /stream over WebSocket', () => {
     expect(await sse.json()).toEqual({ message: 'templates must be template ids, got "abc"', status: 400 });
     const plain = await fetch(`${svc.base}/stream`, { headers: { Authorization: `Bearer ${a.token}` } });
     expect(plain.status).toBe(400);
+    // A misspelt filter parameter is refused rather than ignored (it would widen the stream).
+    await expect(openWs(wsUrl(`?devices=${a.devices[0]!}`), { token: a.token })).rejects.toThrow('HTTP 400');
+    const misspelt = await fetch(`${svc.base}/stream?devices=${a.devices[0]!}`, {
+      headers: { Accept: 'text/event-stream', Authorization: `Bearer ${a.token}` },
+    });
+    expect(await misspelt.json()).toEqual({
+      message: 'unknown query parameter "devices" (GET /stream takes token, device, template, attr, max_messages)',
+      status: 400,
+    });
+  });
+
+  it('closes with 1009 and a reason on a client message over 64 KiB', async () => {
+    const a = await tenant('wsbig', 1);
+    const ws = await openWs(wsUrl(), { token: a.token });
+    await ws.next((m) => m.type === 'subscribed', 'subscribed');
+    ws.send({ type: 'subscribe', devices: Array.from({ length: 8000 }, (_, i) => `device-${i}`) }); // ~110 kB
+    expect(await ws.closed).toEqual({ code: 1009, reason: 'message too big: at most 65536 bytes' });
   });
 
   it('ends the stream when the token expires: close code 4001, and an SSE closed event', async () => {
@@ -181,11 +214,23 @@ describe('GET /stream over WebSocket', () => {
       .setExpirationTime(now + 2)
       .setJti(crypto.randomUUID())
       .sign(new TextEncoder().encode(JWT_SECRET));
+    // A token valid for 30 days (past the 24.8 days a Node timer can wait) keeps its stream open.
+    const long = await new SignJWT({ service: a.name, username: 'admin', userid: 1, profile: 'admin' })
+      .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+      .setIssuedAt(now)
+      .setIssuer('device-registry')
+      .setExpirationTime(now + 30 * 86_400)
+      .setJti(crypto.randomUUID())
+      .sign(new TextEncoder().encode(JWT_SECRET));
+    const lasting = await openWs(wsUrl(), { token: long });
     const ws = await openWs(wsUrl(), { token: short });
     const sse = await openSse(`${svc.base}/stream`, short);
     expect(await ws.closed).toEqual({ code: 4001, reason: 'token expired' });
     await sse.ended;
     expect(sse.events).toEqual([{ event: 'closed', data: { type: 'closed', reason: 'token expired' } }]);
+    const stillOpen = await Promise.race([lasting.closed.then(() => false), new Promise<boolean>((r) => setTimeout(() => r(true), 500))]);
+    lasting.close();
+    expect(stillOpen).toBe(true);
   });
 });
 

@@ -5,7 +5,8 @@
 // and read back at start, so a restart keeps it. A device is offline once its last message is
 // older than its inactivity timeout: the largest `offline_after` of its templates, else
 // DEVICE_OFFLINE_AFTER_SECONDS. Status changes are told to listeners (the live stream): to
-// online when a message arrives, to offline by a sweep once a second.
+// online when a message arrives, either way by a sweep once a second (a timeout that ran out,
+// or one that changed with the device's templates).
 import type pg from 'pg';
 import type { Logger } from '../../log.js';
 import { microsToText } from '../../time.js';
@@ -138,12 +139,16 @@ export class DeviceStatusBook {
     this.sweep();
   }
 
-  /** Online devices whose timeout ran out become offline. */
+  /**
+   * Online devices whose timeout ran out become offline; offline devices whose timeout grew
+   * past their last message's age (a template's `offline_after` raised) become online again.
+   */
   private sweep(): void {
     const now = Date.now() * 1000;
     for (const e of this.entries.values()) {
-      if (e.online && !this.isOnline(e, now)) {
-        e.online = false;
+      const online = this.isOnline(e, now);
+      if (online !== e.online) {
+        e.online = online;
         this.emit(e);
       }
     }
