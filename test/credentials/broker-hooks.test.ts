@@ -111,6 +111,24 @@ describe('EMQX HTTP authenticator', () => {
     });
     expect(Date.now() - started).toBeGreaterThanOrEqual(450);
   });
+
+  it('a name flooded with guesses from elsewhere: the device still gets in, at most 8 s late', async () => {
+    const d = await newDevice(svc, t);
+    const cred = await newCredential(svc, t, d);
+    const username = `${t.name}:${d}`;
+    for (let i = 0; i < 3; i++)
+      expect(await emqx('authenticate', { username, password: `guess-${i}`, peerhost: '10.2.0.1' })).toEqual({ result: 'deny' });
+    // 20 guesses at once from one address: 16 wait, the rest are refused unchecked.
+    const flood = Array.from({ length: 20 }, (_, i) => emqx('authenticate', { username, password: `flood-${i}`, peerhost: '10.2.0.1' }));
+    await new Promise((r) => setTimeout(r, 200));
+    const started = Date.now();
+    expect(await emqx('authenticate', { username, password: cred.secret, peerhost: '10.2.0.2' })).toEqual({
+      result: 'allow',
+      is_superuser: false,
+    });
+    expect(Date.now() - started).toBeLessThan(8_500);
+    expect(await Promise.all(flood)).toEqual(Array.from({ length: 20 }, () => ({ result: 'deny' })));
+  }, 30_000);
 });
 
 describe('EMQX HTTP authorizer', () => {

@@ -48,6 +48,18 @@ describe('LoginThrottle', () => {
     await Promise.all(waits);
     expect(th.delayFor(['u:t:y'])).toBe(500);
   });
+
+  it('a device name flooded from one address still lets an attempt from an address that never failed wait its turn', async () => {
+    const th = new LoginThrottle();
+    const guesser = ['u:t:z', 'a:10.9.9.9'];
+    for (let i = 0; i < 3; i++) th.failed(guesser);
+    const waits = Array.from({ length: 16 }, () => th.wait(guesser, th.delayFor(guesser)!));
+    expect(th.delayFor(guesser)).toBeUndefined(); // the guesser's 17th: refused unchecked
+    expect(th.delayFor(['u:t:z', 'a:10.1.1.1'])).toBe(500); // the device elsewhere: checked after the name's wait
+    th.failed(['u:t:z', 'a:10.1.1.1']);
+    expect(th.delayFor(['u:t:z', 'a:10.1.1.1'])).toBeUndefined(); // once that address failed, it is capped too
+    await Promise.all(waits);
+  });
 });
 
 // Every test client comes from 127.0.0.1: each service below serves tests that leave that

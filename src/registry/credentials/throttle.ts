@@ -3,7 +3,9 @@
 // name; more for an address, which a gateway or a NAT shares between many devices), each
 // further attempt by that key waits before it is checked, twice as long after every failure,
 // up to MAX_DELAY_MS. The wait costs the service a timer; a key with MAX_WAITING attempts
-// already waiting is refused at once, unchecked. A success forgives the device name, not the
+// already waiting is refused at once, unchecked, except that a device name's full queue does not
+// refuse an attempt from an address that has never failed: a guesser flooding one name must not
+// keep its device out (that attempt waits like the others). A success forgives the device name, not the
 // address (an address with one good credential could otherwise reset itself between guesses).
 // Counts are forgotten FORGET_MS after a key's last failure.
 
@@ -30,12 +32,13 @@ export class LoginThrottle {
 
   /** The wait before an attempt by these keys is checked (ms); undefined: refuse it unchecked. */
   delayFor(keys: readonly string[]): number | undefined {
+    const cleanAddress = keys.some((k) => k.startsWith('a:') && !this.current(k)?.failures);
     let delay = 0;
     for (const key of keys) {
       const e = this.current(key);
       const free = freeFailures(key);
       if (!e || e.failures < free) continue;
-      if (e.waiting >= MAX_WAITING) return undefined;
+      if (e.waiting >= MAX_WAITING && !(cleanAddress && key.startsWith('u:'))) return undefined;
       delay = Math.max(delay, Math.min(MAX_DELAY_MS, BASE_DELAY_MS * 2 ** Math.min(16, e.failures - free)));
     }
     return delay;
