@@ -131,7 +131,11 @@ export class DeviceAuthorisation {
         done(null, true);
       },
       (err: Error) => {
-        this.log.warn('device login check failed; connection refused', { error: err.message });
+        const device = username ? parseDeviceName(username) : undefined;
+        this.log.warn('device login check failed; connection refused', {
+          ...(device ? { tenant: device.tenant, device: device.id } : {}),
+          error: err.message,
+        });
         done(refused(3, 'server unavailable'), false);
       },
     );
@@ -143,9 +147,9 @@ export class DeviceAuthorisation {
     let device: DeviceRef | undefined;
     if (p.username !== undefined && p.username !== '') {
       device = parseDeviceName(p.username);
-      if (!device) return { accept: false, code: 4, why: 'the username must be <tenant>:<device id>' };
+      if (!device) return this.refusedBefore('the username must be <tenant>:<device id>', p, undefined);
       if (certified && !sameDevice(certified, device))
-        return { accept: false, code: 4, why: 'the username and the client certificate name different devices' };
+        return this.refusedBefore('the username and the client certificate name different devices', p, device, certified);
     } else {
       device = certified ?? parseDeviceName(p.clientId);
     }
@@ -159,6 +163,21 @@ export class DeviceAuthorisation {
     // With credentials required every refusal is the same answer: it tells a guesser nothing.
     const code: ReturnCode = this.mode !== 'required' && verdict.reason === 'unknown_device' ? 5 : 4;
     return { accept: false, code, why: code === 5 ? 'no such device' : 'bad user name or password' };
+  }
+
+  /**
+   * A login refused before the registry is asked (docs/credentials.md §3: logged, not counted
+   * by reason): the username is not a device name, or names another device than the client
+   * certificate.
+   */
+  private refusedBefore(why: string, p: Presented, device: DeviceRef | undefined, certified?: DeviceRef): Decision {
+    this.log.info('device login refused', {
+      ...(device ? { tenant: device.tenant, device: device.id } : {}),
+      reason: why,
+      ...(certified ? { certificate: deviceName(certified) } : {}),
+      address: remoteAddress(p.conn),
+    });
+    return { accept: false, code: 4, why };
   }
 
   /** PUBLISH: only to the client's own attrs topic (a legacy one may name it); anything else closes the connection. */

@@ -10,7 +10,6 @@
 // Shutdown (`close`): the listeners stop accepting; requests in flight finish, and every answer
 // from then on closes its connection; at the drain deadline a request still running is answered
 // 503, and then every connection is closed, idle keep-alive ones included.
-import crypto from 'node:crypto';
 import uWS from 'uWebSockets.js';
 import type { Claims, Tokens } from '../auth/tokens.js';
 import { isDatabaseUnavailable } from '../db/pool.js';
@@ -20,6 +19,7 @@ import type { Metrics } from '../metrics.js';
 import type { QueryLimits } from '../schemas/queries.js';
 import type { QueryCheck, QueryFailure, QueryValues } from '../schemas/validator.js';
 import { parseJson, readBody } from './body.js';
+import { requestIdFor } from './request-id.js';
 import { operationKey, queryChecks } from './route.js';
 import { Router, type Endpoint, type Match } from './router.js';
 import type { BodyDecl, Listener, Method, Reply, Request, Route, StreamOut } from './types.js';
@@ -48,8 +48,6 @@ const STATUS_TEXT: Record<number, string> = {
  * closing a connection the moment its client sends on it is the race this makes rare.
  */
 const QUIET_BEFORE_CLOSE_MS = 250;
-/** An X-Request-Id taken as it is: short, printable, no blanks (anything else gets an id of ours). */
-const USABLE_REQUEST_ID = /^[A-Za-z0-9._:/+=@-]{1,128}$/;
 const KNOWN_METHODS = new Set(['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'HEAD', 'OPTIONS']);
 const NO_VALUES: QueryValues = Object.freeze({});
 const NO_PARAMS: Record<string, string> = Object.freeze({});
@@ -247,8 +245,7 @@ class Exchange implements Request {
     this.queryString = req.getQuery() ?? '';
     this.authorization = req.getHeader('authorization');
     this.contentType = req.getHeader('content-type');
-    const given = req.getHeader('x-request-id');
-    this.requestId = USABLE_REQUEST_ID.test(given) ? given : crypto.randomUUID();
+    this.requestId = requestIdFor(req.getHeader('x-request-id'));
     this.host = req.getHeader('host');
     this.forwardedProto = req.getHeader('x-forwarded-proto');
     this.forwardedHost = req.getHeader('x-forwarded-host');

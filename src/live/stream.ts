@@ -10,6 +10,7 @@ import type pg from 'pg';
 import client from 'prom-client';
 import uWS from 'uWebSockets.js';
 import type { Claims, Tokens } from '../auth/tokens.js';
+import { requestIdFor } from '../http/request-id.js';
 import type { CommittedBatch } from '../ingest/protocol.js';
 import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
@@ -336,6 +337,19 @@ export class LiveHub {
     });
   }
 
+  /** What an answer of these handlers is logged and counted with (as the routed requests are: src/http/server.ts). */
+  private request(req: uWS.HttpRequest, route: string): { id: string; route: string; started: number } {
+    return { id: requestIdFor(req.getHeader('x-request-id')), route, started: performance.now() };
+  }
+
+  /** The answer's head is written (a stream goes on): counted in the HTTP metrics, and a debug line with its request id. */
+  private answered(request: { id: string; route: string; started: number }, status: number): void {
+    const seconds = (performance.now() - request.started) / 1000;
+    this.opts.metrics.observeHttp('GET', request.route, status, seconds);
+    if (this.opts.log.level === 'debug')
+      this.opts.log.debug('request', { requestId: request.id, method: 'GET', path: request.route, status, ms: Math.round(seconds * 1000) });
+  }
+
   /** GET /stream on the public app: the WebSocket upgrade, and SSE for the other GETs. */
   attach(app: uWS.TemplatedApp): void {
     app.ws<WsData>('/stream', {
@@ -371,12 +385,16 @@ export class LiveHub {
     });
     app.get('/stream', (res, req) => this.sse(res, req));
     // The page (docs/live.md §5): public; it logs in with POST /auth like any client.
-    app.get('/live', (res) => {
+    app.get('/live', (res, req) => {
+      const request = this.request(req, '/live');
       res.cork(() => {
+        res.writeStatus('200 OK');
+        res.writeHeader('X-Request-Id', request.id);
         res.writeHeader('Content-Type', 'text/html; charset=utf-8');
         res.writeHeader('Cache-Control', 'no-cache');
         res.end(LIVE_PAGE);
       });
+      this.answered(request, 200);
     });
   }
 
@@ -569,15 +587,18 @@ export class LiveHub {
       .map((p) => p.trim())
       .filter((p) => p !== '');
     const extensions = req.getHeader('sec-websocket-extensions');
+    const request = this.request(req, '/stream');
     let aborted = false;
     res.onAborted(() => (aborted = true));
     void this.admit(authorization, query, protocols).then((admitted) => {
       if (aborted) return;
+      this.answered(request, 'error' in admitted ? admitted.status : 101);
       res.cork(() => {
         if ('error' in admitted) {
-          writeError(res, admitted.status, admitted.error);
+          writeError(res, admitted.status, admitted.error, request.id);
           return;
         }
+        // uWebSockets.js writes the 101 itself, with no room for X-Request-Id (the log line has it).
         // A browser that offered subprotocols needs one of them back.
         const chosen = protocols.includes(SUBPROTOCOL) ? SUBPROTOCOL : (protocols[0] ?? '');
         res.upgrade<WsData>(
@@ -595,6 +616,7 @@ export class LiveHub {
     const authorization = req.getHeader('authorization');
     const accept = req.getHeader('accept');
     const query = new URLSearchParams(req.getQuery() ?? '');
+    const request = this.request(req, '/stream');
     let client: SseClient | undefined;
     let aborted = false;
     res.onAborted(() => {
@@ -607,15 +629,21 @@ export class LiveHub {
     void this.admit(authorization, query, []).then((admitted) => {
       if (aborted) return;
       if ('error' in admitted) {
-        res.cork(() => writeError(res, admitted.status, admitted.error));
+        this.answered(request, admitted.status);
+        res.cork(() => writeError(res, admitted.status, admitted.error, request.id));
         return;
       }
       if (!accept.includes('text/event-stream')) {
-        res.cork(() => writeError(res, 400, 'GET /stream is a WebSocket (Upgrade) or Server-Sent Events (Accept: text/event-stream)'));
+        this.answered(request, 400);
+        res.cork(() =>
+          writeError(res, 400, 'GET /stream is a WebSocket (Upgrade) or Server-Sent Events (Accept: text/event-stream)', request.id),
+        );
         return;
       }
+      this.answered(request, 200);
       res.cork(() => {
         res.writeStatus('200 OK');
+        res.writeHeader('X-Request-Id', request.id);
         res.writeHeader('Content-Type', 'text/event-stream');
         res.writeHeader('Cache-Control', 'no-cache');
         res.write(': device-registry live stream\n\n');
@@ -649,8 +677,9 @@ const attrsText = (id: string, tsUs: number, attrs: string) =>
 
 const STATUS_LINE: Record<number, string> = { 400: '400 Bad Request', 401: '401 Unauthorized', 503: '503 Service Unavailable' };
 
-function writeError(res: uWS.HttpResponse, status: number, message: string): void {
+function writeError(res: uWS.HttpResponse, status: number, message: string, requestId: string): void {
   res.writeStatus(STATUS_LINE[status] ?? `${status}`);
+  res.writeHeader('X-Request-Id', requestId);
   res.writeHeader('Content-Type', 'application/json');
   res.end(JSON.stringify({ message, status }));
 }

@@ -49,8 +49,10 @@ describe('over HTTP, on both listeners', () => {
     }
   });
 
-  it('406 to a client that accepts no JSON; */* and no Accept are fine', async () => {
-    for (const p of ['/health', '/health/live', '/health/ready']) {
+  it('/health answers whatever Accept says, as it always did; the others 406 to a client that accepts no JSON, */* and no Accept are fine', async () => {
+    for (const accept of ['text/html', 'text/plain', 'application/xml'])
+      expect((await http('GET', `${svc.base}/health`, { headers: { accept } })).body).toEqual({ status: 'ok' });
+    for (const p of ['/health/live', '/health/ready']) {
       const refused = await http('GET', `${svc.base}${p}`, { headers: { accept: 'text/html' } });
       expect([refused.status, refused.body]).toEqual([
         406,

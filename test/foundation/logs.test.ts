@@ -3,6 +3,7 @@
 // the answer, and on the request's log lines.
 import crypto from 'node:crypto';
 import { stripVTControlCharacters } from 'node:util';
+import WebSocket from 'ws';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createLogger, REDACT_PATHS, REDACTED, type LogFormat } from '../../src/log.js';
 import { http, loggedAddress, spawnService, testEnv, type SpawnedService } from '../helpers/service.js';
@@ -123,6 +124,24 @@ describe('request ids', () => {
     }
     const other = await http('GET', `${base}/health`);
     expect(other.headers.get('x-request-id')).not.toBe(madeId);
+    // The live stream's own handlers too: the page, a refused stream, a refused WebSocket upgrade.
+    const page = await http('GET', `${base}/live`, { headers: { 'x-request-id': 'live-page' } });
+    expect([page.status, page.headers.get('x-request-id')]).toEqual([200, 'live-page']);
+    const sse = await http('GET', `${base}/stream`, { headers: { accept: 'text/event-stream', 'x-request-id': 'live-sse' } });
+    expect([sse.status, sse.headers.get('x-request-id')]).toEqual([401, 'live-sse']);
+    const upgrade = await new Promise<[number | undefined, unknown]>((resolve, reject) => {
+      const ws = new WebSocket(`${base.replace('http', 'ws')}/stream?token=nope`, { headers: { 'x-request-id': 'live-ws' } });
+      ws.on('unexpected-response', (_req, res) => {
+        resolve([res.statusCode, res.headers['x-request-id']]);
+        res.resume();
+        ws.terminate();
+      });
+      ws.on('error', reject);
+    });
+    expect(upgrade).toEqual([401, 'live-ws']);
+    const metrics = (await http('GET', `${base}/metrics`)).text;
+    expect(metrics).toMatch(/http_requests_total\{method="GET",route="\/live",status="200"\} 1/);
+    expect(metrics).toMatch(/http_requests_total\{method="GET",route="\/stream",status="401"\} 2/);
 
     svc.child.kill('SIGTERM');
     expect(await svc.exited).toBe(0);
@@ -132,6 +151,12 @@ describe('request ids', () => {
       expect.objectContaining({ level: 'debug', msg: 'request', method: 'GET', path: '/health', status: 200 }),
     ]);
     expect(byId(madeId)).toEqual([expect.objectContaining({ msg: 'request', path: '/template', status: 401 })]);
+    for (const [id, path, status] of [
+      ['live-page', '/live', 200],
+      ['live-sse', '/stream', 401],
+      ['live-ws', '/stream', 401],
+    ] as const)
+      expect(byId(id)).toEqual([expect.objectContaining({ msg: 'request', path, status })]);
     // Every request line carries an id.
     const requestLines = lines.filter((l) => l.msg === 'request');
     expect(requestLines.length).toBeGreaterThanOrEqual(5);

@@ -177,7 +177,8 @@ export class DeviceLogins implements LoginCheck {
     this.metrics.refused(reason);
     // Never the password: what was presented is named, not shown.
     this.log.info('device login refused', {
-      device: login.device ? `${login.device.tenant}:${login.device.id}` : undefined,
+      tenant: login.device?.tenant,
+      device: login.device?.id,
       reason,
       address: login.address,
       presented: login.certificate ? 'certificate' : login.password?.length ? 'password' : 'nothing',
