@@ -46,12 +46,20 @@ const historyBound = (name: 'dateFrom' | 'dateTo', description: string) => ({
   },
 });
 
+/** The streamed answers of the history endpoint and the export. */
+const STREAMED_ANSWERS = [
+  { contentType: 'text/csv', schema: { type: 'string', description: 'CSV with a header line: ts,device_id,attr,value' } },
+  { contentType: 'application/x-ndjson', schema: { type: 'string', description: 'One JSON history record a line' } },
+];
 const example = (value: number, minute: number) => ({
   device_id: DEV,
   ts: `2026-05-01T12:0${minute}:00.000000Z`,
   value,
   attr: 'temperature',
 });
+const CSV_EXAMPLE =
+  'ts,device_id,attr,value\n2026-05-01T12:00:00.000000Z,a1b2c3,temperature,21.5\n2026-05-01T12:01:00.000000Z,a1b2c3,temperature,22\n';
+const NDJSON_EXAMPLE = [example(21.5, 0), example(22, 1)].map((r) => JSON.stringify(r) + '\n').join('');
 
 function record(deviceJson: string, r: HistoryRow): string {
   return `{"device_id":${deviceJson},"ts":"${r.ts}","value":${r.value},"attr":${JSON.stringify(r.attr)}}`;
@@ -143,8 +151,11 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
     }),
     responses: {
       200: {
-        description: 'One attr: an array; several or none: an object by label. Records, or with `interval` buckets.',
+        description:
+          'One attr: an array; several or none: an object by label. Records, or with `interval` buckets. With `Accept: text/csv` or ' +
+          '`application/x-ndjson`: every value of the range, streamed oldest first (CSV `ts,device_id,attr,value`; NDJSON one record a line).',
         schema: { anyOf: [ref('HistorySeries'), ref('HistoryByLabel'), ref('HistoryBuckets'), ref('HistoryBucketsByLabel')] },
+        alternatives: STREAMED_ANSWERS,
       },
       400: { description: 'A bad operator value.', errors: ['badHistoryQuery'] },
       404: { description: 'No such device.', errors: ['noSuchDevice'] },
@@ -168,6 +179,35 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
         query: { lastN: 1 },
         status: 200,
         response: { temperature: [example(22, 1)], serial: [], led: [], key: [], spare: [] },
+      },
+      {
+        name: 'csv',
+        summary: 'Every temperature of the device, as CSV (Accept: text/csv)',
+        query: { attr: ['temperature'] },
+        headers: { accept: 'text/csv' },
+        status: 200,
+        contentType: 'text/csv',
+        response: CSV_EXAMPLE,
+      },
+      {
+        name: 'ndjson',
+        summary: 'The same as NDJSON (Accept: application/x-ndjson)',
+        query: { attr: ['temperature'] },
+        headers: { accept: 'application/x-ndjson' },
+        status: 200,
+        contentType: 'application/x-ndjson',
+        response: NDJSON_EXAMPLE,
+      },
+      {
+        name: 'streamedLastN',
+        summary: 'lastN asked of a streamed answer',
+        query: { lastN: 1 },
+        headers: { accept: 'text/csv' },
+        status: 400,
+        response: err(
+          'badHistoryQuery',
+          'lastN, firstN and interval answer JSON only: a CSV or NDJSON export has every value of the range',
+        ),
       },
       {
         name: 'badLastN',
@@ -370,7 +410,12 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       'x-error-order': ['badHistoryQuery'],
     }),
     responses: {
-      200: { description: 'The rows, streamed (chunked).', contentType: 'text/csv', schema: { type: 'string' } },
+      200: {
+        description: 'The rows, streamed (chunked): CSV `ts,device_id,attr,value`, or NDJSON one record a line.',
+        contentType: 'text/csv',
+        schema: { type: 'string' },
+        alternatives: [STREAMED_ANSWERS[1]!],
+      },
       400: { description: 'A bad parameter.', errors: ['badHistoryQuery'] },
     },
     examples: [
@@ -380,6 +425,14 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
         query: { devices: ['d4e5f6'], format: 'csv', dateFrom: '2026-05-01T00:00:00Z', dateTo: '2026-05-01T23:59:59Z' },
         status: 200,
         response: 'ts,device_id,attr,value\n',
+      },
+      {
+        name: 'ndjson',
+        summary: 'The temperatures of one device, as NDJSON (the default format)',
+        query: { devices: ['a1b2c3'], attr: ['temperature'] },
+        status: 200,
+        contentType: 'application/x-ndjson',
+        response: NDJSON_EXAMPLE,
       },
       {
         name: 'badFormat',

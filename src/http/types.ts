@@ -88,6 +88,8 @@ export interface ResponseDoc {
   /** A component of src/schemas/responses.ts, or an inline schema. */
   schema?: ResponseName | object;
   contentType?: string;
+  /** Other media types of the same answer (chosen by `Accept` or a parameter), each with its schema. */
+  alternatives?: Array<{ contentType: string; schema: object }>;
   /** Error bodies this status may carry (their schemas: src/schemas/errors.ts). */
   errors?: ErrorKey[];
 }
@@ -108,6 +110,8 @@ export interface Example {
   status: number;
   /** The answer (none for 204). */
   response?: unknown;
+  /** The media type of the answer, when it is one of the response's `alternatives`. */
+  contentType?: string;
   /** `no-devices`: the fixture without devices. */
   fixture?: 'no-devices';
 }

@@ -156,17 +156,20 @@ function responses(route: RouteDecl, examples: Example[]): Record<string, object
   const out: Record<string, object> = {};
   for (const [status, doc] of Object.entries(docs)) {
     const schemas = [...(doc.schema ? [schemaOf(doc.schema)] : []), ...(doc.errors ?? []).map((k: ErrorKey) => ref(errorSchemaName(k)))];
-    const ex = examples.filter((e) => String(e.status) === status);
-    const media: Record<string, unknown> = {};
-    if (schemas.length > 0) {
-      media.schema = oneOrAny(schemas);
-      if (ex.length > 0) {
-        media.examples = Object.fromEntries(ex.map((e) => [e.name, { summary: e.summary, value: e.response }]));
-      }
-    }
+    const main = doc.contentType ?? 'application/json';
+    const content: Record<string, Record<string, unknown>> = {};
+    const mediaOf = (contentType: string, schema: object) => {
+      const ex = examples.filter((e) => String(e.status) === status && (e.contentType ?? main) === contentType);
+      content[contentType] = {
+        schema,
+        ...(ex.length > 0 ? { examples: Object.fromEntries(ex.map((e) => [e.name, { summary: e.summary, value: e.response }])) } : {}),
+      };
+    };
+    if (schemas.length > 0) mediaOf(main, oneOrAny(schemas));
+    for (const alt of doc.alternatives ?? []) mediaOf(alt.contentType, alt.schema);
     out[status] = {
       description: doc.description,
-      ...(schemas.length > 0 ? { content: { [doc.contentType ?? 'application/json']: media } } : {}),
+      ...(Object.keys(content).length > 0 ? { content } : {}),
     };
   }
   return out;

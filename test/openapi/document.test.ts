@@ -189,10 +189,13 @@ describe('schemas and examples', () => {
       for (const ex of op['x-examples']) {
         const response = op.responses[String(ex.status)];
         expect(response, `${method} ${p} ${ex.name}: status ${ex.status} documented`).toBeDefined();
-        for (const media of Object.values(response!.content ?? {})) {
-          const value = media.examples?.[ex.name]?.value;
-          expect(value, `${method} ${p} ${ex.name}: an answer`).toBeDefined();
-          const validate = compile(media.schema);
+        // Its answer is under one media type (of several when Accept chooses the answer's type).
+        const media = Object.values(response!.content ?? {});
+        const under = media.filter((m) => m.examples?.[ex.name] !== undefined);
+        expect(under.length, `${method} ${p} ${ex.name}: an answer`).toBe(media.length > 0 ? 1 : 0);
+        for (const m of under) {
+          const value = m.examples![ex.name]!.value;
+          const validate = compile(m.schema);
           expect(validate(value), `${method} ${p} ${ex.name}: ${JSON.stringify(validate.errors)}`).toBe(true);
         }
       }
