@@ -1,4 +1,4 @@
-// Device status (docs/live.md): every GET device view carries `last_seen` (when its last stored
+// Device status (docs/live.md): every GET device view (public and internal) carries `last_seen` (when its last stored
 // message was received) and `status` from the inactivity timeout (DEVICE_OFFLINE_AFTER_SECONDS,
 // or the largest `offline_after` of its templates); GET /device?status= filters on it; the times
 // are written in batches and read back after a restart. Runs the embedded broker.
@@ -77,6 +77,18 @@ describe('device status', () => {
       const offline = await http<{ devices: StatusView[] }>('GET', `${svc.base}/device?status=offline`, { token });
       expect(offline.body.devices.map((d) => d.id).sort()).toEqual([quick, never].sort());
       expect((await http<string[]>('GET', `${svc.base}/device?status=online&idsOnly`, { token })).body).toEqual([slow]);
+      // The internal listener's views too, on request.
+      const internalView = await http<StatusView>('GET', `${svc.internal}/internal/device/${slow}?withStatus`, { token });
+      expect(internalView.body).toMatchObject({ id: slow, status: 'online', last_seen: expect.any(String) as unknown });
+      expect(await http('GET', `${svc.internal}/internal/device/${slow}`, { token })).not.toHaveProperty('body.status');
+      expect((await http<string[]>('GET', `${svc.internal}/internal/device?status=online&idsOnly`, { token })).body).toEqual([slow]);
+      const internalOffline = await http<{ devices: StatusView[] }>('GET', `${svc.internal}/internal/device?status=offline`, { token });
+      expect(internalOffline.body.devices.map((d) => [d.id, d.status]).sort()).toEqual(
+        [
+          [quick, 'offline'],
+          [never, 'offline'],
+        ].sort(),
+      );
       const wrong = await http('GET', `${svc.base}/device?status=sleeping`, { token });
       expect(wrong.status).toBe(400);
       expect(wrong.body).toEqual({ message: 'status must be online or offline, got "sleeping"', status: 400 });

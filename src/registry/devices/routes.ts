@@ -13,7 +13,7 @@ import type { Page } from '../paging.js';
 import { parseTemplateId } from '../sql.js';
 import { createOptions } from './input.js';
 import type { DeviceService } from './service.js';
-import type { DeviceQuery } from './types.js';
+import type { DeviceQuery, DeviceRecord } from './types.js';
 import { deviceView } from './views.js';
 
 type Deps = { devices: DeviceService; pool: pg.Pool };
@@ -42,14 +42,20 @@ const idsOnly = {
 async function listHandler(devices: DeviceService, req: Request, internal: boolean, pool?: pg.Pool) {
   const page = req.values.idsOnly ? undefined : pageOf(req.values);
   const filters = listFiltersOf(req.values); // the internal listing's schema has no attr_type
-  const status = internal ? undefined : await devices.statusQuery(req.values.status as string | undefined);
+  const status = await devices.statusQuery(req.values.status as string | undefined);
   if (!page) return { status: 200, body: await devices.listIds(req.tenant, { filters, status }) };
-  if (!internal) {
-    const q = { filters, status, withStatus: req.values.withStatus === true };
-    return publicPage(devices, req.tenant, q, page, req.values.lastValues === true ? pool : undefined);
-  }
-  const { devices: found, matches } = await devices.listInternal(req.tenant, { filters }, page);
-  return { status: 200, body: { devices: found.map((d) => deviceView(d, 'internal')), pagination: pagination(page, matches) } };
+  const withStatus = req.values.withStatus === true;
+  if (!internal)
+    return publicPage(devices, req.tenant, { filters, status, withStatus }, page, req.values.lastValues === true ? pool : undefined);
+  const { devices: found, matches } = await devices.listInternal(req.tenant, { filters, status }, page);
+  const views = found.map((d) => internalView(devices, req.tenant, d, withStatus || status !== undefined));
+  return { status: 200, body: { devices: views, pagination: pagination(page, matches) } };
+}
+
+/** An internal view, with `last_seen` and `status` when asked. */
+function internalView(devices: DeviceService, tenant: string, d: DeviceRecord, withStatus: boolean): object {
+  const view = deviceView(d, 'internal');
+  return withStatus ? { ...view, ...devices.statusFields(tenant, d.id) } : view;
 }
 
 /** A public page, written from the cached JSON of each device's view. */
@@ -417,7 +423,7 @@ export const internalDeviceRoutes: RouteSpec<Deps>[] = [
     tag: 'internal',
     query: (l) => ({
       type: 'object',
-      properties: { ...pageParams(l), idsOnly, ...filterParams(false) },
+      properties: { ...pageParams(l), idsOnly, ...filterParams(false), status: statusParam, withStatus: withStatusParam },
       'x-error-order': [...PAGE_ERRORS, ...FILTER_ERRORS],
     }),
     responses: {
@@ -425,7 +431,7 @@ export const internalDeviceRoutes: RouteSpec<Deps>[] = [
         description: 'One page, or with idsOnly every matching id.',
         schema: { oneOf: [ref('InternalDeviceList'), ref('DeviceIds')] },
       },
-      400: { description: 'Bad paging or filter parameters, checked in this order.', errors: LIST_ERRORS },
+      400: { description: 'Bad paging or filter parameters, checked in this order.', errors: [...LIST_ERRORS, 'badQuery'] },
     },
     examples: [
       {
@@ -448,6 +454,7 @@ export const internalDeviceRoutes: RouteSpec<Deps>[] = [
     description: "As GET /device/{id}; a generated key shows as its attribute's `static_value`.",
     tag: 'internal',
     params: { id: deviceIdParam },
+    query: () => ({ type: 'object', properties: { withStatus: withStatusParam } }),
     responses: {
       200: { description: 'The device with its keys.', schema: 'InternalDevice' },
       404: { description: 'No such device.', errors: ['noSuchDevice'] },
@@ -458,7 +465,10 @@ export const internalDeviceRoutes: RouteSpec<Deps>[] = [
       { name: 'unknown', summary: 'No such device', params: { id: 'ffffff' }, status: 404, response: err('noSuchDevice', 'ffffff') },
     ],
     async handler(req, { devices }) {
-      return { status: 200, body: deviceView(await devices.getInternal(req.tenant, req.params.id!), 'internal') };
+      return {
+        status: 200,
+        body: internalView(devices, req.tenant, await devices.getInternal(req.tenant, req.params.id!), req.values.withStatus === true),
+      };
     },
   },
 ];

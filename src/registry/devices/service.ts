@@ -136,6 +136,11 @@ export class DeviceService {
   }
 
   /** A GET view with `last_seen` and `status` (they change with every message: never cached). */
+  /** `last_seen` and `status` of a device (an internal view adds them on request). */
+  statusFields(tenant: string, id: string): { last_seen: string | null; status: 'online' | 'offline' } | undefined {
+    return this.opts.status?.fields(tenant, id);
+  }
+
   private withStatus(tenant: string, id: string, json: string): string {
     return this.opts.status ? this.opts.status.decorate(tenant, id, json) : json;
   }
@@ -200,9 +205,10 @@ export class DeviceService {
   /** An internal page (keys opened) and the number of matches. */
   async listInternal(tenant: string, q: DeviceQuery, page: Page): Promise<{ devices: DeviceRecord[]; matches: number }> {
     if (!filtersCanMatch(q.filters)) return { devices: [], matches: 0 };
-    const { items, matches } = await this.findPage(tenant, q, page, false, (plan) =>
-      repo.listDevices(this.pool, tenant, q, page, plan, true),
-    );
+    // A status filter's answer changes with time, not with registry events: never cached.
+    const { items, matches } = q.status
+      ? { items: await repo.listDevices(this.pool, tenant, q, page, 'set', true), matches: await repo.countDevices(this.pool, tenant, q) }
+      : await this.findPage(tenant, q, page, false, (plan) => repo.listDevices(this.pool, tenant, q, page, plan, true));
     return { devices: items.map((d) => this.openKeys(tenant, d)), matches };
   }
 
