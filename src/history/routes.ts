@@ -427,6 +427,13 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
         response: 'ts,device_id,attr,value\n',
       },
       {
+        name: 'byTemplate',
+        summary: 'The temperatures of the devices of template 1, as CSV',
+        query: { template: 1, attr: ['temperature'], format: 'csv' },
+        status: 200,
+        response: CSV_EXAMPLE,
+      },
+      {
         name: 'ndjson',
         summary: 'The temperatures of one device, as NDJSON (the default format)',
         query: { devices: ['a1b2c3'], attr: ['temperature'] },

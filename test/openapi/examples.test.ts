@@ -116,7 +116,9 @@ function request(
     } else {
       const given = ex.request.query?.[p.name];
       if (given === undefined) continue;
-      for (const v of Array.isArray(given) ? given : [given]) query.append(p.name, String(v));
+      // A `template` query parameter (GET /history/export) naming the fixture template.
+      const value = p.name === 'template' && Number(given) === FIXTURE_TEMPLATE_ID ? f.templateId : given;
+      for (const v of Array.isArray(value) ? value : [value]) query.append(p.name, String(v));
     }
   }
   let body = ex.request.body;

@@ -239,6 +239,16 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
         response: { devices: [device()], pagination: page1 },
       },
       {
+        name: 'lastValues',
+        summary: 'The same devices with their latest values',
+        query: { attr: ['serial=SN-0'], attr_type: ['actuator'], lastValues: 'true' },
+        status: 200,
+        response: {
+          devices: [{ ...device(), last_values: { temperature: { ts: '2026-05-01T12:01:00.000000Z', value: 22 } } }],
+          pagination: page1,
+        },
+      },
+      {
         name: 'pageTooLarge',
         summary: 'page_size above MAX_PAGE_SIZE',
         query: { page_size: 5000 },
