@@ -3,7 +3,7 @@
 // stored as JSON text and goes out as is, keeping its JSON type.
 import type pg from 'pg';
 import { errors } from '../errors.js';
-import type { Reply, RouteSpec } from '../http/types.js';
+import type { Example, Reply, RouteSpec } from '../http/types.js';
 import { DEV, err } from '../openapi/examples.js';
 import { deviceIdParam } from '../schemas/params.js';
 import { ref } from '../schemas/responses.js';
@@ -60,6 +60,17 @@ const example = (value: number, minute: number) => ({
 const CSV_EXAMPLE =
   'ts,device_id,attr,value\n2026-05-01T12:00:00.000000Z,a1b2c3,temperature,21.5\n2026-05-01T12:01:00.000000Z,a1b2c3,temperature,22\n';
 const NDJSON_EXAMPLE = [example(21.5, 0), example(22, 1)].map((r) => JSON.stringify(r) + '\n').join('');
+
+/** An example of the history endpoint's streamed answer, the media type chosen by Accept. */
+const streamedTemperatures = (name: string, summary: string, contentType: string, response: string): Example => ({
+  name,
+  summary,
+  query: { attr: ['temperature'] },
+  headers: { accept: contentType },
+  status: 200,
+  contentType,
+  response,
+});
 
 function record(deviceJson: string, r: HistoryRow): string {
   return `{"device_id":${deviceJson},"ts":"${r.ts}","value":${r.value},"attr":${JSON.stringify(r.attr)}}`;
@@ -180,24 +191,8 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
         status: 200,
         response: { temperature: [example(22, 1)], serial: [], led: [], key: [], spare: [] },
       },
-      {
-        name: 'csv',
-        summary: 'Every temperature of the device, as CSV (Accept: text/csv)',
-        query: { attr: ['temperature'] },
-        headers: { accept: 'text/csv' },
-        status: 200,
-        contentType: 'text/csv',
-        response: CSV_EXAMPLE,
-      },
-      {
-        name: 'ndjson',
-        summary: 'The same as NDJSON (Accept: application/x-ndjson)',
-        query: { attr: ['temperature'] },
-        headers: { accept: 'application/x-ndjson' },
-        status: 200,
-        contentType: 'application/x-ndjson',
-        response: NDJSON_EXAMPLE,
-      },
+      streamedTemperatures('csv', 'Every temperature of the device, as CSV (Accept: text/csv)', 'text/csv', CSV_EXAMPLE),
+      streamedTemperatures('ndjson', 'The same as NDJSON (Accept: application/x-ndjson)', 'application/x-ndjson', NDJSON_EXAMPLE),
       {
         name: 'streamedLastN',
         summary: 'lastN asked of a streamed answer',
