@@ -7,6 +7,9 @@
 // dies between the two loses those messages for the other instances' streams (they are stored
 // all the same). Nothing here ever makes ingest wait: posting to the channel is fire-and-forget,
 // and a failed NOTIFY is counted and logged, not retried.
+// The fan-out costs a database round trip and a JSON text per committed message, so it runs only
+// while another instance listens: each instance says so on the channel when it starts listening
+// (the others answer at once) and every HELLO_MS after; a single instance sends no telemetry.
 import crypto from 'node:crypto';
 import { BroadcastChannel } from 'node:worker_threads';
 import pg from 'pg';
@@ -19,18 +22,30 @@ const NOTIFY_CHANNEL = 'live_committed';
 /** PostgreSQL refuses NOTIFY payloads of 8000 bytes or more; room is left for the envelope. */
 const MAX_PAYLOAD_BYTES = 7800;
 const RELISTEN_MS = 1000;
+/** How often an instance tells the others that it listens. */
+const HELLO_MS = 5000;
+/** Committed telemetry is sent while another instance was heard from within this. */
+const PEER_TTL_MS = 3 * HELLO_MS;
 
 export type CommittedListener = (batch: CommittedBatch) => void;
 
 /** One message in a NOTIFY payload: tenant, id, ts µs, received µs, attrs JSON text. */
 type Wire = [string, string, number, number, string];
+/** A payload: committed messages (`m`), or a hello (`h`: `new` asks the others to answer). */
+type Envelope = { o: string; m?: Wire[]; h?: 'new' | 'beat' };
 
 export class LiveFeed {
   private readonly listeners = new Set<CommittedListener>();
   private readonly channel = new BroadcastChannel(COMMITTED_CHANNEL);
   private readonly origin = crypto.randomUUID().slice(0, 8);
   private sender: pg.Client | undefined;
+  private senderRetryAt = 0;
+  /** The sending connection's backend: its NOTIFYs are this instance's own. */
+  private senderPid: number | undefined;
   private listener: pg.Client | undefined;
+  private hello: NodeJS.Timeout | undefined;
+  /** When another instance was last heard from (performance.now()). */
+  private peerSeenAt = -Infinity;
   private closed = false;
   /** NOTIFYs go one after another on the sending connection. */
   private sending: Promise<void> = Promise.resolve();
@@ -61,8 +76,9 @@ export class LiveFeed {
   async start(): Promise<void> {
     this.channel.onmessage = (m) => this.local((m as { data: CommittedBatch }).data);
     if (!this.opts.fanout) return;
-    this.sender = await this.connect('device-registry-live-notify');
+    this.sender = await this.connectSender();
     await this.listen();
+    this.hello = setInterval(() => this.say('beat'), HELLO_MS).unref();
   }
 
   on(listener: CommittedListener): () => void {
@@ -72,13 +88,41 @@ export class LiveFeed {
 
   async close(): Promise<void> {
     this.closed = true;
+    clearInterval(this.hello);
     this.channel.close();
     for (const c of [this.sender, this.listener]) await c?.end().catch(() => undefined);
   }
 
   private local(batch: CommittedBatch): void {
     this.deliver(batch);
-    if (this.sender) this.sending = this.sending.then(() => this.notify(batch));
+    if (this.opts.fanout && performance.now() - this.peerSeenAt < PEER_TTL_MS) this.sending = this.sending.then(() => this.notify(batch));
+  }
+
+  /** Tells the other instances that this one listens. */
+  private say(h: 'new' | 'beat'): void {
+    const envelope: Envelope = { o: this.origin, h };
+    this.sending = this.sending.then(async () => {
+      await this.send('SELECT pg_notify($1, $2)', [NOTIFY_CHANNEL, JSON.stringify(envelope)]).catch(() => undefined);
+    });
+  }
+
+  /** A query on the sending connection, opened again (at most once a RELISTEN_MS) once lost. */
+  private async send(sql: string, params: unknown[]): Promise<void> {
+    if (!this.sender) {
+      if (this.closed || performance.now() < this.senderRetryAt) throw new Error('no connection for the fan-out');
+      this.senderRetryAt = performance.now() + RELISTEN_MS;
+      this.sender = await this.connectSender();
+    }
+    await this.sender.query(sql, params);
+  }
+
+  private async connectSender(): Promise<pg.Client> {
+    const c = await this.connect('device-registry-live-notify');
+    this.senderPid = (c as unknown as { processID: number }).processID;
+    c.on('end', () => {
+      if (this.sender === c) this.sender = undefined;
+    });
+    return c;
   }
 
   private deliver(batch: CommittedBatch): void {
@@ -116,7 +160,7 @@ export class LiveFeed {
     if (parts.length > 0) payloads.push(head + parts.join(',') + ']}');
     if (payloads.length === 0) return;
     try {
-      await this.sender!.query('SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p', [NOTIFY_CHANNEL, payloads]);
+      await this.send('SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p', [NOTIFY_CHANNEL, payloads]);
       this.notified.inc(payloads.length);
     } catch (err) {
       this.failed.inc();
@@ -125,7 +169,12 @@ export class LiveFeed {
   }
 
   private async connect(name: string): Promise<pg.Client> {
-    const c = new pg.Client({ connectionString: this.opts.databaseUrl, application_name: name, keepAlive: true });
+    const c = new pg.Client({
+      connectionString: this.opts.databaseUrl,
+      application_name: name,
+      keepAlive: true,
+      connectionTimeoutMillis: 5000,
+    });
     c.on('error', () => undefined);
     await c.connect();
     return c;
@@ -136,10 +185,14 @@ export class LiveFeed {
     const c = await this.connect('device-registry-live-listen');
     this.listener = c;
     c.on('notification', (msg) => {
-      if (!msg.payload) return;
+      // This instance's own payloads come back too: known by the sending backend, not parsed.
+      if (!msg.payload || msg.processId === this.senderPid) return;
       try {
-        const env = JSON.parse(msg.payload) as { o: string; m: Wire[] };
+        const env = JSON.parse(msg.payload) as Envelope;
         if (env.o === this.origin) return;
+        this.peerSeenAt = performance.now();
+        if (env.h === 'new') this.say('beat');
+        if (!env.m) return;
         const batch: CommittedBatch = { tenants: [], ids: [], ts: [], received: [], attrs: [] };
         for (const [tenant, id, ts, received, attrs] of env.m) {
           batch.tenants.push(tenant);
@@ -163,5 +216,6 @@ export class LiveFeed {
       retry();
     });
     await c.query(`LISTEN ${NOTIFY_CHANNEL}`);
+    this.say('new');
   }
 }

@@ -74,6 +74,9 @@ describe('two instances', () => {
     }, 'the stored counts');
     expect(byB).toBeGreaterThan(0);
     expect(byA).toBeGreaterThan(0);
+    // Each heard the other, so each passed its share on.
+    for (const base of [a.base, b.base])
+      expect(metric((await http<string>('GET', `${base}/metrics`)).text, 'live_fanout_notifications_total')).toBeGreaterThan(0);
     // The first instance's views know every device was seen, whichever instance stored it.
     const views = await http<{ devices: Array<{ id: string; status: string }> }>('GET', `${a.base}/device?status=online`, { token });
     expect(views.body.devices.map((v) => v.id).sort()).toEqual([...ids].sort());

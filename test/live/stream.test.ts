@@ -168,6 +168,9 @@ describe('GET /stream over WebSocket', () => {
 
       // The other tenant saw nothing of these.
       expect(other.messages.map((m) => m.type)).toEqual(['subscribed']);
+      // Alone on its database, the instance passed none of its telemetry on by NOTIFY
+      // (docs/live.md §4: the fan-out runs only while another instance listens).
+      expect(metric((await http<string>('GET', `${svc.base}/metrics`)).text, 'live_fanout_notifications_total')).toBe(0);
     } finally {
       for (const c of [all, filtered, other]) c.close();
     }
