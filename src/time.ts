@@ -9,6 +9,8 @@
 
 /** Latest accepted timestamp: the end of year 9999 (PostgreSQL and JS both handle it). */
 const MAX_MS = 253402300799999;
+/** Earliest history bound: 0001-01-01T00:00:00Z. */
+const MIN_BOUND_MS = -62135596800000;
 const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?)?\s*(Z|z|[+-]\d{2}(?::?\d{2})?)?$/;
 
 function daysIn(year: number, month: number): number {
@@ -17,9 +19,10 @@ function daysIn(year: number, month: number): number {
 
 /**
  * The `timestamp` key of a message: epoch milliseconds (a number or a string of digits) or
- * ISO 8601 (no zone means UTC). Returns microseconds since the epoch, or undefined.
+ * ISO 8601 (no zone means UTC). Returns microseconds since the epoch, or undefined. A stored
+ * time is never before 1970; a history bound (`bound`) may be any date from year 1 on.
  */
-export function parseTimestamp(value: unknown): number | undefined {
+export function parseTimestamp(value: unknown, kind: 'stored' | 'bound' = 'stored'): number | undefined {
   if (typeof value === 'number') {
     return Number.isFinite(value) && value >= 0 && value <= MAX_MS ? Math.round(value * 1000) : undefined;
   }
@@ -31,7 +34,7 @@ export function parseTimestamp(value: unknown): number | undefined {
   const year = Number(y);
   const month = Number(mo);
   const day = Number(d);
-  if (year < 1970 || month < 1 || month > 12 || day < 1 || day > daysIn(year, month)) return undefined;
+  if (year < (kind === 'bound' ? 1 : 1970) || month < 1 || month > 12 || day < 1 || day > daysIn(year, month)) return undefined;
   if (Number(h) > 23 || Number(mi) > 59 || Number(s) > 59) return undefined;
   let offsetMin = 0;
   if (zone && zone !== 'Z' && zone !== 'z') {
@@ -42,10 +45,11 @@ export function parseTimestamp(value: unknown): number | undefined {
     if (oh > 23 || om > 59) return undefined;
     offsetMin = sign * (oh * 60 + om);
   }
-  const ms = Date.UTC(year, month - 1, day, Number(h), Number(mi), Number(s)) - offsetMin * 60_000;
+  // (setUTCFullYear: Date.UTC would read years 0-99 as 1900-1999)
+  const ms = new Date(Date.UTC(2000, month - 1, day, Number(h), Number(mi), Number(s))).setUTCFullYear(year) - offsetMin * 60_000;
   const micros = Number((frac + '000000').slice(0, 6));
   const us = ms * 1000 + micros;
-  return us >= 0 && us <= MAX_MS * 1000 ? us : undefined;
+  return us >= (kind === 'bound' ? MIN_BOUND_MS * 1000 : 0) && us <= MAX_MS * 1000 ? us : undefined;
 }
 
 // ---- formatting: history `ts` ---------------------------------------------------------------

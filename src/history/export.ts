@@ -22,15 +22,30 @@ export const EXPORT_CONTENT_TYPES: Record<ExportFormat, string> = {
 
 /** The format an `Accept` header asks for, if it names one of ours (and not JSON). */
 export function exportFormatOf(accept: string): ExportFormat | undefined {
+  // Media ranges with q=0 are refused by the client (RFC 9110 §12.5.1): left out.
   const types = accept
     .toLowerCase()
     .split(',')
-    .map((r) => r.split(';')[0]!.trim());
+    .map((r) => r.split(';').map((s) => s.trim()))
+    .filter(([, ...params]) => !params.some((p) => p.startsWith('q=') && !(Number(p.slice(2)) > 0)))
+    .map(([type]) => type);
   if (types.includes('application/json')) return undefined;
   if (types.includes('text/csv')) return 'csv';
   if (types.includes('application/x-ndjson')) return 'ndjson';
   return undefined;
 }
+
+/** A field as COPY ... (FORMAT csv) writes it: quoted when it holds a quote, comma or line break. */
+function csvField(text: string): string {
+  return /[",\r\n]/.test(text) || text === '' ? `"${text.replace(/"/g, '""')}"` : text;
+}
+
+/** One history record as a CSV line, byte for byte as the streamed export writes it. */
+export function csvLine(deviceId: string, r: { ts: string; attr: string; value: string }): string {
+  return `${r.ts},${csvField(deviceId)},${csvField(r.attr)},${csvField(r.value)}\n`;
+}
+
+export const CSV_HEADER = 'ts,device_id,attr,value\n';
 
 export interface ExportQuery {
   tenant: string;

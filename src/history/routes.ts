@@ -10,7 +10,7 @@ import { ref } from '../schemas/responses.js';
 import { aggregateQueryOf, answerAggregates, asksAggregates } from './aggregate.js';
 import { AGG_LIST_PATTERN, INTERVAL_PATTERN } from './buckets.js';
 import { latestBody, latestJson, latestRequestOf, latestValues, MAX_LATEST_DEVICES, templateDeviceCount } from './latest.js';
-import { EXPORT_CONTENT_TYPES, exportFormatOf, streamExport, type ExportFormat } from './export.js';
+import { CSV_HEADER, csvLine, EXPORT_CONTENT_TYPES, exportFormatOf, streamExport, type ExportFormat } from './export.js';
 import { historyQueryOf } from './query.js';
 import { MAX_HELD_READS, type ReadGate } from './read-gate.js';
 import { deviceAttributeLabels, readOneSeriesOfDevice, readSeries, type HistoryRow } from './repo.js';
@@ -92,7 +92,8 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       'Same 401 bodies as every route. Values come from device messages (MQTT, docs/messaging.md). The operators are checked ' +
       'before the device: a bad value answers 400 naming the operator (lastN, then firstN, dateFrom, dateTo), whether or not the device exists. ' +
       'With `interval` and `agg`: aggregates per time bucket instead of values. With `Accept: text/csv` or `Accept: application/x-ndjson` ' +
-      '(and not application/json): every value of the range streamed oldest first, as GET /history/export writes them (not with lastN, firstN or interval).',
+      '(and not application/json, nor with q=0): every value of the range streamed oldest first, as GET /history/export writes them; ' +
+      'with lastN or firstN the same records as the JSON answer, label by label in the same order (CSV or NDJSON lines); not with interval.',
     tag: 'history',
     params: { id: deviceIdParam },
     query: (l) => ({
@@ -164,7 +165,8 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       200: {
         description:
           'One attr: an array; several or none: an object by label. Records, or with `interval` buckets. With `Accept: text/csv` or ' +
-          '`application/x-ndjson`: every value of the range, streamed oldest first (CSV `ts,device_id,attr,value`; NDJSON one record a line).',
+          '`application/x-ndjson`: every value of the range, streamed oldest first (CSV `ts,device_id,attr,value`; NDJSON one record a line); ' +
+          "with lastN or firstN the JSON answer's records in that format.",
         schema: { anyOf: [ref('HistorySeries'), ref('HistoryByLabel'), ref('HistoryBuckets'), ref('HistoryBucketsByLabel')] },
         alternatives: STREAMED_ANSWERS,
       },
@@ -194,15 +196,22 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       streamedTemperatures('csv', 'Every temperature of the device, as CSV (Accept: text/csv)', 'text/csv', CSV_EXAMPLE),
       streamedTemperatures('ndjson', 'The same as NDJSON (Accept: application/x-ndjson)', 'application/x-ndjson', NDJSON_EXAMPLE),
       {
-        name: 'streamedLastN',
-        summary: 'lastN asked of a streamed answer',
-        query: { lastN: 1 },
+        name: 'csvLastN',
+        summary: 'The last two temperatures as CSV (Accept: text/csv), newest first as in JSON',
+        query: { lastN: 2, attr: ['temperature'] },
+        headers: { accept: 'text/csv' },
+        status: 200,
+        contentType: 'text/csv',
+        response:
+          'ts,device_id,attr,value\n2026-05-01T12:01:00.000000Z,a1b2c3,temperature,22\n2026-05-01T12:00:00.000000Z,a1b2c3,temperature,21.5\n',
+      },
+      {
+        name: 'streamedInterval',
+        summary: 'Aggregates asked as CSV',
+        query: { attr: ['temperature'], interval: '1h', agg: ['avg'] },
         headers: { accept: 'text/csv' },
         status: 400,
-        response: err(
-          'badHistoryQuery',
-          'lastN, firstN and interval answer JSON only: a CSV or NDJSON export has every value of the range',
-        ),
+        response: err('badHistoryQuery', 'interval answers JSON only: a CSV or NDJSON answer has the values themselves'),
       },
       {
         name: 'badLastN',
@@ -266,9 +275,10 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       // The operators were checked against the query schema before the handler (400 before the device's 404).
       const q = historyQueryOf(req.values, historyMaxResults);
       const format = exportFormatOf(req.accept);
-      if (format) {
-        if (req.values.lastN !== undefined || req.values.firstN !== undefined || asksAggregates(req.values))
-          throw errors.badHistoryQuery('lastN, firstN and interval answer JSON only: a CSV or NDJSON export has every value of the range');
+      const counted = req.values.lastN !== undefined || req.values.firstN !== undefined;
+      if (format && asksAggregates(req.values))
+        throw errors.badHistoryQuery('interval answers JSON only: a CSV or NDJSON answer has the values themselves');
+      if (format && !counted) {
         const labels = await deviceAttributeLabels(pool, req.tenant, id);
         if (!labels) throw errors.noSuchDevice(id);
         const attrs = (q.attrs ?? labels).filter((l) => labels.includes(l));
@@ -306,11 +316,21 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
         rows = labels.length > 0 ? await readSeries(pool, req.tenant, id, labels, q) : [];
       }
       const deviceJson = JSON.stringify(id);
+      const byLabel = new Map<string, HistoryRow[]>(labels.map((l) => [l, []]));
+      for (const r of rows) byLabel.get(r.attr)?.push(r);
+      // lastN/firstN asked as CSV or NDJSON: the same records (at most N a label), label by
+      // label in the JSON answer's order, each in the query's order.
+      if (format) {
+        const grouped = [...byLabel.values()].flat();
+        const text =
+          format === 'csv'
+            ? CSV_HEADER + grouped.map((r) => csvLine(id, r)).join('')
+            : grouped.map((r) => record(deviceJson, r) + '\n').join('');
+        return { status: 200, contentType: EXPORT_CONTENT_TYPES[format], raw: text };
+      }
       if (q.single) return { status: 200, raw: '[' + rows.map((r) => record(deviceJson, r)).join(',') + ']' };
-      const byLabel = new Map<string, string[]>(labels.map((l) => [l, []]));
-      for (const r of rows) byLabel.get(r.attr)?.push(record(deviceJson, r));
       const parts: string[] = [];
-      for (const [label, records] of byLabel) parts.push(`${JSON.stringify(label)}:[${records.join(',')}]`);
+      for (const [label, series] of byLabel) parts.push(`${JSON.stringify(label)}:[${series.map((r) => record(deviceJson, r)).join(',')}]`);
       return { status: 200, raw: '{' + parts.join(',') + '}' };
     },
   },

@@ -23,7 +23,7 @@ import type { ErrorKey } from '../errors.js';
 import { parseTimestamp } from '../time.js';
 
 /** History bounds (decisions.md "History"): ISO 8601 date and time, or epoch milliseconds; blank: no bound. */
-export const timestampOf = (text: string): number | undefined => parseTimestamp(text.trim());
+export const timestampOf = (text: string): number | undefined => parseTimestamp(text.trim(), 'bound');
 
 export const queryFormats = {
   timestamp: (text: string) => text.trim() === '' || timestampOf(text) !== undefined,

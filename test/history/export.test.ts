@@ -90,19 +90,39 @@ describe('the history endpoint with Accept', () => {
     expect(json.body).toEqual([...lines].reverse());
   });
 
-  it('JSON stays the answer for Accept application/json or */*, and lastN with csv is 400; an unknown device 404', async () => {
-    const j = await http('GET', `${svc.base}/history/device/${device}/history?attr=mode`, {
-      token,
-      headers: { accept: 'application/json, text/csv' },
-    });
-    expect(j.headers.get('content-type')).toBe('application/json');
-    const bad = await http<ErrorBody>('GET', `${svc.base}/history/device/${device}/history?lastN=1`, {
+  it('JSON stays the answer for Accept application/json, */* or text/csv;q=0; interval with csv is 400; an unknown device 404', async () => {
+    for (const accept of ['application/json, text/csv', '*/*', 'text/csv;q=0', 'text/csv;q=0.0, application/x-ndjson;q=0']) {
+      const j = await http('GET', `${svc.base}/history/device/${device}/history?attr=mode`, { token, headers: { accept } });
+      expect(j.headers.get('content-type'), accept).toBe('application/json');
+    }
+    const bad = await http<ErrorBody>('GET', `${svc.base}/history/device/${device}/history?interval=1h&agg=avg`, {
       token,
       headers: { accept: 'text/csv' },
     });
-    expect(bad.status).toBe(400);
+    expect(bad.body).toEqual({ message: 'interval answers JSON only: a CSV or NDJSON answer has the values themselves', status: 400 });
     const none = await http<ErrorBody>('GET', `${svc.base}/history/device/ffffff/history`, { token, headers: { accept: 'text/csv' } });
     expect(none.body).toEqual({ message: 'No such device: ffffff', status: 404 });
+  });
+
+  it("lastN and firstN in CSV or NDJSON: the JSON answer's records, label by label in its order, quoted as the stream quotes", async () => {
+    const url = (q: string) => `${svc.base}/history/device/${device}/history?${q}`;
+    const csv = await http('GET', url('lastN=2'), { token, headers: { accept: 'text/csv' } });
+    expect(csv.status).toBe(200);
+    expect(csv.headers.get('content-type')).toBe('text/csv; charset=utf-8');
+    // JSON: {"temperature": [12:02, 12:00], "mode": [12:01]} (the device's labels in order)
+    const json = await http<Record<string, Array<{ ts: string; value: unknown; attr: string }>>>('GET', url('lastN=2'), { token });
+    const order = Object.values(json.body).flat();
+    const streamed = (await http('GET', url(''), { token, headers: { accept: 'text/csv' } })).text.trimEnd().split('\n');
+    // Each line as the streamed CSV (PostgreSQL's COPY) writes the same record.
+    const lineOf = (r: { ts: string; attr: string }) => streamed.find((l) => l.startsWith(`${r.ts},${device},${r.attr},`));
+    expect(csv.text).toBe([csvHeader, ...order.map(lineOf), ''].join('\n'));
+    expect(order.map((r) => r.ts)).toEqual(['2024-05-01T12:02:00.000000Z', '2024-05-01T12:00:00.000000Z', '2024-05-01T12:01:00.000000Z']);
+
+    const nd = await http('GET', url('firstN=1&attr=temperature'), { token, headers: { accept: 'application/x-ndjson' } });
+    expect(nd.headers.get('content-type')).toBe('application/x-ndjson');
+    expect(nd.text).toBe(JSON.stringify({ device_id: device, ts: '2024-05-01T12:00:00.000000Z', value: 21.5, attr: 'temperature' }) + '\n');
+    const empty = await http('GET', url('lastN=5&attr=nothing'), { token, headers: { accept: 'text/csv' } });
+    expect(empty.text).toBe(csvHeader + '\n');
   });
 });
 

@@ -198,6 +198,28 @@ describe('errors and isolation', () => {
     expect(valuesOf((await get('?attr=temperature&dateFrom=&dateTo=%20')).body)).toHaveLength(10);
   });
 
+  it('a bound before 1970 is a date like any other (from year 1): the whole series, or nothing', async () => {
+    for (const from of ['1969-12-31T23:59:59Z', '1900-01-01', '0001-01-01T00:00:00Z'])
+      expect(valuesOf((await get(`?attr=temperature&dateFrom=${from}&lastN=3`)).body), from).toEqual([29, 28, 27]);
+    expect(valuesOf((await get('?attr=temperature&dateFrom=1900-01-01&firstN=2')).body)).toEqual([20, 21]);
+    expect((await get('?attr=temperature&dateFrom=1900-01-01&dateTo=1969-12-31T23:59:59.999999Z')).body).toEqual([]);
+    expect((await get('?dateTo=1950-06-01T00:00:00%2B01:00')).body).toEqual({ temperature: [], mode: [], flag: [], serial: [] });
+    // Aggregates over such a range: the bucket limit says it is too wide.
+    for (const q of [
+      'interval=1d&agg=avg&dateFrom=1900-01-01',
+      'interval=1M&agg=count&dateFrom=0001-01-01',
+      'interval=1w&tz=Europe/Berlin&agg=max&dateFrom=1900-01-01',
+    ]) {
+      const wide = await get(`?attr=temperature&${q}&dateTo=2024-05-02`);
+      expect(wide.status, q).toBe(400);
+      expect((wide.body as unknown as { message: string }).message).toMatch(/at most 1000 \(HISTORY_MAX_BUCKETS\)/);
+    }
+    const years = await get('?attr=temperature&interval=1M&agg=count&dateFrom=1960-01-01&dateTo=2024-05-02');
+    expect(years.body).toEqual([{ ts: '2024-05-01T00:00:00.000000Z', count: 10 }]);
+    // Year 0 and before is no date of ours.
+    expect((await get('?attr=temperature&dateFrom=0000-12-31T00:00:00Z')).status).toBe(400);
+  });
+
   it('needs a token like every route', async () => {
     const res = await http('GET', `${svc.base}/history/device/${device}/history?lastN=1`);
     expect(res.status).toBe(401);
