@@ -199,6 +199,7 @@ async function startCommittedFeed(config: Config, db: Database, core: Core, log:
   started.onStop(() => deviceStatus.stop());
   const feed = new LiveFeed({
     databaseUrl: db.url,
+    limits: { statementTimeoutMs: config.dbStatementTimeoutMs, keepaliveSeconds: config.dbKeepaliveSeconds },
     fanout: config.liveFanout,
     metrics: core.metrics,
     log: log.child({ component: 'live' }),

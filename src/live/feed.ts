@@ -14,6 +14,7 @@ import crypto from 'node:crypto';
 import { BroadcastChannel } from 'node:worker_threads';
 import pg from 'pg';
 import client from 'prom-client';
+import { connectionLimits, type ConnectionLimits } from '../db/limits.js';
 import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
 import { COMMITTED_CHANNEL, type CommittedBatch } from '../ingest/protocol.js';
@@ -53,7 +54,7 @@ export class LiveFeed {
   private readonly skipped: client.Counter;
   private readonly failed: client.Counter;
 
-  constructor(private readonly opts: { databaseUrl: string; fanout: boolean; metrics: Metrics; log: Logger }) {
+  constructor(private readonly opts: { databaseUrl: string; limits: ConnectionLimits; fanout: boolean; metrics: Metrics; log: Logger }) {
     const registers = [opts.metrics.registry];
     this.notified = new client.Counter({
       name: 'live_fanout_notifications_total',
@@ -113,11 +114,21 @@ export class LiveFeed {
       this.senderRetryAt = performance.now() + RELISTEN_MS;
       this.sender = await this.connectSender();
     }
-    await this.sender.query(sql, params);
+    const c = this.sender;
+    try {
+      await c.query(sql, params);
+    } catch (err) {
+      // (a timed-out statement may still hold the connection: the next send opens another)
+      if (this.sender === c) {
+        this.sender = undefined;
+        c.end().catch(() => undefined);
+      }
+      throw err;
+    }
   }
 
   private async connectSender(): Promise<pg.Client> {
-    const c = await this.connect('device-registry-live-notify');
+    const c = await this.connect('device-registry-live-notify', true);
     this.senderPid = (c as unknown as { processID: number }).processID;
     c.on('end', () => {
       if (this.sender === c) this.sender = undefined;
@@ -168,12 +179,13 @@ export class LiveFeed {
     }
   }
 
-  private async connect(name: string): Promise<pg.Client> {
+  /** A connection with the service's limits (statement timeout, keepalive; `sending`: a client-side timeout too). */
+  private async connect(name: string, sending: boolean): Promise<pg.Client> {
     const c = new pg.Client({
       connectionString: this.opts.databaseUrl,
       application_name: name,
-      keepAlive: true,
       connectionTimeoutMillis: 5000,
+      ...connectionLimits(this.opts.limits, sending),
     });
     c.on('error', () => undefined);
     await c.connect();
@@ -182,7 +194,7 @@ export class LiveFeed {
 
   /** LISTENs; a lost connection is opened again (what was sent meanwhile is not replayed). */
   private async listen(): Promise<void> {
-    const c = await this.connect('device-registry-live-listen');
+    const c = await this.connect('device-registry-live-listen', false);
     this.listener = c;
     c.on('notification', (msg) => {
       // This instance's own payloads come back too: known by the sending backend, not parsed.
