@@ -5,7 +5,7 @@
 import { BroadcastChannel, workerData } from 'node:worker_threads';
 import pg from 'pg';
 import { createLogger } from '../src/log.js';
-import { connectionLimits } from '../src/db/limits.js';
+import { connectionLimits, keepClientErrors } from '../src/db/limits.js';
 import { REGISTRY_CHANNEL, type RegistryEvent } from '../src/registry/events.js';
 import { DeviceCache } from '../src/ingest/device-cache.js';
 import { HistoryWriter } from '../src/ingest/history-writer.js';
@@ -29,6 +29,7 @@ const pool = new pg.Pool({
   ...connectionLimits({ statementTimeoutMs: settings.dbStatementTimeoutMs, keepaliveSeconds: settings.dbKeepaliveSeconds }, true),
 });
 pool.on('error', (err) => log.debug('idle database connection failed', { error: err.message }));
+keepClientErrors(pool, (err) => log.debug('database connection failed in use', { error: err.message }));
 
 // One patience for both: a database outage is logged once, whichever of them meets it.
 const retry = new DatabaseRetry(log);

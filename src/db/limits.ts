@@ -30,3 +30,13 @@ export function connectionLimits(limits: ConnectionLimits, clientSide: boolean):
     ...(timeout > 0 && clientSide ? { query_timeout: timeout + READ_MARGIN_MS } : {}),
   };
 }
+
+/**
+ * A connection that fails while checked out (its backend terminated or the socket broken
+ * mid-statement) emits 'error' on the client, which the pool no longer listens to then: with no
+ * listener that is an uncaught exception that ends the thread. The statement itself fails all
+ * the same, and its caller handles that; the event is only logged.
+ */
+export function keepClientErrors(pool: pg.Pool, onError: (err: Error) => void): void {
+  pool.on('connect', (client) => client.on('error', onError));
+}

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { Logger } from '../log.js';
-import { connectionLimits, type ConnectionLimits } from './limits.js';
+import { connectionLimits, keepClientErrors, type ConnectionLimits } from './limits.js';
 
 // int8 (bigint) ids fit in a JS number for any realistic registry size.
 pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
@@ -24,6 +24,7 @@ export function createPool(url: string, max: number, log: Logger, limits?: Conne
   });
   // An idle client losing its connection (database restart) must not crash the process.
   pool.on('error', (err) => log.warn('idle database connection failed', { error: err.message }));
+  keepClientErrors(pool, (err) => log.debug('database connection failed in use', { error: err.message }));
   const clients = new Set<pg.PoolClient>();
   pool.on('acquire', (client) => clients.add(client));
   pool.on('release', (_err: Error | undefined, client: pg.PoolClient) => clients.delete(client));

@@ -8,7 +8,7 @@ import { ConfigError } from '../config.js';
 import { createLogger } from '../log.js';
 import { ingestThreadLimits } from '../v8-heap.js';
 import { lowerThreadPriority } from '../thread-priority.js';
-import { connectionLimits } from '../db/limits.js';
+import { connectionLimits, keepClientErrors } from '../db/limits.js';
 import { REGISTRY_CHANNEL, type RegistryEvent } from '../registry/events.js';
 import { EmbeddedLink } from '../broker/embedded.js';
 import { ExternalLink } from '../broker/external.js';
@@ -72,6 +72,7 @@ const brokerPool = settings.mqttUrl
     })
   : undefined;
 brokerPool?.on('error', () => undefined);
+if (brokerPool) keepClientErrors(brokerPool, () => undefined);
 const logins = new LoginBridge(post);
 
 const channel = new BroadcastChannel(REGISTRY_CHANNEL);

@@ -80,17 +80,22 @@ export class ShardPool {
     // A replaced worker's shards go to whoever has the fewest (its tasks are retried by the
     // router, in order), and a COPY turn it held is free at once (its mark: thread id + 1).
     // A dead worker's thread id reads -1, so the dead are found as the known ids no longer alive.
+    // Piscina announces the destruction before it takes the worker out of `threads` (and a
+    // worker that failed with an uncaught error still shows its id then): the dead are looked
+    // for once that is done, a microtask later, before any replacement can take a task.
     const known = new Set<number>(this.piscina.threads.map((t) => t.threadId));
     this.piscina.on('workerCreate', (worker: WorkerView) => known.add(worker.id));
-    this.piscina.on('workerDestroy', () => {
-      const alive = new Set(this.piscina.threads.map((t) => t.threadId).filter((id) => id >= 0));
-      for (const id of known) {
-        if (alive.has(id)) continue;
-        known.delete(id);
-        for (const [shard, owner] of this.owners) if (owner === id) this.owners.delete(shard);
-        if (CopyTurn.releaseFrom(settings.copyTurn, id + 1)) log.warn('a dead shard worker held the COPY turn; released');
-      }
-    });
+    this.piscina.on('workerDestroy', () =>
+      queueMicrotask(() => {
+        const alive = new Set(this.piscina.threads.map((t) => t.threadId).filter((id) => id >= 0));
+        for (const id of known) {
+          if (alive.has(id)) continue;
+          known.delete(id);
+          for (const [shard, owner] of this.owners) if (owner === id) this.owners.delete(shard);
+          if (CopyTurn.releaseFrom(settings.copyTurn, id + 1)) log.warn('a dead shard worker held the COPY turn; released');
+        }
+      }),
+    );
     this.piscina.on('error', (err: Error) => this.log.error('shard worker failed', { error: err.message }));
   }
 

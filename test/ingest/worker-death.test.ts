@@ -1,10 +1,11 @@
-// Point 7 of issue 19: a shard worker dies (its thread terminated) while it holds the COPY turn
+// Point 7 of issue 19: a shard worker dies (its thread terminated, or failed) while it holds the COPY turn
 // and its COPY waits (behind a lock the test holds on history). The turn is free at once (the
 // other worker does not wait the 30 s a held turn is otherwise kept), a new worker takes the
 // dead one's shards, its batches are sent again, and every message is stored; a message stored
 // twice would be counted (none expected here: the dead worker's COPY never committed).
 import crypto from 'node:crypto';
 import pg from 'pg';
+import type { Worker } from 'node:worker_threads';
 import type { Piscina } from 'piscina';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/log.js';
@@ -21,22 +22,27 @@ const PER_DEVICE = 20;
 
 describe('a shard worker that dies holding the COPY turn', () => {
   const svc = useService({ MQTT_URL: undefined });
-  const tenant = `wd${crypto.randomBytes(3).toString('hex')}`;
-  const devices: string[] = [];
   let db: pg.Pool;
 
-  beforeAll(async () => {
+  beforeAll(() => {
     db = new pg.Pool({ connectionString: svc.env.DATABASE_URL, max: 3 });
+  });
+  afterAll(() => db?.end());
+
+  // A worker is seen to go either way: its thread ended (exit), or an uncaught exception in it
+  // (Node emits 'error' on the Worker, then ends the thread; Piscina drops it at the 'error').
+  it.each([
+    ['terminated', (w: Worker) => w.terminate()],
+    ['failed with an uncaught error', (w: Worker) => w.emit('error', new Error('uncaught in the worker'))],
+  ])('%s: frees the turn at once, and its batches are stored by the worker that replaces it', async (_how, kill) => {
+    // A tenant of its own (the sequence numbers are counted per tenant), one device on each of the two shards.
+    const tenant = `wd${crypto.randomBytes(3).toString('hex')}`;
+    const devices: string[] = [];
     const t = await createTemplate(db, tenant, 't', [{ label: 'seq', type: 'dynamic', value_type: 'integer' }]);
-    // One device on each of the two shards.
     while (devices.length < 2) {
       const id = randomDeviceId();
       if (shardFor(deviceKey(tenant, id), 2) === devices.length) devices.push(await createDevice(db, tenant, [t], { id }));
     }
-  });
-  afterAll(() => db?.end());
-
-  it('frees the turn at once, and its batches are stored by the worker that replaces it', async () => {
     const copyTurn = CopyTurn.shared();
     const log = createLogger('silent');
     const shards = new ShardPool(
@@ -78,7 +84,7 @@ describe('a shard worker that dies holding the COPY turn', () => {
       const threads = (shards as unknown as { piscina: Piscina }).piscina.threads;
       const dead = threads.find((t) => t.threadId === holder - 1);
       expect(dead).toBeDefined();
-      await dead!.terminate();
+      await kill(dead!);
       // The turn was released when the pool saw the worker go (not STEAL_MS later).
       await eventually(() => Atomics.load(cell, 0) !== holder || undefined, 'the turn released', 5000);
       await locker.query('COMMIT');
