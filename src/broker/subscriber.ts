@@ -34,6 +34,14 @@ import { NO_ACK, type AckHandle } from './link.js';
 
 /** How long the first connection waits for the broker's CONNACK before the start fails. */
 const FIRST_CONNACK_MS = 10_000;
+/**
+ * While the broker has been away for less than FAST_RETRY_FOR_MS (a restart), reconnect every
+ * FAST_RETRY_MS: a restarted Mosquitto does not restore shared subscriptions, and drops what
+ * devices publish until the subscribers are back, so they must be back first. Then the delay
+ * doubles from 250 ms to 5 s. A broker that refuses the subscriber gets the slow path at once.
+ */
+const FAST_RETRY_MS = 100;
+const FAST_RETRY_FOR_MS = 5000;
 
 export type MqttVersion = 4 | 5;
 
@@ -126,6 +134,10 @@ export class SubscriberConnection extends EventEmitter {
   /** When a message last came in, or reading resumed (performance.now()). */
   private lastActivity = 0;
   private reconnectDelay = 250;
+  /** Since when the broker has been away (performance.now()); undefined while connected. */
+  private awaySince: number | undefined;
+  /** The broker answered the last attempt with a refusal (not worth retrying fast). */
+  private refused = false;
   private reconnected = 0;
   private everConnected = false;
   private reconnectTimer: NodeJS.Timeout | undefined;
@@ -382,22 +394,28 @@ export class SubscriberConnection extends EventEmitter {
       this.closing = true;
       reject(err);
     } else {
+      this.refused = true;
       this.opts.log.warn('broker refused the ingest subscriber', { client: this.opts.clientId, error: err.message });
     }
   }
 
   private scheduleReconnect(): void {
     clearTimeout(this.reconnectTimer);
-    this.reconnectTimer = setTimeout(() => {
-      if (this.closing) return;
-      if (this.opts.mayReconnect && !this.opts.mayReconnect()) {
-        this.opts.log.warn('not reconnecting: this client id is not leased to this instance now', { client: this.opts.clientId });
-        this.scheduleReconnect();
-        return;
-      }
-      this.connect();
-    }, this.reconnectDelay);
-    this.reconnectDelay = Math.min(this.reconnectDelay * 2, 5000);
+    this.awaySince ??= performance.now();
+    const fast = !this.refused && performance.now() - this.awaySince < FAST_RETRY_FOR_MS;
+    this.reconnectTimer = setTimeout(
+      () => {
+        if (this.closing) return;
+        if (this.opts.mayReconnect && !this.opts.mayReconnect()) {
+          this.opts.log.warn('not reconnecting: this client id is not leased to this instance now', { client: this.opts.clientId });
+          this.scheduleReconnect();
+          return;
+        }
+        this.connect();
+      },
+      fast ? FAST_RETRY_MS : this.reconnectDelay,
+    );
+    if (!fast) this.reconnectDelay = Math.min(this.reconnectDelay * 2, 5000);
   }
 
   private keepAlive(socket: net.Socket): void {
@@ -488,6 +506,8 @@ export class SubscriberConnection extends EventEmitter {
     this.everConnected = true;
     this.connected = true;
     this.reconnectDelay = 250;
+    this.awaySince = undefined;
+    this.refused = false;
     this.emit('connected');
     if (this.firstConnect) {
       this.firstConnect.resolve();
