@@ -173,6 +173,8 @@ export class ExternalLink implements BrokerLink {
   private lost = false;
   /** A renewal is under way (heartbeats do not overlap: two could claim the same drain). */
   private renewing = false;
+  /** Since when every renewal of our leases succeeded (performance.now()); undefined after a miss. */
+  private renewedSince: number | undefined = performance.now();
 
   private constructor(
     private readonly subscribers: SubscriberConnection[],
@@ -347,9 +349,11 @@ export class ExternalLink implements BrokerLink {
     try {
       lost = await this.opts.leases.renew(mine);
     } catch (err) {
+      this.renewedSince = undefined;
       this.opts.log.warn('could not renew the lease of the broker sessions', { error: (err as Error).message });
       return;
     }
+    const renewedSince = (this.renewedSince ??= performance.now());
     if (lost.includes(this.prefix)) {
       this.lost = true;
       clearInterval(this.heartbeat);
@@ -363,6 +367,10 @@ export class ExternalLink implements BrokerLink {
     }
     if (this.drain && lost.includes(this.drain.prefix)) void this.drain.run.stop();
     if (this.drain) return;
+    // Another instance's lease found run out right after the database was away (for this
+    // instance too) says nothing: that one could not renew either. Only after renewing without
+    // a miss for a whole lease does this instance take a lapsed slot as abandoned.
+    if (performance.now() - renewedSince < this.opts.leaseSeconds * 1000) return;
     const lapsed = await this.opts.leases.claimLapsed(this.prefix).catch(() => undefined);
     if (lapsed) {
       const ids = Array.from({ length: lapsed.connections }, (_, n) => subscriberClientId(lapsed.prefix, n));

@@ -91,6 +91,7 @@ describe.skipIf(!hasMosquitto)('several instances on one broker (Mosquitto)', ()
       MQTT_SESSION_EXPIRY_SECONDS: '600',
     });
     db = new pg.Pool({ connectionString: baseEnv.DATABASE_URL, max: 2 });
+    db.on('error', () => undefined); // (its idle connections are cut in the database outage)
     const first = await launch(baseEnv); // creates the schema
     await stop(first);
   });
@@ -213,6 +214,45 @@ describe.skipIf(!hasMosquitto)('several instances on one broker (Mosquitto)', ()
       `instance killed mid-run: ${f.total} messages acknowledged by the broker, ${result.missing} missing, ${result.duplicates} stored more than once`,
     );
     expect(result.missing).toBe(0);
+  }, 180_000);
+
+  it("a database outage longer than the lease: no instance takes another's sessions, each message stored once", async () => {
+    const env = { ...baseEnv, MQTT_SESSION_LEASE_SECONDS: '3' };
+    const a = await launch(own(env, 'a'));
+    const b = await launch(own(env, 'b'));
+    const { tenant, fleet: f } = await fleet();
+    await f.start();
+    await until(() => f.total > 1000, 'messages published');
+    // Away for three leases: both instances miss their renewals, and both leases run out.
+    const dbName = new URL(baseEnv.DATABASE_URL!).pathname.slice(1);
+    const admin = new pg.Client({ connectionString: baseEnv.DATABASE_URL!.replace(`/${dbName}`, '/postgres') });
+    await admin.connect();
+    try {
+      await admin.query(`ALTER DATABASE "${dbName}" ALLOW_CONNECTIONS false`);
+      await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()', [dbName]);
+      await sleep(9000);
+    } finally {
+      await admin.query(`ALTER DATABASE "${dbName}" ALLOW_CONNECTIONS true`);
+      await admin.end();
+    }
+    const back = f.total;
+    await until(() => f.total > back + 2000, 'messages published after the outage');
+    await sleep(8000); // more than two leases of both instances renewing again
+    await f.stop();
+    const result = await settle(tenant, f, 60_000);
+    // (a slot another test's instance left, released, may be drained: not a or b's own)
+    const takeovers = [a, b].flatMap((s) =>
+      s.output.filter(
+        (l) =>
+          /another instance took this instance's broker sessions/.test(l) ||
+          (/drained and ended broker sessions/.test(l) && /"clientIds":"[^"]*-[ab][-.]/.test(l)),
+      ),
+    );
+    expect(takeovers).toEqual([]);
+    console.log(
+      `database outage with two instances: ${f.total} acknowledged, ${result.missing} missing, ${result.duplicates} stored more than once`,
+    );
+    expect(result).toEqual({ missing: 0, duplicates: 0 });
   }, 180_000);
 
   it('after the upgrade to one default share group, a session still subscribed in the old default group (MQTT_CLIENT_ID) leaves it: nothing stored twice', async () => {
