@@ -173,8 +173,11 @@ export class ExternalLink implements BrokerLink {
   private lost = false;
   /** A renewal is under way (heartbeats do not overlap: two could claim the same drain). */
   private renewing = false;
-  /** Since when every renewal of our leases succeeded (performance.now()); undefined after a miss. */
-  private renewedSince: number | undefined = performance.now();
+  /**
+   * Since when every renewal of our leases succeeded (performance.now()): from the start on
+   * (-Infinity), until a renewal fails (undefined), then from the next one that succeeds.
+   */
+  private renewedSince: number | undefined = -Infinity;
 
   private constructor(
     private readonly subscribers: SubscriberConnection[],
