@@ -10,6 +10,12 @@ export interface Horizon {
   closedUs: number;
   /** The chunk interval in µs: the first window of a walk through the closed region. */
   chunkUs: number;
+  /**
+   * Where the oldest chunk starts, µs (-Infinity: no chunk yet): nothing is stored before it, so
+   * a walk starts there at the earliest. A few seconds old at most, like the rest: a late row
+   * that makes an older chunk is read by firstN once the horizon is read again.
+   */
+  oldestUs: number;
 }
 
 /** How long a read horizon is used before it is read again. */
@@ -24,14 +30,19 @@ interface Cached {
 const cache = new WeakMap<pg.Pool, Cached>();
 
 async function read(pool: pg.Pool): Promise<Horizon> {
-  const { rows } = await pool.query<{ closed_us: string | null; chunk_us: number }>({
+  const { rows } = await pool.query<{ closed_us: string | null; chunk_us: number; oldest_us: string | null }>({
     name: 'history-horizon',
     text: `SELECT CASE WHEN closed_before = '-infinity' THEN NULL ELSE (extract(epoch FROM closed_before) * 1000000)::int8::text END AS closed_us,
-                  (extract(epoch FROM chunk_interval) * 1000000)::float8 AS chunk_us
+                  (extract(epoch FROM chunk_interval) * 1000000)::float8 AS chunk_us,
+                  (extract(epoch FROM history_oldest_chunk_start()) * 1000000)::int8::text AS oldest_us
              FROM history_settings`,
   });
   const row = rows[0]!;
-  return { closedUs: row.closed_us === null ? -Infinity : Number(row.closed_us), chunkUs: row.chunk_us };
+  return {
+    closedUs: row.closed_us === null ? -Infinity : Number(row.closed_us),
+    chunkUs: row.chunk_us,
+    oldestUs: row.oldest_us === null ? -Infinity : Number(row.oldest_us),
+  };
 }
 
 /**

@@ -128,7 +128,7 @@ export function openLimit(limit: number): number {
 }
 
 /** SQL of a series' span bounds in µs (NULL: no rows before the horizon). */
-const spanSql = (alias: string) =>
+export const spanSql = (alias: string) =>
   `(extract(epoch FROM ${alias}.first_ts) * 1000000)::int8 AS first_us, (extract(epoch FROM ${alias}.last_ts) * 1000000)::int8 AS last_us`;
 
 interface Span {
@@ -161,7 +161,8 @@ async function readClosed(
   span: Span,
   need: number,
 ): Promise<Row[]> {
-  let lo = Math.max(span.firstUs, q.fromUs ?? -Infinity);
+  // (not before the oldest chunk: retention may have dropped the span's start)
+  let lo = Math.max(span.firstUs, q.fromUs ?? -Infinity, h.oldestUs);
   // Exclusive upper end: bounds are whole microseconds, so `ts <= x` is `ts < x + 1`.
   let hi = Math.min(h.closedUs, span.lastUs + 1, q.toUs === undefined ? Infinity : q.toUs + 1);
   const desc = q.order === 'desc';

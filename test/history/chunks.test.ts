@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { forgetHorizon } from '../../src/history/horizon.js';
 import type { HistoryQuery } from '../../src/history/query.js';
 import { openLimit, readOneSeriesOfDevice, readSeries } from '../../src/history/repo.js';
+import { latestValues } from '../../src/history/latest.js';
 import { createDevice, createTemplate, insertHistory } from '../helpers/registry-fixtures.js';
 import { timescaleLayout, timescaleOnly } from '../helpers/history-layout.js';
 import { http, useService, type TestService } from '../helpers/service.js';
@@ -332,6 +333,32 @@ describe('each statement of a read plans only the chunks of its range (a year of
       expect(openLimit(n)).toBeLessThanOrEqual(Math.max(2, 1.5 * n));
     }
     expect(new Set(Array.from({ length: 10_000 }, (_, i) => openLimit(i + 1))).size).toBeLessThanOrEqual(30);
+  });
+
+  it("the latest values (POST /history/latest, lastValues): the open chunks, then only the chunk of a silent series' last row", async () => {
+    const counts = await plannedChunks((pool) => latestValues(pool, tenant, { devices: [device] }, undefined));
+    expect(counts).toHaveLength(2);
+    expect(counts[0]).toBeLessThanOrEqual(5);
+    expect(counts[1]).toBeLessThanOrEqual(2);
+    const rows = await latestValues(svc.service.pool, tenant, { devices: [device] }, undefined);
+    expect(rows.map((r) => [r.attr, r.value])).toEqual([
+      ['a', '1'],
+      ['b', '2'],
+    ]);
+  });
+
+  it("after retention dropped the oldest chunks: firstN starts at the oldest chunk left, not at the span's start", async () => {
+    // Series x has a row a day for a year; its span still starts a year ago once the chunks
+    // older than 100 days are gone (retention, by hand here as the service or TimescaleDB does it).
+    const pool = svc.service.pool;
+    if (await timescaleLayout()) await pool.query(`SELECT drop_chunks('history', older_than => now() - interval '100 days')`);
+    else await pool.query('SELECT history_apply_retention(100)');
+    const query = q({ order: 'asc', limit: 1, single: false });
+    const counts = await plannedChunks((p) => readSeries(p, 'x', 'x', ['x'], query));
+    expect(counts.reduce((a, b) => a + b, 0)).toBeLessThanOrEqual(5 + 8);
+    const [first] = await readSeries(pool, 'x', 'x', ['x'], query);
+    expect(Date.parse(first!.ts)).toBeGreaterThan(now - 101 * DAY);
+    expect(Date.parse(first!.ts)).toBeLessThan(now - 98 * DAY);
   });
 
   it('date ranges: only the chunks of the range', async () => {
