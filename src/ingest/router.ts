@@ -140,8 +140,9 @@ export class IngestRouter implements Inbox {
     }
     // The queue is fixed: past INGEST_MAX_PENDING a message with nothing to acknowledge (QoS 0)
     // is dropped. The embedded broker reads a QoS 0 sender's next message at once, so holding
-    // them would grow without bound; a QoS 1 message waits instead (its PUBACK with its commit,
-    // and the embedded broker reads nothing more from that sender meanwhile).
+    // them would grow without bound; a QoS 1 message waits instead (its PUBACK with its commit;
+    // the embedded broker reads nothing more from that sender once the packets of the socket
+    // chunk it came in are handled: docs/operations.md §3).
     if (ack === NO_ACK && this.totalUnacked >= this.opts.maxPending) {
       this.drop('overload', ack);
       return;
