@@ -192,7 +192,9 @@ class RouterThread implements Ingest {
         this.metrics.link(m.link);
         this.link = m.link;
         this.pending = m.delta.queueDepth.reduce((a, b) => a + b, 0);
-        if (m.delta.messagesAcknowledged > 0 || this.pending === 0) this.progressAt = Date.now();
+        // Progress is a commit: QoS 0 messages dropped for overload are acknowledged too, and
+        // would hide a stalled database from /health/ready.
+        if (m.delta.messagesCommitted > 0 || this.pending === 0) this.progressAt = Date.now();
         break;
       case 'published':
         this.requests.answer(m.requestId, m.error);

@@ -38,6 +38,8 @@ export interface IngestMetricsDelta extends WorkerMetricsDelta {
   messagesReceived: number;
   /** Messages whose ack handle was used (after the commit, or dropped for good). */
   messagesAcknowledged: number;
+  /** Of those, the ones acknowledged after their batch committed (ingest makes progress; drops do not count). */
+  messagesCommitted: number;
   /** From each message's arrival to its acknowledgement, for messages acknowledged after their batch. */
   ackLatency: LatencyCounts;
   /** Absolute: unacknowledged messages per shard. */

@@ -115,6 +115,7 @@ export class IngestRouter implements Inbox {
     return {
       messagesReceived: 0,
       messagesAcknowledged: 0,
+      messagesCommitted: 0,
       ackLatency: emptyLatency(),
       commitLatency: emptyLatency(),
       messagesStored: 0,
@@ -250,6 +251,7 @@ export class IngestRouter implements Inbox {
         const now = Date.now();
         for (const receivedUs of batch.task.received) observeSince(this.delta.ackLatency, receivedUs, now);
         this.delta.messagesAcknowledged += batch.acks.length;
+        this.delta.messagesCommitted += batch.acks.length;
         this.settled(batch.shard, batch.acks.length, delta);
       },
       (err: Error) => {
