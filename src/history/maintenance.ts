@@ -64,7 +64,9 @@ export async function startHistoryMaintenance(opts: {
     log.warn(
       "HISTORY_CHUNK_INTERVAL makes the current chunk's index larger than shared_buffers: ingest and recent reads slow down once it is; shorten the interval or raise shared_buffers",
       {
-        chunkInterval: opts.chunkInterval,
+        // The layout's interval (a changed HISTORY_CHUNK_INTERVAL keeps it, warned at start), and the configured one if it differs.
+        chunkInterval: advice.interval,
+        ...(settings.same ? {} : { configured: opts.chunkInterval }),
         predictedIndexMB: mb(advice.predictedBytes),
         sharedBuffersMB: mb(advice.sharedBuffersBytes),
         suggestedInterval: advice.suggested ?? 'none fits: raise shared_buffers',

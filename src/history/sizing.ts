@@ -6,9 +6,9 @@
 // (docs/messaging.md §9). TimescaleDB's sizing rule is the same: the indexes of the chunks
 // being written should fit in shared_buffers (a quarter of the host's memory).
 //
-// The check needs a written chunk to measure: it takes the index bytes per second of data of
-// the recent complete chunks (the fullest of the last three) and the current chunk's index so
-// far, and predicts a chunk's index at the interval in use. Run at start and whenever a chunk
+// The check needs written data to measure: it takes the index bytes per second of data of the
+// recent complete chunks (the fullest of the last three) and of the current chunk so far, and
+// the current chunk's index itself, and predicts a chunk's index at the interval in use. Run at start and whenever a chunk
 // completes (src/history/maintenance.ts).
 import type pg from 'pg';
 
@@ -24,6 +24,19 @@ export interface SizingAdvice {
   sharedBuffersBytes: number;
   /** The largest common interval whose chunk index would fit (undefined: even one minute would not). */
   suggested: string | undefined;
+  /** The interval in use (the layout's, which a changed HISTORY_CHUNK_INTERVAL does not change), e.g. `1 day`. */
+  interval?: string;
+}
+
+/** Seconds as an interval text HISTORY_CHUNK_INTERVAL accepts: `1 day`, `6 hours`, `90 minutes`, `45 seconds`. */
+export function intervalText(seconds: number): string {
+  for (const [unit, secs] of [
+    ['day', 86400],
+    ['hour', 3600],
+    ['minute', 60],
+  ] as const)
+    if (seconds >= secs && seconds % secs === 0) return `${seconds / secs} ${unit}${seconds === secs ? '' : 's'}`;
+  return `${seconds} second${seconds === 1 ? '' : 's'}`;
 }
 
 /** Common intervals, largest first, as HISTORY_CHUNK_INTERVAL accepts them. */
@@ -55,8 +68,11 @@ export function adviseChunkInterval(opts: {
     .slice(0, 3);
   // An index's empty pages (meta and root) say nothing about the rate.
   const written = (c: ChunkMeasure) => Math.max(0, c.indexBytes - 16384);
-  const bytesPerSecond = Math.max(0, ...complete.map((c) => written(c) / ((c.endUs - c.startUs) / 1e6)));
   const current = opts.chunks.find((c) => c.startUs <= opts.nowUs && opts.nowUs < c.endUs);
+  // The current chunk's rate so far counts too: before any chunk completed it is all there is.
+  const rates = complete.map((c) => written(c) / ((c.endUs - c.startUs) / 1e6));
+  if (current && opts.nowUs > current.startUs) rates.push(written(current) / ((opts.nowUs - current.startUs) / 1e6));
+  const bytesPerSecond = Math.max(0, ...rates);
   const predictedBytes = Math.max(bytesPerSecond * opts.intervalSeconds, current ? current.indexBytes : 0);
   if (predictedBytes <= opts.sharedBuffersBytes) return undefined;
   const fits = bytesPerSecond > 0 ? INTERVALS.find(([, secs]) => bytesPerSecond * secs <= opts.sharedBuffersBytes) : undefined;
@@ -78,10 +94,11 @@ export async function checkChunkSizing(pool: pg.Pool): Promise<SizingAdvice | un
     ),
   ]);
   const s = settings.rows[0]!;
-  return adviseChunkInterval({
+  const advice = adviseChunkInterval({
     chunks: chunks.rows.map((c) => ({ startUs: Number(c.start_us), endUs: Number(c.end_us), indexBytes: Number(c.index_bytes) })),
     nowUs: Number(s.now_us),
     intervalSeconds: s.interval_seconds,
     sharedBuffersBytes: Number(s.shared_buffers),
   });
+  return advice && { ...advice, interval: intervalText(s.interval_seconds) };
 }
