@@ -6,7 +6,8 @@
 // Sums and averages are computed in `numeric` from the stored text: exact, so the answer does not
 // depend on the order rows are read in (a float sum would), and the same on both layouts.
 import type pg from 'pg';
-import { historyTimeSql } from '../time.js';
+import { historyTimeSql, microsToText } from '../time.js';
+import { horizonOf } from './horizon.js';
 import { bucketSql, NUMERIC_AGGREGATES, type Aggregate, type Bucketing } from './buckets.js';
 import { seriesKey } from './series.js';
 
@@ -115,8 +116,13 @@ async function rolledHours(
   span: { lo: string; hi: string },
   b: Bucketing,
 ): Promise<{ from: string; to: string } | undefined> {
-  const sql = bucketSql(b, '$3::text');
-  const L = hourOf(`$1::timestamptz + ${HOUR} - interval '1 microsecond'`);
+  const sql = bucketSql(b, '$4::text');
+  // Not before the oldest chunk there is (none: no hour at all): TimescaleDB's retention drops
+  // chunks on its own schedule, and the rollups of their hours are forgotten only by the next
+  // maintenance pass. Hours left out are read from the rows, so an old value here is safe.
+  const { oldestUs } = await horizonOf(pool);
+  const oldest = oldestUs === undefined ? 'infinity' : microsToText(oldestUs);
+  const L = hourOf(`greatest($1::timestamptz, $3::timestamptz) + ${HOUR} - interval '1 microsecond'`);
   const R = `least(${hourOf(`$2::timestamptz + interval '1 microsecond'`)}, (SELECT rolled_before FROM history_settings))`;
   const aligned =
     b.kind === 'fixed'
@@ -124,7 +130,7 @@ async function rolledHours(
       : `NOT EXISTS (SELECT 1 FROM ${sql.series('h.l', 'h.r')} AS g(k) WHERE ${hourOf(sql.start('g.k'))} <> ${sql.start('g.k')})`;
   const { rows } = await pool.query<{ l: string; r: string; usable: boolean }>({
     text: `SELECT h.l::text AS l, h.r::text AS r, h.l < h.r AND ${aligned} AS usable FROM (SELECT ${L} AS l, ${R} AS r) h`,
-    values: [span.lo, span.hi, ...(b.kind === 'calendar' ? [b.tz] : [])],
+    values: [span.lo, span.hi, oldest, ...(b.kind === 'calendar' ? [b.tz] : [])],
   });
   const row = rows[0]!;
   return row.usable ? { from: row.l, to: row.r } : undefined;

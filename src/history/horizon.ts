@@ -11,11 +11,11 @@ export interface Horizon {
   /** The chunk interval in µs: the first window of a walk through the closed region. */
   chunkUs: number;
   /**
-   * Where the oldest chunk starts, µs (-Infinity: no chunk yet): nothing is stored before it, so
-   * a walk starts there at the earliest. A few seconds old at most, like the rest: a late row
-   * that makes an older chunk is read by firstN once the horizon is read again.
+   * Where the oldest chunk starts, µs; undefined: there is no chunk (nothing is stored). Nothing
+   * is stored before it, so a walk starts there at the earliest. A few seconds old at most, like
+   * the rest: a late row that makes an older chunk is read by firstN once it is read again.
    */
-  oldestUs: number;
+  oldestUs: number | undefined;
 }
 
 /** How long a read horizon is used before it is read again. */
@@ -41,7 +41,7 @@ async function read(pool: pg.Pool): Promise<Horizon> {
   return {
     closedUs: row.closed_us === null ? -Infinity : Number(row.closed_us),
     chunkUs: row.chunk_us,
-    oldestUs: row.oldest_us === null ? -Infinity : Number(row.oldest_us),
+    oldestUs: row.oldest_us === null ? undefined : Number(row.oldest_us),
   };
 }
 

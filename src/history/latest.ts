@@ -136,7 +136,7 @@ async function readClosedLatest(pool: pg.Pool, tenant: string, pairs: Pair[], h:
         p.series,
         p.device_id,
         p.attr,
-        microsToText(Math.max(Number(p.first_us), h.oldestUs)),
+        microsToText(Math.max(Number(p.first_us), h.oldestUs ?? -Infinity)),
         microsToText(Number(p.last_us)),
       ],
     });

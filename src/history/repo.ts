@@ -162,7 +162,7 @@ async function readClosed(
   need: number,
 ): Promise<Row[]> {
   // (not before the oldest chunk: retention may have dropped the span's start)
-  let lo = Math.max(span.firstUs, q.fromUs ?? -Infinity, h.oldestUs);
+  let lo = Math.max(span.firstUs, q.fromUs ?? -Infinity, h.oldestUs ?? -Infinity);
   // Exclusive upper end: bounds are whole microseconds, so `ts <= x` is `ts < x + 1`.
   let hi = Math.min(h.closedUs, span.lastUs + 1, q.toUs === undefined ? Infinity : q.toUs + 1);
   const desc = q.order === 'desc';

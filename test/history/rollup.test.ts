@@ -5,6 +5,8 @@
 // the altered value, those that must come from the rows do not. Runs on the test database's
 // layout (TimescaleDB with TEST_DATABASE_URL at port 5433).
 import { beforeAll, describe, expect, it } from 'vitest';
+import { forgetHorizon } from '../../src/history/horizon.js';
+import { timescaleLayout } from '../helpers/history-layout.js';
 import { createDevice, createTemplate, insertHistory } from '../helpers/registry-fixtures.js';
 import { useService } from '../helpers/service.js';
 import { getHistory } from './fixtures.js';
@@ -166,5 +168,23 @@ describe('hourly rollups', () => {
       { ts: at('2024-06-01T02:00:00Z'), max: 1000, count: 7 },
       { ts: at('2024-06-01T03:00:00Z'), max: 23, count: 6 },
     ]);
+  });
+
+  it('chunks dropped before their rollups are forgotten (TimescaleDB retention runs on its own schedule): no bucket of theirs is answered', async () => {
+    const pool = svc.service.pool;
+    if (await timescaleLayout()) await pool.query(`SELECT drop_chunks('history', older_than => timestamptz '2024-06-02')`);
+    else {
+      const { rows } = await pool.query<{ name: string }>(
+        `SELECT name FROM history_partitions WHERE range_end <= timestamptz '2024-06-02'`,
+      );
+      for (const { name } of rows) await pool.query(`DROP TABLE "${name}"`);
+      await pool.query(`DELETE FROM history_partitions WHERE range_end <= timestamptz '2024-06-02'`);
+    }
+    expect(
+      (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM history_rollup WHERE series = $1::bigint', [series])).rows[0]!.n,
+    ).toBe(4);
+    forgetHorizon(pool); // (the service reads where the oldest chunk starts every 5 s)
+    expect((await get(HOURLY)).body).toEqual([]);
+    expect((await get(HOURLY.replace('interval=1h', 'interval=1d'))).body).toEqual([]);
   });
 });
