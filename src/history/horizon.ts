@@ -11,9 +11,9 @@ export interface Horizon {
   /** The chunk interval in µs: the first window of a walk through the closed region. */
   chunkUs: number;
   /**
-   * Where the oldest chunk starts, µs; undefined: there is no chunk (nothing is stored). Nothing
-   * is stored before it, so a walk starts there at the earliest. A few seconds old at most, like
-   * the rest: a late row that makes an older chunk is read by firstN once it is read again.
+   * Where the oldest chunk starts, µs; undefined: there is no chunk (nothing is stored). A few
+   * seconds old at most, like the rest: a walk that would skip rows by it reads it afresh
+   * (oldestChunkUs), and the rollups of hours before it are left out (their rows are read).
    */
   oldestUs: number | undefined;
 }
@@ -43,6 +43,18 @@ async function read(pool: pg.Pool): Promise<Horizon> {
     chunkUs: row.chunk_us,
     oldestUs: row.oldest_us === null ? undefined : Number(row.oldest_us),
   };
+}
+
+/**
+ * Where the oldest chunk starts now (µs; undefined: there is none), read afresh: a walk that
+ * would skip rows by the cached value asks this first, since a late row may have made an older
+ * chunk since the horizon was read.
+ */
+export async function oldestChunkUs(pool: pg.Pool): Promise<number | undefined> {
+  const { rows } = await pool.query<{ us: string | null }>(
+    'SELECT (extract(epoch FROM history_oldest_chunk_start()) * 1000000)::int8::text AS us',
+  );
+  return rows[0]!.us === null ? undefined : Number(rows[0]!.us);
 }
 
 /**

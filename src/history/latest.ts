@@ -16,7 +16,7 @@ import type pg from 'pg';
 import { errors } from '../errors.js';
 import { bodySchema } from '../schemas/validator.js';
 import { historyTimeSql, microsToText } from '../time.js';
-import { horizonOf, type Horizon } from './horizon.js';
+import { horizonOf, oldestChunkUs, type Horizon } from './horizon.js';
 import { openBound, spanSql } from './repo.js';
 
 /** Most devices one request may name (or its template may have). */
@@ -124,21 +124,16 @@ async function readClosedLatest(pool: pg.Pool, tenant: string, pairs: Pair[], h:
     });
     for (const r of rows) Object.assign(group[Number(r.n) - 1]!, { ts: r.ts, value: r.value });
   }
-  for (const p of pairs) {
-    if (p.ts !== null) continue;
+  const rest = pairs.filter((p) => p.ts === null);
+  // (read afresh: a late row may have made an older chunk since the horizon was read)
+  const oldest = rest.length > 0 ? ((await oldestChunkUs(pool)) ?? -Infinity) : -Infinity;
+  for (const p of rest) {
     // (not before the oldest chunk: retention may have dropped the span's start)
     const { rows: newest } = await pool.query<{ ts: string; value: string }>({
       text: `SELECT ${historyTimeSql('ts')} AS ts, value FROM history
               WHERE series = $2::bigint AND tenant = $1 AND device_id = $3 AND attr = $4 AND ts >= $5::timestamptz AND ts <= $6::timestamptz
               ORDER BY ts DESC LIMIT 1`,
-      values: [
-        tenant,
-        p.series,
-        p.device_id,
-        p.attr,
-        microsToText(Math.max(Number(p.first_us), h.oldestUs ?? -Infinity)),
-        microsToText(Number(p.last_us)),
-      ],
+      values: [tenant, p.series, p.device_id, p.attr, microsToText(Math.max(Number(p.first_us), oldest)), microsToText(Number(p.last_us))],
     });
     if (newest[0]) Object.assign(p, newest[0]);
   }

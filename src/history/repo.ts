@@ -15,7 +15,7 @@
 //      are sent unnamed, so each is planned with its bounds and so with its window's chunks.
 import type pg from 'pg';
 import { historyTimeSql, microsToText } from '../time.js';
-import { horizonOf, type Horizon } from './horizon.js';
+import { horizonOf, oldestChunkUs, type Horizon } from './horizon.js';
 import type { HistoryQuery } from './query.js';
 import { seriesKey } from './series.js';
 
@@ -161,8 +161,10 @@ async function readClosed(
   span: Span,
   need: number,
 ): Promise<Row[]> {
-  // (not before the oldest chunk: retention may have dropped the span's start)
-  let lo = Math.max(span.firstUs, q.fromUs ?? -Infinity, h.oldestUs ?? -Infinity);
+  let lo = Math.max(span.firstUs, q.fromUs ?? -Infinity);
+  // Not before the oldest chunk: retention may have dropped the span's start. The cached value
+  // only says whether to ask; the answer is read afresh (a late row may have made an older chunk).
+  if (h.oldestUs !== undefined && h.oldestUs > lo) lo = Math.max(lo, (await oldestChunkUs(pool)) ?? lo);
   // Exclusive upper end: bounds are whole microseconds, so `ts <= x` is `ts < x + 1`.
   let hi = Math.min(h.closedUs, span.lastUs + 1, q.toUs === undefined ? Infinity : q.toUs + 1);
   const desc = q.order === 'desc';
