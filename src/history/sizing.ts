@@ -7,8 +7,9 @@
 // being written should fit in shared_buffers (a quarter of the host's memory).
 //
 // The check needs written data to measure: it takes the index bytes per second of data of the
-// recent complete chunks (the fullest of the last three) and of the current chunk so far, and
-// the current chunk's index itself, and predicts a chunk's index at the interval in use. Run at start and whenever a chunk
+// recent complete chunks (the fullest of the last three; before any completed, of the current
+// chunk so far) and the current chunk's index itself, and predicts a chunk's index at the
+// interval in use. Run at start and whenever a chunk
 // completes (src/history/maintenance.ts).
 import type pg from 'pg';
 
@@ -69,9 +70,13 @@ export function adviseChunkInterval(opts: {
   // An index's empty pages (meta and root) say nothing about the rate.
   const written = (c: ChunkMeasure) => Math.max(0, c.indexBytes - 16384);
   const current = opts.chunks.find((c) => c.startUs <= opts.nowUs && opts.nowUs < c.endUs);
-  // The current chunk's rate so far counts too: before any chunk completed it is all there is.
+  // Before any chunk completed, the current chunk's rate so far is all there is (once a
+  // twentieth of it has passed: the check also runs the moment a chunk begins, when a few
+  // seconds' rate says nothing).
   const rates = complete.map((c) => written(c) / ((c.endUs - c.startUs) / 1e6));
-  if (current && opts.nowUs > current.startUs) rates.push(written(current) / ((opts.nowUs - current.startUs) / 1e6));
+  const elapsedUs = current ? opts.nowUs - current.startUs : 0;
+  if (current && complete.length === 0 && elapsedUs >= (current.endUs - current.startUs) / 20)
+    rates.push(written(current) / (elapsedUs / 1e6));
   const bytesPerSecond = Math.max(0, ...rates);
   const predictedBytes = Math.max(bytesPerSecond * opts.intervalSeconds, current ? current.indexBytes : 0);
   if (predictedBytes <= opts.sharedBuffersBytes) return undefined;

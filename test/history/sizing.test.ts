@@ -69,6 +69,9 @@ describe('the rule: a chunk index predicted from the recent complete chunks, aga
       adviseChunkInterval({ chunks: [hourChunk(1, 64 * 1024 * MB)], nowUs: now, intervalSeconds: 3600, sharedBuffersBytes: 128 * MB })!
         .suggested,
     ).toBeUndefined();
+    // A chunk that began a minute ago says nothing of the rate (a few MB in its first minute).
+    const fresh = { startUs: now - 60_000_000, endUs: now - 60_000_000 + 86_400_000_000, indexBytes: 8 * MB };
+    expect(adviseChunkInterval({ chunks: [fresh], nowUs: now, intervalSeconds: 86400, sharedBuffersBytes: 128 * MB })).toBeUndefined();
   });
 });
 
