@@ -17,3 +17,19 @@ BEGIN
   RETURN oldest;
 END
 $$;
+
+-- The rollups' own cleanup asks the same question: one place for it.
+CREATE OR REPLACE FUNCTION history_rollup_forget_expired() RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+  first_kept timestamptz;
+  n bigint;
+BEGIN
+  PERFORM pg_advisory_xact_lock(7341002120);
+  first_kept := history_oldest_chunk_start();
+  DELETE FROM history_rollup WHERE hour < coalesce(first_kept, 'infinity');
+  GET DIAGNOSTICS n = ROW_COUNT;
+  DELETE FROM history_rollup_dirty WHERE hour < coalesce(first_kept, 'infinity');
+  RETURN n;
+END
+$$;

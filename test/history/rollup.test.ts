@@ -186,5 +186,10 @@ describe('hourly rollups', () => {
     forgetHorizon(pool); // (the service reads where the oldest chunk starts every 5 s)
     expect((await get(HOURLY)).body).toEqual([]);
     expect((await get(HOURLY.replace('interval=1h', 'interval=1d'))).body).toEqual([]);
+    // The maintenance pass then forgets those rollups (the hours before the oldest chunk).
+    expect((await pool.query<{ n: string }>('SELECT history_rollup_forget_expired()::text AS n')).rows[0]!.n).toBe('4');
+    expect(
+      (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM history_rollup WHERE series = $1::bigint', [series])).rows[0]!.n,
+    ).toBe(0);
   });
 });

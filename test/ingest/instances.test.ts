@@ -14,6 +14,7 @@ import { projectRoot } from '../../src/paths.js';
 import { loggedAddress, spawnService, testEnv, type SpawnedService } from '../helpers/service.js';
 import { mosquittoBinary, startMosquitto, type Mosquitto } from '../helpers/mosquitto.js';
 import { createDevices, createTemplate, deviceClient, eventually, metric, randomDeviceId } from '../helpers/registry-fixtures.js';
+import { takeDatabaseAway } from '../helpers/faults.js';
 
 const hasMosquitto = mosquittoBinary() !== undefined;
 if (!hasMosquitto) {
@@ -224,16 +225,11 @@ describe.skipIf(!hasMosquitto)('several instances on one broker (Mosquitto)', ()
     await f.start();
     await until(() => f.total > 1000, 'messages published');
     // Away for three leases: both instances miss their renewals, and both leases run out.
-    const dbName = new URL(baseEnv.DATABASE_URL!).pathname.slice(1);
-    const admin = new pg.Client({ connectionString: baseEnv.DATABASE_URL!.replace(`/${dbName}`, '/postgres') });
-    await admin.connect();
+    const restore = await takeDatabaseAway(baseEnv.DATABASE_URL!);
     try {
-      await admin.query(`ALTER DATABASE "${dbName}" ALLOW_CONNECTIONS false`);
-      await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()', [dbName]);
       await sleep(9000);
     } finally {
-      await admin.query(`ALTER DATABASE "${dbName}" ALLOW_CONNECTIONS true`);
-      await admin.end();
+      await restore();
     }
     const back = f.total;
     await until(() => f.total > back + 2000, 'messages published after the outage');
