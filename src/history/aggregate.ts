@@ -18,14 +18,18 @@ import {
 } from './buckets.js';
 import type { HistoryQuery } from './query.js';
 import { deviceAttributeTypes } from './repo.js';
+import { databaseZone } from './zones.js';
 
 export interface AggregateQuery {
   bucketing: Bucketing;
   aggs: Aggregate[];
   fill: boolean;
+  /** `tz` as asked (default UTC); the bucketing holds the spelling given to PostgreSQL (zones.ts). */
+  tz: string;
 }
 
 const bad = errors.badHistoryQuery;
+const notAZone = (tz: string) => bad(`tz must be an IANA time zone name (e.g. Europe/Berlin), got "${tz}"`);
 
 /** Whether the request asks for aggregates (any of the aggregate parameters present). */
 export const asksAggregates = (v: QueryValues) =>
@@ -44,10 +48,10 @@ export function aggregateQueryOf(v: QueryValues): AggregateQuery {
   if ('unknown' in asked) throw bad(`agg must be any of avg, min, max, sum, count, first, last, got "${asked.unknown}"`);
   if (asked.aggs.length === 0) throw bad('interval needs agg: any of avg, min, max, sum, count, first, last');
   const tz = ((v.tz as string | undefined) ?? 'UTC').trim();
-  if (!isZoneName(tz)) throw bad(`tz must be an IANA time zone name (e.g. Europe/Berlin), got "${tz}"`);
+  if (!isZoneName(tz)) throw notAZone(tz);
   const bucketing = bucketingOf(v.interval as string, tz);
   if (typeof bucketing === 'string') throw bad(bucketing);
-  return { bucketing, aggs: asked.aggs, fill: v.fill === 'null' };
+  return { bucketing, aggs: asked.aggs, fill: v.fill === 'null', tz };
 }
 
 function bucketJson(r: BucketRow, aggs: Aggregate[]): string {
@@ -69,6 +73,9 @@ export async function answerAggregates(
   a: AggregateQuery,
   maxBuckets: number,
 ): Promise<string | undefined> {
+  const zone = await databaseZone(pool, a.tz);
+  if (zone === undefined) throw notAZone(a.tz);
+  const bucketing: Bucketing = a.bucketing.kind === 'calendar' ? { ...a.bucketing, tz: zone } : a.bucketing;
   const types = await deviceAttributeTypes(pool, tenant, id);
   if (!types) return undefined;
   const labels = q.attrs ?? [...types.keys()];
@@ -85,7 +92,7 @@ export async function answerAggregates(
   try {
     // Labels the device does not have (any more) answer [], whatever rows they left.
     const spans = await Promise.all(
-      labels.map((label) => (types.has(label) ? spanOf(pool, { tenant, id, label }, range, a.bucketing) : Promise.resolve(undefined))),
+      labels.map((label) => (types.has(label) ? spanOf(pool, { tenant, id, label }, range, bucketing) : Promise.resolve(undefined))),
     );
     spans.forEach((s, i) => {
       if (s && !s.empty && s.buckets > maxBuckets)
@@ -97,14 +104,14 @@ export async function answerAggregates(
       labels.map(async (label, i) => {
         const s = spans[i];
         if (!s || s.empty || s.buckets === 0) return '[]';
-        const rows = await readBuckets(pool, { tenant, id, label }, s, a.bucketing, a.aggs, a.fill);
+        const rows = await readBuckets(pool, { tenant, id, label }, s, bucketing, a.aggs, a.fill);
         return '[' + rows.map((r) => bucketJson(r, a.aggs)).join(',') + ']';
       }),
     );
     if (q.single) return parts[0]!;
     return '{' + labels.map((l, i) => `${JSON.stringify(l)}:${parts[i]}`).join(',') + '}';
   } catch (err) {
-    if (unknownZone(err)) throw bad(`tz must be an IANA time zone name (e.g. Europe/Berlin), got "${(a.bucketing as { tz: string }).tz}"`);
+    if (unknownZone(err)) throw notAZone(a.tz);
     throw err;
   }
 }

@@ -75,9 +75,17 @@ export function bucketSql(b: Bucketing, z: string) {
       ? (lo: string, hi: string) =>
           `((extract(year FROM ${local(hi)}) * 12 + extract(month FROM ${local(hi)})) - (extract(year FROM ${local(lo)}) * 12 + extract(month FROM ${local(lo)})) + 1)::int8`
       : (lo: string, hi: string) => `((${local(hi)}::date - ${local(lo)}::date) / ${b.unit === 'week' ? 7 : 1} + 1)::int8`;
+  // A bucket starts at the first instant whose local time is its key. PostgreSQL reads a local
+  // time that happens twice (clocks going back at midnight, as in America/Havana) as the later
+  // instant: the earlier one is the key read with the offset in force three hours before that,
+  // when it maps back to the key.
+  const later = (key: string) => `(${key} AT TIME ZONE ${z})`;
+  const before = (key: string) => `(${later(key)} - interval '3 hours')`;
+  const earlier = (key: string) => `((${key} - (${before(key)} AT TIME ZONE ${z} - ${before(key)} AT TIME ZONE 'UTC')) AT TIME ZONE 'UTC')`;
   return {
     key: local,
-    start: (key: string) => `(${key} AT TIME ZONE ${z})`,
+    start: (key: string) =>
+      `(SELECT CASE WHEN e < l AND e AT TIME ZONE ${z} = ${key} THEN e ELSE l END FROM (SELECT ${later(key)} AS l, ${earlier(key)} AS e) t)`,
     series: (lo: string, hi: string) => `generate_series(${local(lo)}, ${local(hi)}, ${step})`,
     count,
   };

@@ -149,7 +149,9 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
           type: 'string',
           description:
             'With `interval`: the IANA time zone (e.g. `Europe/Berlin`; default `UTC`) whose local midnight starts the `1d`, `1w` ' +
-            'and `1M` buckets, so a day is 23 or 25 hours long across a DST change. Fixed-length buckets ignore it.',
+            'and `1M` buckets, so a day is 23 or 25 hours long across a DST change (where midnight happens twice, the bucket starts at ' +
+            'the first). Offsets, POSIX strings and abbreviations that are no zone name (`UTC+3`, `IST`, `PST`): 400. ' +
+            'Fixed-length buckets ignore it.',
         },
         fill: {
           type: 'string',

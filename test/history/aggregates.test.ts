@@ -16,6 +16,7 @@ let otherTenant: string;
 let otherToken: string;
 let device: string;
 let dst: string;
+let havana: string;
 
 type Bucket = { ts: string } & Record<string, unknown>;
 
@@ -34,6 +35,7 @@ beforeAll(async () => {
   ]);
   device = await createDevice(pool, tenant, [t]);
   dst = await createDevice(pool, tenant, [t]);
+  havana = await createDevice(pool, tenant, [t]);
   const rows: Array<{ tenant: string; device: string; attr: string; ts: string; value: string }> = [];
   const put = (id: string, attr: string, ts: string, value: string) => rows.push({ tenant, device: id, attr, ts, value });
   put(device, 'temperature', '2024-05-01T10:00:00Z', '1');
@@ -55,6 +57,11 @@ beforeAll(async () => {
   // and from local midnight of 26 October to 23:00 on 28 October.
   for (const d of hours('2024-03-29T23:00:00Z', 24 + 23 + 24)) put(dst, 'pulses', d.toISOString(), '1');
   for (const d of hours('2024-10-25T22:00:00Z', 24 + 25 + 24)) put(dst, 'pulses', d.toISOString(), '1');
+  // America/Havana goes back from 01:00 CDT to 00:00 CST on 3 November 2024: local midnight
+  // happens twice (04:00 and 05:00 UTC). One value every hour from local midnight of 2 November
+  // (04:00 UTC) to 23:00 on 4 November; 7 at the first midnight of the 3rd, 1 elsewhere.
+  for (const d of hours('2024-11-02T04:00:00Z', 24 + 25 + 24))
+    put(havana, 'pulses', d.toISOString(), d.toISOString() === '2024-11-03T04:00:00.000Z' ? '7' : '1');
   await insertHistory(pool, rows);
 });
 
@@ -192,6 +199,32 @@ describe('calendar buckets and tz', () => {
     ]);
   });
 
+  it('a local midnight that happens twice (America/Havana): the day starts at the first one, 25 h long', async () => {
+    const r = await get(
+      '?attr=pulses&interval=1d&tz=America/Havana&agg=count,first&dateFrom=2024-11-02T00:00:00Z&dateTo=2024-11-05T12:00:00Z',
+      havana,
+    );
+    expect(r.body).toEqual([
+      { ts: at('2024-11-02T04:00:00Z'), count: 24, first: 1 },
+      { ts: at('2024-11-03T04:00:00Z'), count: 25, first: 7 },
+      { ts: at('2024-11-04T05:00:00Z'), count: 24, first: 1 },
+    ]);
+    // 1 November 2026 is such a day and the first of a month: the month starts at 04:00 UTC
+    const month = await get(
+      '?attr=pulses&interval=1M&tz=America/Havana&agg=count&fill=null&dateFrom=2026-11-01T04:30:00Z&dateTo=2026-11-20T00:00:00Z',
+      havana,
+    );
+    expect(month.body).toEqual([{ ts: at('2026-11-01T04:00:00Z'), count: 0 }]);
+  });
+
+  it('a zone whose name is also an abbreviation (CET) follows its DST rules, not the abbreviation’s fixed offset', async () => {
+    const q = '?attr=pulses&interval=1d&agg=count&dateFrom=2024-10-25T00:00:00Z&dateTo=2024-10-29T00:00:00Z';
+    const cet = await get(`${q}&tz=CET`, dst);
+    expect(cet.status).toBe(200);
+    expect(cet.body).toEqual((await get(`${q}&tz=Europe/Berlin`, dst)).body);
+    expect(cet.body[0]!.ts).toBe(at('2024-10-25T22:00:00Z'));
+  });
+
   it('1d without tz: UTC days', async () => {
     const r = await get(`?attr=pulses&interval=1d&agg=count&dateFrom=2024-03-29T00:00:00Z&dateTo=2024-04-02T00:00:00Z`, dst);
     expect(r.body).toEqual([
@@ -271,6 +304,9 @@ describe('refusals (400) and the device (404)', () => {
     ],
     ['?attr=temperature&interval=1d&agg=avg&tz=Mars/Olympus', 'tz must be an IANA time zone name (e.g. Europe/Berlin), got "Mars/Olympus"'],
     ['?attr=temperature&interval=1d&agg=avg&tz=UTC%2B3', 'tz must be an IANA time zone name (e.g. Europe/Berlin), got "UTC+3"'],
+    // Java's legacy ids, which Node's ICU takes and PostgreSQL would read as fixed-offset abbreviations
+    ['?attr=temperature&interval=1d&agg=avg&tz=IST', 'tz must be an IANA time zone name (e.g. Europe/Berlin), got "IST"'],
+    ['?attr=temperature&interval=1h&agg=avg&tz=PST', 'tz must be an IANA time zone name (e.g. Europe/Berlin), got "PST"'],
     ['?attr=temperature&interval=1h&agg=avg&fill=zero', 'fill must be null, got "zero"'],
   ])('%s: 400', async (query, message) => {
     const r = await get<ErrorBody>(query + q);
