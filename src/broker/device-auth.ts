@@ -114,7 +114,7 @@ export class DeviceAuthorisation {
   private preConnect(client: Client, packet: ConnectPacket, done: PreConnectDone): void {
     if (packet.protocolVersion !== 5) return done(null, true);
     const presented = { clientId: packet.clientId, username: packet.username, password: packet.password, conn: client.conn };
-    this.decide(presented).then(
+    this.decide(presented, true).then(
       (d) => answerV5(client, d.accept ? UNSUPPORTED_PROTOCOL_V5 : REASON_CODE_V5[d.code], done),
       () => answerV5(client, REASON_CODE_V5[3], done),
     );
@@ -141,8 +141,8 @@ export class DeviceAuthorisation {
     );
   }
 
-  /** Who the client says it is, and what the registry says of that. */
-  private async decide(p: Presented): Promise<Decision> {
+  /** Who the client says it is, and what the registry says of that (`answerOnly`: refused whatever it says, see DeviceLogin). */
+  private async decide(p: Presented, answerOnly = false): Promise<Decision> {
     const certified = certificateDevice(p.conn);
     let device: DeviceRef | undefined;
     if (p.username !== undefined && p.username !== '') {
@@ -158,6 +158,7 @@ export class DeviceAuthorisation {
       password: p.password,
       certificate: certified !== undefined && device !== undefined && sameDevice(certified, device),
       address: remoteAddress(p.conn),
+      ...(answerOnly ? { answerOnly } : {}),
     });
     if (verdict.ok) return { accept: true, device, verdict };
     // With credentials required every refusal is the same answer: it tells a guesser nothing.

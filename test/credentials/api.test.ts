@@ -40,6 +40,12 @@ describe('POST /device/{id}/credentials', () => {
     expect(c.secret).toBe('my-own-secret-0123');
   });
 
+  it('expires_at null, as the answers write "never", is the same as leaving it out', async () => {
+    const d = await newDevice(svc, t);
+    const c = await newCredential(svc, t, d, { type: 'password', expires_at: null });
+    expect(c.expires_at).toBeNull();
+  });
+
   it('answers bad bodies with a {message, status} 400 naming the field, before the device lookup', async () => {
     const d = await newDevice(svc, t);
     const cases: Array<[unknown, string]> = [

@@ -65,10 +65,23 @@ describe('MQTT_DEVICE_AUTH=required', () => {
     expect(added).toEqual({ unknown_device: 4, no_credential: 3, wrong: 4, expired: 1 });
   });
 
-  it('an MQTT 5 client with a valid login is told the embedded broker speaks MQTT 3.1.1 (0x84)', async () => {
+  it('an MQTT 5 client with a valid login is told the embedded broker speaks MQTT 3.1.1 (0x84): not counted as accepted, not a use of the credential', async () => {
     const d = await newDevice(svc, t);
     const cred = await newCredential(svc, t, d);
+    const accepted = () => metricValue(svc, 'device_logins_accepted_total{credential="password"}');
+    const lastUsed = async () =>
+      (await http<CredentialView[]>('GET', `${svc.base}/device/${d}/credentials`, { token: t.token })).body[0]!.last_used_at;
+    const before = await accepted();
     expect(await connackCode(url, { username: as(d), password: cred.secret, protocolVersion: 5 })).toBe(0x84);
+    // Uses are written every 2 s: wait past one write.
+    await new Promise((r) => setTimeout(r, 2500));
+    expect(await accepted()).toBe(before);
+    expect(await lastUsed()).toBeNull();
+    // The same login in MQTT 3.1.1 is both.
+    const c = await connect(url, { username: as(d), password: cred.secret });
+    await c.endAsync();
+    expect(await accepted()).toBe(before + 1);
+    await eventually(async () => (await lastUsed()) ?? undefined, 'last_used_at');
   });
 
   it('a client-chosen secret logs in (salted slow hash), again and again', async () => {

@@ -29,6 +29,12 @@ export interface DeviceLogin {
   certificate?: boolean;
   /** The client's address (throttling, logs). */
   address?: string;
+  /**
+   * The connection is refused whatever the verdict (an MQTT 5 client of the embedded broker,
+   * which speaks 3.1.1): the verdict only chooses its answer, so an acceptance is neither
+   * counted nor recorded as the credential's use.
+   */
+  answerOnly?: boolean;
 }
 
 export type LoginVerdict =
@@ -96,6 +102,7 @@ export class DeviceLogins implements LoginCheck {
     const verdict = await this.decide(device, login);
     if (verdict.ok) {
       if (guarded) this.throttle.succeeded(keys[0]!);
+      if (login.answerOnly) return verdict;
       this.metrics.accepted(login.certificate ? 'certificate' : verdict.credentialId ? 'password' : 'none');
       if (verdict.credentialId)
         this.used.set(verdict.credentialId, { tenant: device.tenant, deviceId: device.id, id: verdict.credentialId });

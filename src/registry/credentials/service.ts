@@ -19,7 +19,7 @@ export type { CredentialRow } from './repo.js';
 /** POST /device/{id}/credentials: what the body may hold once the schema accepted it. */
 interface CreateBody {
   type: 'password';
-  expires_at?: string;
+  expires_at?: string | null;
   secret?: string;
 }
 
@@ -58,7 +58,7 @@ export class CredentialService {
   async create(tenant: string, deviceId: string, body: unknown): Promise<CreatedCredential> {
     const input = validate<CreateBody>(credentialCreateBody, body);
     let expires: Date | null = null;
-    if (input.expires_at !== undefined) {
+    if (input.expires_at !== undefined && input.expires_at !== null) {
       const us = parseTimestamp(input.expires_at);
       if (us === undefined)
         throw errors.credentialBadInput('expires_at must be an ISO 8601 date and time with a time zone, such as 2027-01-31T00:00:00Z');
