@@ -5,8 +5,8 @@
 //     (legacy); the registry decides the login (LoginCheck, by MQTT_DEVICE_AUTH) from that and
 //     its password. A client naming no device is named later by the first legacy topic it uses,
 //     and its password is checked then. Refused: CONNACK "bad user name or password" (3.1.1 code
-//     4, MQTT 5 0x86); with MQTT_DEVICE_AUTH optional or off an unknown device keeps today's
-//     "not authorised" (5).
+//     4, MQTT 5 0x86); with MQTT_DEVICE_AUTH=off an unknown device keeps today's "not
+//     authorised" (5).
 //   - PUBLISH / SUBSCRIBE: the topic rules (topic-rules.ts). A refused publish closes the
 //     connection (MQTT 3.1.1 has no negative PUBACK); a refused subscription gets 0x80.
 //   - Connections are closed when their device is removed, when the credential they logged in
@@ -161,8 +161,9 @@ export class DeviceAuthorisation {
       ...(answerOnly ? { answerOnly } : {}),
     });
     if (verdict.ok) return { accept: true, device, verdict };
-    // With credentials required every refusal is the same answer: it tells a guesser nothing.
-    const code: ReturnCode = this.mode !== 'required' && verdict.reason === 'unknown_device' ? 5 : 4;
+    // Every refusal is the same answer: it tells a guesser nothing.
+    // With them off (today's behaviour) an unknown device is still "not authorised" (5).
+    const code: ReturnCode = this.mode === 'off' && verdict.reason === 'unknown_device' ? 5 : 4;
     return { accept: false, code, why: code === 5 ? 'no such device' : 'bad user name or password' };
   }
 

@@ -69,10 +69,10 @@ describe('default mode: username <tenant>:<id>', () => {
     await expect(deviceClient(url, { username: 'just-a-name' })).rejects.toMatchObject({ code: 4 });
   });
 
-  it('a username naming no existing device is refused (not authorised), also across tenants', async () => {
+  it('a username naming no existing device is refused (bad user name or password), also across tenants', async () => {
     const d = await newDevice();
-    await expect(deviceClient(url, { username: `${tenant}:ffffff` })).rejects.toMatchObject({ code: 5 });
-    await expect(deviceClient(url, { username: `other${tenant}:${d}` })).rejects.toMatchObject({ code: 5 });
+    await expect(deviceClient(url, { username: `${tenant}:ffffff` })).rejects.toMatchObject({ code: 4 });
+    await expect(deviceClient(url, { username: `other${tenant}:${d}` })).rejects.toMatchObject({ code: 4 });
   });
 
   it("publishing to another device's topic closes the connection and stores nothing", async () => {
@@ -119,7 +119,7 @@ describe('default mode: username <tenant>:<id>', () => {
     await removeDevice(svc.service.pool, svc.service.events, tenant, d);
     await closed;
     c.end(true);
-    await expect(deviceClient(url, { username: `${tenant}:${d}` })).rejects.toMatchObject({ code: 5 });
+    await expect(deviceClient(url, { username: `${tenant}:${d}` })).rejects.toMatchObject({ code: 4 });
   });
 });
 
@@ -133,7 +133,7 @@ describe('legacy mode', () => {
   });
 
   it('a client id naming no device is refused', async () => {
-    await expect(deviceClient(url, { clientId: `${tenant}:abcdef` })).rejects.toMatchObject({ code: 5 });
+    await expect(deviceClient(url, { clientId: `${tenant}:abcdef` })).rejects.toMatchObject({ code: 4 });
   });
 
   it("a client identified by its client id may not use another device's legacy topic", async () => {
