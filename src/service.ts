@@ -81,7 +81,7 @@ export class StartAborted extends Error {
 
 /** What has started so far, to be stopped in reverse order; each stop step gets the shutdown's clock. */
 class Started {
-  private readonly stops: Array<(clock: ShutdownClock) => Promise<unknown>> = [];
+  private readonly stops: Array<{ name: string; stop: (clock: ShutdownClock) => Promise<unknown> }> = [];
 
   constructor(
     private readonly config: Config,
@@ -90,8 +90,8 @@ class Started {
   ) {}
 
   /** Registers how to stop what just started. */
-  onStop(stop: (clock: ShutdownClock) => Promise<unknown>): void {
-    this.stops.push(stop);
+  onStop(name: string, stop: (clock: ShutdownClock) => Promise<unknown>): void {
+    this.stops.push({ name, stop });
   }
 
   /** Between steps: a cancelled start goes no further. */
@@ -99,9 +99,23 @@ class Started {
     if (this.abort?.aborted) throw new StartAborted();
   }
 
+  /**
+   * Every step in turn, each cut at the clock's deadline: a step that waits for a database or
+   * broker that hangs (the last device status, the session hand-over) does not hold up the
+   * exit. What it could not write is not lost: a message not committed was not acknowledged.
+   */
   async stopAll(clock = shutdownClock(this.config.shutdownTimeoutMs)): Promise<void> {
-    for (const stop of this.stops.reverse()) {
-      await stop(clock).catch((err: Error) => this.log.warn('shutdown step failed', { error: err.message }));
+    for (const { name, stop } of this.stops.reverse()) {
+      let finished = false;
+      const step = stop(clock).then(
+        () => (finished = true),
+        (err: Error) => {
+          finished = true;
+          this.log.warn('shutdown step failed', { step: name, error: err.message });
+        },
+      );
+      await until(step, clock.deadline);
+      if (!finished) this.log.warn('shutdown step cut at SHUTDOWN_TIMEOUT_MS', { step: name });
     }
     this.stops.length = 0;
   }
@@ -124,7 +138,7 @@ async function openDatabase(config: Config, log: Logger, started: Started): Prom
       settings: config.embeddedPgSettings,
       log,
     });
-    started.onStop(() => embedded.stop());
+    started.onStop('embedded database', () => embedded.stop());
     started.checkpoint();
     url = embedded.url;
   }
@@ -133,7 +147,7 @@ async function openDatabase(config: Config, log: Logger, started: Started): Prom
     keepaliveSeconds: config.dbKeepaliveSeconds,
   });
   // pool.end() waits for connections in use: a request cut off by the shutdown may hold one.
-  started.onStop((clock) => until(endPool(pool), clock.deadline));
+  started.onStop('database pool', (clock) => until(endPool(pool), clock.deadline));
   if (config.databaseUrl) await checkDatabase(pool, config.databaseUrl);
   await migrate(pool, log, { history_chunk_interval: config.historyChunkInterval });
   started.checkpoint();
@@ -163,7 +177,7 @@ async function startMessaging(config: Config, db: Database, core: Core, log: Log
     retentionDays: config.historyRetentionDays,
     log,
   });
-  started.onStop(() => Promise.resolve(historyMaintenance.stop()));
+  started.onStop('history maintenance', () => Promise.resolve(historyMaintenance.stop()));
   // DATABASE_URL without PSK_ENCRYPTION_KEY is refused by config; the embedded database keeps a generated key.
   const pskKey = config.pskEncryptionKey ?? (await loadOrCreateKey(config.dataDir, 'psk-key'));
   // Device logins, decided here for the embedded broker (which asks from its thread) and for
@@ -177,10 +191,10 @@ async function startMessaging(config: Config, db: Database, core: Core, log: Log
     log.child({ component: 'logins' }),
   );
   core.events.on((e) => logins.invalidate(e));
-  started.onStop(() => logins.stop());
+  started.onStop('device logins', () => logins.stop());
   const { deviceStatus, feed } = await startCommittedFeed(config, db, core, log, started);
   const ingest = await startIngest({ config, databaseUrl: db.url, metrics: core.metrics, logins, log });
-  started.onStop((clock) => ingest.stop(clock.drainUntil));
+  started.onStop('ingest', (clock) => ingest.stop(clock.drainUntil));
   started.checkpoint();
   return { historyMaintenance, ingest, logins, hasher, pskKey, deviceStatus, feed };
 }
@@ -196,7 +210,7 @@ async function startCommittedFeed(config: Config, db: Database, core: Core, log:
     log: log.child({ component: 'device-status' }),
   });
   await deviceStatus.start();
-  started.onStop(() => deviceStatus.stop());
+  started.onStop('device status', () => deviceStatus.stop());
   const feed = new LiveFeed({
     databaseUrl: db.url,
     limits: { statementTimeoutMs: config.dbStatementTimeoutMs, keepaliveSeconds: config.dbKeepaliveSeconds },
@@ -208,7 +222,7 @@ async function startCommittedFeed(config: Config, db: Database, core: Core, log:
     for (let i = 0; i < b.ids.length; i++) deviceStatus.seen(b.tenants[i]!, b.ids[i]!, b.received[i]!);
   });
   await feed.start();
-  started.onStop(() => feed.close());
+  started.onStop('committed feed', () => feed.close());
   started.checkpoint();
   return { deviceStatus, feed };
 }
@@ -227,7 +241,7 @@ async function startCore(config: Config, db: Database, log: Logger, started: Sta
   metrics.watchPool(db.pool, config.pgPoolSize);
   const events = new RegistryEvents(db.pool, db.url, log);
   await events.start();
-  started.onStop(() => events.close());
+  started.onStop('registry events', () => events.close());
   started.checkpoint();
   return { tokens, metrics, events };
 }
@@ -249,7 +263,7 @@ async function startBrokerAccounts(
     pool: db.pool,
     log: log.child({ component: 'dynamic-security' }),
   });
-  started.onStop(() => accounts.close());
+  started.onStop('broker accounts', () => accounts.close());
   core.events.onLocal((e) => accounts.registryChanged(e));
   started.checkpoint();
   return accounts;
@@ -274,7 +288,7 @@ function registryServices(
     status: messaging.deviceStatus,
     offlineAfterSeconds: config.deviceOfflineAfterSeconds,
   });
-  started.onStop(() => {
+  started.onStop('registry caches', () => {
     templates.close();
     devices.close();
     return Promise.resolve();
@@ -319,7 +333,7 @@ async function startApi(
     maxWaiting: MAX_HELD_READS,
     registry: core.metrics.registry,
   });
-  started.onStop(() => {
+  started.onStop('history read gate', () => {
     historyReads.stop();
     hostCpu.stop();
     return Promise.resolve();
@@ -365,13 +379,13 @@ async function startApi(
     public: { host: config.host, port: http.publicPort },
     internal: { host: config.internalHost, port: http.internalPort },
   });
-  started.onStop(async (clock) => {
+  started.onStop('HTTP', async (clock) => {
     const cutOff = await http.close(clock.drainUntil);
     // A request answered 503 must change nothing afterwards: its transaction is rolled back now.
     if (cutOff > 0) void endPool(db.pool, { abortInUse: true });
   });
   // Run before the HTTP drain (stops run in reverse): streams end with a close reason.
-  started.onStop(() => Promise.resolve(live.close()));
+  started.onStop('live streams', () => Promise.resolve(live.close()));
   started.checkpoint();
   return { http, routes, readiness };
 }

@@ -12,10 +12,13 @@ export interface ShutdownClock {
 /** Kept for closing after the drain: a quarter of the budget, at most 2 s. */
 const CLOSING_SHARE = 4;
 const CLOSING_MAX_MS = 2000;
+/** Kept for the exit itself after the last step (the final log lines, the process's teardown). */
+const EXIT_MARGIN_MS = 100;
 
 export function shutdownClock(timeoutMs: number, now = Date.now()): ShutdownClock {
   const closing = Math.min(CLOSING_MAX_MS, Math.floor(timeoutMs / CLOSING_SHARE));
-  return { drainUntil: now + timeoutMs - closing, deadline: now + timeoutMs };
+  const exit = Math.min(EXIT_MARGIN_MS, Math.floor(timeoutMs / 10));
+  return { drainUntil: now + timeoutMs - closing, deadline: now + timeoutMs - exit };
 }
 
 /** `work`, or nothing once `until` (epoch ms) has passed: a step that hangs does not hold up the shutdown. */

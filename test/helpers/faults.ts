@@ -1,6 +1,7 @@
 // Helpers of the fault tests: the database taken away and given back, and publishers whose
 // messages carry a unique sequence number, so what history holds can be checked for loss
 // (an acknowledged number missing) and duplicates (a number stored twice).
+import net from 'node:net';
 import pg from 'pg';
 import type mqtt from 'mqtt';
 import { http } from './service.js';
@@ -78,4 +79,55 @@ export async function checkSequence(db: Pick<pg.Pool, 'query'>, tenant: string, 
     duplicates += n - 1;
   }
   return { lost, duplicates, stored };
+}
+
+/** A TCP proxy to the database that can hang it: what is sent is no longer answered, and nothing is closed. */
+export interface FreezableProxy {
+  /** The database URL through the proxy. */
+  url: string;
+  /** From now on no byte goes either way and new connections wait forever, as with a frozen server. */
+  freeze(): void;
+  close(): Promise<void>;
+}
+
+export async function freezableProxy(databaseUrl: string): Promise<FreezableProxy> {
+  const target = new URL(databaseUrl);
+  const sockets = new Set<net.Socket>();
+  let frozen = false;
+  const server = net.createServer((client) => {
+    sockets.add(client);
+    client.on('close', () => sockets.delete(client));
+    client.on('error', () => client.destroy());
+    if (frozen) return client.pause();
+    const upstream = net.connect(Number(target.port || 5432), target.hostname);
+    sockets.add(upstream);
+    upstream.on('close', () => {
+      sockets.delete(upstream);
+      if (!frozen) client.destroy();
+    });
+    upstream.on('error', () => upstream.destroy());
+    client.on('close', () => {
+      if (!frozen) upstream.destroy();
+    });
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = new URL(databaseUrl);
+  url.hostname = '127.0.0.1';
+  url.port = String((server.address() as net.AddressInfo).port);
+  return {
+    url: url.toString(),
+    freeze() {
+      frozen = true;
+      for (const s of sockets) {
+        s.unpipe();
+        s.pause();
+      }
+    },
+    async close() {
+      for (const s of sockets) s.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
 }
