@@ -43,15 +43,16 @@ class BadSubscription extends Error {}
 
 /** A subscription from `{devices, templates, attrs}` (arrays; absent or null: no filter). */
 export function parseSubscription(input: { devices?: unknown; templates?: unknown; attrs?: unknown }): Subscription {
-  const list = (name: string, v: unknown): string[] | undefined => {
+  // Template ids may be written as numbers, as the API answers them; device ids and labels are strings.
+  const list = (name: string, v: unknown, numbers = false): string[] | undefined => {
     if (v === undefined || v === null) return undefined;
-    if (!Array.isArray(v) || v.some((x) => typeof x !== 'string' && typeof x !== 'number'))
-      throw new BadSubscription(`${name} must be an array of strings`);
+    if (!Array.isArray(v) || v.some((x) => typeof x !== 'string' && !(numbers && typeof x === 'number')))
+      throw new BadSubscription(`${name} must be an array of ${numbers ? 'template ids' : 'strings'}`);
     if (v.length > MAX_FILTER_ENTRIES) throw new BadSubscription(`${name} may list at most ${MAX_FILTER_ENTRIES} entries`);
     return v.map(String);
   };
   const devices = list('devices', input.devices);
-  const templates = list('templates', input.templates);
+  const templates = list('templates', input.templates, true);
   const attrs = list('attrs', input.attrs);
   const ids = templates?.map((t) => {
     if (!/^[0-9]{1,15}$/.test(t)) throw new BadSubscription(`templates must be template ids, got "${t}"`);
@@ -599,8 +600,8 @@ export class LiveHub {
           return;
         }
         // uWebSockets.js writes the 101 itself, with no room for X-Request-Id (the log line has it).
-        // A browser that offered subprotocols needs one of them back.
-        const chosen = protocols.includes(SUBPROTOCOL) ? SUBPROTOCOL : (protocols[0] ?? '');
+        // A browser that offered subprotocols needs one of them back: ours (admit refused any other offer).
+        const chosen = protocols.length > 0 ? SUBPROTOCOL : '';
         res.upgrade<WsData>(
           { tenant: admitted.claims.service, claims: admitted.claims, sub: admitted.sub, maxMessages: admitted.maxMessages },
           key,
@@ -663,6 +664,9 @@ export class LiveHub {
       return { status: 401, error: 'No authorization token has been supplied' };
     const claims = await this.claimsOf(authorization, query, protocols);
     if (!claims) return { status: 401, error: 'Invalid authentication token' };
+    // The answer names one of the offered subprotocols: ours, never another (the token one would echo the token).
+    if (protocols.length > 0 && !protocols.includes(SUBPROTOCOL))
+      return { status: 400, error: `A WebSocket that offers subprotocols must offer ${SUBPROTOCOL} (beside bearer.<token>)` };
     try {
       return { claims, sub: subscriptionOfQuery(query), maxMessages: maxMessagesOf(query) };
     } catch (err) {

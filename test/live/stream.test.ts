@@ -113,6 +113,9 @@ describe('GET /stream over WebSocket', () => {
         type: 'error',
         message: 'unknown field "device" (a subscribe message has devices, templates, attrs)',
       });
+      // Device ids are strings (a number is not taken for one); template ids may be numbers.
+      filtered.send({ type: 'subscribe', devices: [1] });
+      expect(await filtered.next((m) => m.type === 'error' && m.message === 'devices must be an array of strings', 'error')).toBeTruthy();
 
       // Registry changes, with no secret.
       const created = await http<DevicesCreated>('POST', `${svc.base}/device`, { token: a.token, body: { label: 'new', templates: [] } });
@@ -181,6 +184,10 @@ describe('GET /stream over WebSocket', () => {
     await expect(openWs(wsUrl('?token=nope'))).rejects.toThrow('HTTP 401');
     const a = await tenant('wsbad', 1);
     await expect(openWs(wsUrl('?template=abc'), { token: a.token })).rejects.toThrow('HTTP 400');
+    // Subprotocols offered without ours: refused, never answered with the token's own subprotocol.
+    await expect(openWs(wsUrl(), { protocols: [`bearer.${a.token}`] })).rejects.toThrow('HTTP 400');
+    await expect(openWs(wsUrl(), { protocols: ['foo', `bearer.${a.token}`] })).rejects.toThrow('HTTP 400');
+    await expect(openWs(wsUrl(), { token: a.token, protocols: ['graphql-ws'] })).rejects.toThrow('HTTP 400');
     const sse = await fetch(`${svc.base}/stream?template=abc`, {
       headers: { Accept: 'text/event-stream', Authorization: `Bearer ${a.token}` },
     });
