@@ -77,6 +77,18 @@ describe('device status', () => {
       const offline = await http<{ devices: StatusView[] }>('GET', `${svc.base}/device?status=offline`, { token });
       expect(offline.body.devices.map((d) => d.id).sort()).toEqual([quick, never].sort());
       expect((await http<string[]>('GET', `${svc.base}/device?status=online&idsOnly`, { token })).body).toEqual([slow]);
+      // A registry change in the tenant (a new template, a device updated) has every timeout read
+      // again: meanwhile the one read before holds, never the default (2 s here), which would
+      // show the hour-long device offline for a moment.
+      const otherTemplate = await http<TemplateCreated>('POST', `${svc.base}/template`, { token, body: { label: 'other', attrs } });
+      expect(otherTemplate.status).toBe(200);
+      await http('PUT', `${svc.base}/device/${slow}`, { token, body: { label: 'slow', templates: [long.body.template.id] } });
+      const seen: string[] = [];
+      for (let i = 0; i < 30; i++) {
+        seen.push(`${(await view(slow)).status}/${(await view(quick)).status}`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      expect(new Set(seen)).toEqual(new Set(['online/offline']));
       // The internal listener's views too, on request.
       const internalView = await http<StatusView>('GET', `${svc.internal}/internal/device/${slow}?withStatus`, { token });
       expect(internalView.body).toMatchObject({ id: slow, status: 'online', last_seen: expect.any(String) as unknown });

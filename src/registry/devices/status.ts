@@ -5,8 +5,9 @@
 // and read back at start, so a restart keeps it. A device is offline once its last message is
 // older than its inactivity timeout: the largest `offline_after` of its templates, else
 // DEVICE_OFFLINE_AFTER_SECONDS. Status changes are told to listeners (the live stream): to
-// online when a message arrives, either way by a sweep once a second (a timeout that ran out,
-// or one that changed with the device's templates).
+// online when a message arrives, either way by a sweep once a second (a timeout that ran out)
+// or right after a registry change (a timeout that changed with the device's templates; until
+// it is read again, the one read before holds).
 import type pg from 'pg';
 import type { Logger } from '../../log.js';
 import { microsToText } from '../../time.js';
@@ -35,6 +36,8 @@ interface Entry {
   lastSeenUs: number;
   /** Seconds; undefined until read from the device's templates. */
   timeoutS: number | undefined;
+  /** Its templates may have changed: read again, and meanwhile the last value read holds (not the default). */
+  stale: boolean;
   online: boolean;
 }
 
@@ -50,6 +53,7 @@ export class DeviceStatusBook {
   private timer: NodeJS.Timeout | undefined;
   private flushing: Promise<void> | undefined;
   private stopped = false;
+  private refreshing = false;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -70,6 +74,7 @@ export class DeviceStatusBook {
         id: r.device_id,
         lastSeenUs: Number(r.us),
         timeoutS: undefined,
+        stale: false,
         online: false,
       });
     }
@@ -90,7 +95,7 @@ export class DeviceStatusBook {
     const k = key(tenant, id);
     let e = this.entries.get(k);
     if (!e) {
-      e = { tenant, id, lastSeenUs: receivedUs, timeoutS: undefined, online: false };
+      e = { tenant, id, lastSeenUs: receivedUs, timeoutS: undefined, stale: false, online: false };
       this.entries.set(k, e);
     } else if (receivedUs > e.lastSeenUs) {
       e.lastSeenUs = receivedUs;
@@ -196,8 +201,9 @@ export class DeviceStatusBook {
 
   /** Reads the timeout of entries that do not know theirs (new, or their templates changed). */
   private async resolveTimeouts(): Promise<void> {
-    const open = [...this.entries.values()].filter((e) => e.timeoutS === undefined);
+    const open = [...this.entries.values()].filter((e) => e.timeoutS === undefined || e.stale);
     if (open.length === 0) return;
+    for (const e of open) e.stale = false; // a change during the read marks it again
     const { rows } = await this.pool.query<{ tenant: string; id: string; secs: number | null }>(
       `SELECT u.tenant, u.id, (SELECT max(t.offline_after) FROM device_templates dt
                                  JOIN templates t ON t.tenant = dt.tenant AND t.id = dt.template_id
@@ -207,8 +213,21 @@ export class DeviceStatusBook {
     );
     for (const r of rows) {
       const e = this.entries.get(key(r.tenant, r.id));
-      if (e && e.timeoutS === undefined) e.timeoutS = r.secs ?? this.opts.offlineAfterSeconds;
+      if (e && !e.stale) e.timeoutS = r.secs ?? this.opts.offlineAfterSeconds;
     }
+  }
+
+  /** Timeouts marked stale are read again now (not at the next tick), and the statuses that follow told. */
+  private refreshSoon(): void {
+    if (this.refreshing || this.stopped) return;
+    this.refreshing = true;
+    setImmediate(() => {
+      this.refreshing = false;
+      this.resolveTimeouts().then(
+        () => this.sweep(),
+        () => undefined, // the next tick tries again
+      );
+    });
   }
 
   /** Removed devices are forgotten; devices whose templates may have changed read their timeout again. */
@@ -224,12 +243,14 @@ export class DeviceStatusBook {
       case 'devices.changed':
         for (const id of e.deviceIds) {
           const entry = this.entries.get(key(e.tenant, id));
-          if (entry) entry.timeoutS = undefined;
+          if (entry) entry.stale = true;
         }
+        this.refreshSoon();
         break;
       case 'templates.changed':
       case 'tenant.changed':
-        for (const entry of this.entries.values()) if (e.tenant === '*' || entry.tenant === e.tenant) entry.timeoutS = undefined;
+        for (const entry of this.entries.values()) if (e.tenant === '*' || entry.tenant === e.tenant) entry.stale = true;
+        this.refreshSoon();
         break;
       default:
         break;
