@@ -127,6 +127,7 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
         password: password(b.password),
         certificate: certified !== undefined,
         address: b.peerhost ?? undefined,
+        requestId: req.requestId,
       });
       if (!verdict.ok) return { status: 200, body: { result: 'deny' } };
       const expires = verdict.expiresMs === undefined ? {} : { expire_at: Math.floor(verdict.expiresMs / 1000) };
@@ -268,7 +269,12 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
       );
       const device = deviceOf(b.username, b.client_id);
       if (!device) return { status: 200, body: { result: 'next' } };
-      const verdict = await logins.check({ device, password: password(b.password), address: b.peer_addr ?? undefined });
+      const verdict = await logins.check({
+        device,
+        password: password(b.password),
+        address: b.peer_addr ?? undefined,
+        requestId: req.requestId,
+      });
       return { status: 200, body: verdict.ok ? { result: 'ok' } : NOT_ALLOWED };
     },
   },

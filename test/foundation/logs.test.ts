@@ -139,6 +139,13 @@ describe('request ids', () => {
       ws.on('error', reject);
     });
     expect(upgrade).toEqual([401, 'live-ws']);
+    // A broker's login hook (internal listener): the login's own lines carry the request's id.
+    const internal = loggedAddress(await svc.waitFor(/internal HTTP API listening/));
+    const hook = await http<{ result: string }>('POST', `${internal}/broker/emqx/authenticate`, {
+      headers: { 'x-request-id': 'hook-1' },
+      body: { clientid: 'c1', username: 'admin:ffffff', password: 'guess', peerhost: '127.0.0.1' },
+    });
+    expect([hook.status, hook.body.result, hook.headers.get('x-request-id')]).toEqual([200, 'deny', 'hook-1']);
     const metrics = (await http('GET', `${base}/metrics`)).text;
     expect(metrics).toMatch(/http_requests_total\{method="GET",route="\/live",status="200"\} 1/);
     expect(metrics).toMatch(/http_requests_total\{method="GET",route="\/stream",status="401"\} 2/);
@@ -157,6 +164,7 @@ describe('request ids', () => {
       ['live-ws', '/stream', 401],
     ] as const)
       expect(byId(id)).toEqual([expect.objectContaining({ msg: 'request', path, status })]);
+    expect(byId('hook-1').map((l) => l.msg)).toEqual(expect.arrayContaining(['device login refused', 'request']));
     // Every request line carries an id.
     const requestLines = lines.filter((l) => l.msg === 'request');
     expect(requestLines.length).toBeGreaterThanOrEqual(5);

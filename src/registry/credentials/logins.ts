@@ -29,6 +29,8 @@ export interface DeviceLogin {
   certificate?: boolean;
   /** The client's address (throttling, logs). */
   address?: string;
+  /** The HTTP request that asks (a broker's hook on the internal listener): its log lines carry it. */
+  requestId?: string;
   /**
    * The connection is refused whatever the verdict (an MQTT 5 client of the embedded broker,
    * which speaks 3.1.1): the verdict only chooses its answer, so an acceptance is neither
@@ -189,6 +191,7 @@ export class DeviceLogins implements LoginCheck {
       reason,
       address: login.address,
       presented: login.certificate ? 'certificate' : login.password?.length ? 'password' : 'nothing',
+      ...(login.requestId ? { requestId: login.requestId } : {}),
     });
     return { ok: false, reason };
   }
