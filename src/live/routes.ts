@@ -1,8 +1,11 @@
 // GET /stream as the API description shows it. It is served by the live hub's own uWS handlers
 // (src/live/stream.ts: the WebSocket upgrade, and Server-Sent Events), registered before the
-// routes; this declaration documents it, and answers a HEAD.
+// routes; this declaration documents it, and answers a HEAD. And GET /live, the page (docs/live.md
+// §5), an ordinary route: public, since the page logs in with POST /auth like any client.
 import { errors } from '../errors.js';
+import { notAcceptable } from '../http/accept.js';
 import type { RouteSpec } from '../http/types.js';
+import { LIVE_PAGE } from './page.js';
 
 const filter = (what: string) => ({
   type: 'array',
@@ -71,6 +74,40 @@ export const liveRoutes: RouteSpec<object>[] = [
     ],
     handler() {
       throw errors.badQuery('GET /stream is a WebSocket (Upgrade) or Server-Sent Events (Accept: text/event-stream)');
+    },
+  },
+  {
+    method: 'GET',
+    path: '/live',
+    auth: false,
+    summary: 'A page that shows the live stream',
+    description:
+      "Plain HTML and JavaScript: it logs in with `POST /auth`, lists the tenant's devices with their status, and shows the chosen " +
+      "device's attributes as messages arrive (`GET /stream`), with a chart of a numeric attribute's last minutes.",
+    tag: 'live',
+    responses: {
+      200: { description: 'The page.', contentType: 'text/html', schema: { type: 'string' } },
+      406: { description: 'The client accepts no `text/html` (`Accept`).', errors: ['notAcceptable'] },
+    },
+    examples: [
+      { name: 'page', summary: 'The page (its beginning)', status: 200, response: '<!doctype html>…' },
+      {
+        name: 'notHtml',
+        summary: 'A client that accepts JSON only',
+        headers: { accept: 'application/json' },
+        status: 406,
+        response: errors.notAcceptable('text/html').body,
+      },
+    ],
+    handler(req) {
+      return (
+        notAcceptable(req.accept, 'text/html') ?? {
+          status: 200,
+          raw: LIVE_PAGE,
+          contentType: 'text/html; charset=utf-8',
+          headers: { 'Cache-Control': 'no-cache' },
+        }
+      );
     },
   },
 ];

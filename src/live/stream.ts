@@ -18,7 +18,6 @@ import type { RegistryEvent } from '../registry/events.js';
 import type { StatusChange } from '../registry/devices/status.js';
 import { microsToText } from '../time.js';
 import { atTime, type WallTimer } from '../wall-timer.js';
-import { LIVE_PAGE } from './page.js';
 
 /** WebSocket close codes of the stream. */
 export const CLOSE_TOKEN_EXPIRED = 4001;
@@ -385,18 +384,6 @@ export class LiveHub {
       },
     });
     app.get('/stream', (res, req) => this.sse(res, req));
-    // The page (docs/live.md §5): public; it logs in with POST /auth like any client.
-    app.get('/live', (res, req) => {
-      const request = this.request(req, '/live');
-      res.cork(() => {
-        res.writeStatus('200 OK');
-        res.writeHeader('X-Request-Id', request.id);
-        res.writeHeader('Content-Type', 'text/html; charset=utf-8');
-        res.writeHeader('Cache-Control', 'no-cache');
-        res.end(LIVE_PAGE);
-      });
-      this.answered(request, 200);
-    });
   }
 
   /** Committed telemetry: one `attrs` message per stored message, to each client that wants it. */

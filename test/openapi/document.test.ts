@@ -111,7 +111,16 @@ describe('GET /openapi.json', () => {
       'vernemq/auth_on_subscribe',
     ].map((h) => `POST /broker/${h}`);
     expect(open.sort()).toEqual(
-      ['GET /health', 'GET /health/live', 'GET /health/ready', 'GET /metrics', 'GET /openapi.json', ...hooks, 'POST /auth'].sort(),
+      [
+        'GET /health',
+        'GET /health/live',
+        'GET /health/ready',
+        'GET /live',
+        'GET /metrics',
+        'GET /openapi.json',
+        ...hooks,
+        'POST /auth',
+      ].sort(),
     );
   });
 });
