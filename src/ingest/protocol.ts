@@ -135,6 +135,9 @@ export interface CommittedBatch {
   ts: number[];
   /** When the message was received (µs): a device's last_seen. */
   received: number[];
-  /** The stored values of each message as a JSON object text. */
+  /** The stored values of each message as a JSON object text, or NOT_CARRIED. */
   attrs: string[];
 }
+
+/** The attrs of a message another instance passed on without its values (too large for one NOTIFY): its device was seen, nothing more. */
+export const NOT_CARRIED = '';

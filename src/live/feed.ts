@@ -17,7 +17,7 @@ import client from 'prom-client';
 import { connectionLimits, type ConnectionLimits } from '../db/limits.js';
 import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
-import { COMMITTED_CHANNEL, type CommittedBatch } from '../ingest/protocol.js';
+import { COMMITTED_CHANNEL, NOT_CARRIED, type CommittedBatch } from '../ingest/protocol.js';
 
 const NOTIFY_CHANNEL = 'live_committed';
 /** PostgreSQL refuses NOTIFY payloads of 8000 bytes or more; room is left for the envelope. */
@@ -30,7 +30,7 @@ const PEER_TTL_MS = 3 * HELLO_MS;
 
 export type CommittedListener = (batch: CommittedBatch) => void;
 
-/** One message in a NOTIFY payload: tenant, id, ts µs, received µs, attrs JSON text. */
+/** One message in a NOTIFY payload: tenant, id, ts µs, received µs, attrs JSON text (or NOT_CARRIED). */
 type Wire = [string, string, number, number, string];
 /** A payload: committed messages (`m`), or a hello (`h`: `new` asks the others to answer). */
 type Envelope = { o: string; m?: Wire[]; h?: 'new' | 'beat' };
@@ -63,7 +63,7 @@ export class LiveFeed {
     });
     this.skipped = new client.Counter({
       name: 'live_fanout_skipped_messages_total',
-      help: 'Committed messages too large for one NOTIFY payload: not shown on the other instances',
+      help: 'Committed messages too large for one NOTIFY payload: their values are not shown on the other instances (their device status is)',
       registers,
     });
     this.failed = new client.Counter({
@@ -154,11 +154,15 @@ export class LiveFeed {
     const head = `{"o":"${this.origin}","m":[`;
     for (let i = 0; i < batch.ids.length; i++) {
       const wire: Wire = [batch.tenants[i]!, batch.ids[i]!, batch.ts[i]!, batch.received[i]!, batch.attrs[i]!];
-      const text = JSON.stringify(wire);
-      const bytes = Buffer.byteLength(text) + 1;
+      let text = JSON.stringify(wire);
+      let bytes = Buffer.byteLength(text) + 1;
       if (head.length + bytes + 2 > MAX_PAYLOAD_BYTES) {
+        // Too large to pass on whole: its values stay here, the device's status goes (NOT_CARRIED).
         this.skipped.inc();
-        continue;
+        wire[4] = NOT_CARRIED;
+        text = JSON.stringify(wire);
+        bytes = Buffer.byteLength(text) + 1;
+        if (head.length + bytes + 2 > MAX_PAYLOAD_BYTES) continue;
       }
       if (head.length + size + bytes + 2 > MAX_PAYLOAD_BYTES) {
         payloads.push(head + parts.join(',') + ']}');

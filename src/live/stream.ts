@@ -11,7 +11,7 @@ import client from 'prom-client';
 import uWS from 'uWebSockets.js';
 import type { Claims, Tokens } from '../auth/tokens.js';
 import { requestIdFor } from '../http/request-id.js';
-import type { CommittedBatch } from '../ingest/protocol.js';
+import { NOT_CARRIED, type CommittedBatch } from '../ingest/protocol.js';
 import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
 import type { RegistryEvent } from '../registry/events.js';
@@ -393,6 +393,7 @@ export class LiveHub {
     const parsed: Array<Record<string, unknown> | undefined> = [];
     for (let i = 0; i < batch.ids.length; i++) {
       const id = batch.ids[i]!;
+      if (batch.attrs[i] === NOT_CARRIED) continue;
       for (const clients of this.telemetry.candidates(batch.tenants[i]!, id)) {
         if (!clients) continue;
         for (const c of clients) {

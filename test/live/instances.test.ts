@@ -80,6 +80,33 @@ describe('two instances', () => {
     // The first instance's views know every device was seen, whichever instance stored it.
     const views = await http<{ devices: Array<{ id: string; status: string }> }>('GET', `${a.base}/device?status=online`, { token });
     expect(views.body.devices.map((v) => v.id).sort()).toEqual([...ids].sort());
+
+    // A message too large for one NOTIFY (~9 kB): its values are not passed on, but its device's
+    // status is, so both instances' views agree whichever one stored it.
+    const notes = await http<TemplateCreated>('POST', `${a.base}/template`, {
+      token,
+      body: { label: 'notes', attrs: [{ label: 'note', type: 'dynamic', value_type: 'string' }] },
+    });
+    const large = (
+      await http<DevicesCreated>('POST', `${a.base}/device?count=8`, { token, body: { label: 'l', templates: [notes.body.template.id] } })
+    ).body.devices.map((x) => x.id);
+    await Promise.all(
+      large.map(async (id) => {
+        const c = await deviceClient(url, { username: `${tenant}:${id}` });
+        await c.publishAsync(`${tenant}:${id}/attrs`, JSON.stringify({ note: 'y'.repeat(9000) }), { qos: 1 });
+        await c.endAsync();
+      }),
+    );
+    type StatusView = { last_seen: string | null; status: string };
+    const statusOn = async (base: string, id: string) => (await http<StatusView>('GET', `${base}/device/${id}?withStatus`, { token })).body;
+    for (const id of large) {
+      const onA = await eventually(async () => ((await statusOn(a.base, id)).status === 'online' ? statusOn(a.base, id) : undefined), id);
+      const onB = await eventually(async () => ((await statusOn(b.base, id)).status === 'online' ? statusOn(b.base, id) : undefined), id);
+      expect(onB.last_seen).toBe(onA.last_seen);
+    }
+    const skipped = async (base: string) =>
+      metric((await http<string>('GET', `${base}/metrics`)).text, 'live_fanout_skipped_messages_total');
+    expect((await skipped(a.base)) + (await skipped(b.base))).toBe(large.length);
     stream.close();
   }, 180_000);
 });
