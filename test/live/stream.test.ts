@@ -146,6 +146,8 @@ describe('GET /stream over WebSocket', () => {
         action: 'removed',
         device_ids: [newId],
       });
+      const byDevice = await openWs(wsUrl(`?device=${d1}&token=${a.token}`));
+      await byDevice.next((m) => m.type === 'subscribed', 'subscribed');
       await http('PUT', `${svc.base}/template/${a.templateId}`, {
         token: a.token,
         body: { label: 'sensor2', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }] },
@@ -155,6 +157,13 @@ describe('GET /stream over WebSocket', () => {
         action: 'updated',
         template_ids: [String(a.templateId)],
       });
+      // Its devices changed with it: a client that follows one device hears of it.
+      expect(await byDevice.next((m) => m.type === 'device', 'device updated')).toEqual({
+        type: 'device',
+        action: 'updated',
+        device_ids: [d1],
+      });
+      byDevice.close();
       // Offline after 3 s without a message.
       for (const id of [d0, d1])
         await all.next((m) => m.type === 'status' && m.status === 'offline' && m.device_id === id, 'offline', 20_000);

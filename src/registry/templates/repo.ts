@@ -211,3 +211,12 @@ export async function deleteAllTemplates(db: Db, tenant: string): Promise<number
   const { rows } = await db.query<{ id: number }>('DELETE FROM templates WHERE tenant = $1 RETURNING id', [tenant]);
   return rows.map((r) => r.id);
 }
+
+/** Up to `limit` devices built from a template (read before it is removed: its links go with it). */
+export async function devicesOfTemplate(db: Db, tenant: string, templateId: number, limit: number): Promise<string[]> {
+  const { rows } = await db.query<{ device_id: string }>(
+    'SELECT device_id FROM device_templates WHERE tenant = $1 AND template_id = $2 ORDER BY device_id LIMIT $3',
+    [tenant, templateId, limit],
+  );
+  return rows.map((r) => r.device_id);
+}

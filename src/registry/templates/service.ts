@@ -17,6 +17,7 @@ import { templateJson, type TemplateJson } from './views.js';
 
 // Above this many ids a change event names the tenant instead (caches drop the tenant).
 const MAX_EVENT_IDS = 1000;
+const MAX_DEVICE_EVENT_IDS = 1000;
 
 const identity = (a: { label: string; type: string }) => `${a.type}\u0000${a.label}`;
 
@@ -198,6 +199,8 @@ export class TemplateService {
       await repo.insertAttrs(c, tenant, id, await newRows(c, added, metaOfKept));
       await repo.setTemplateLabel(c, tenant, id, input.label, input.offlineAfter);
       await announce(changedEvent(tenant, [id], 'updated'));
+      const devices = await repo.devicesOfTemplate(c, tenant, id, MAX_DEVICE_EVENT_IDS + 1);
+      if (devices.length > 0 && devices.length <= MAX_DEVICE_EVENT_IDS) await announce(devicesUpdated(tenant, devices));
       return (await repo.getTemplates(c, tenant, [id]))[0]!;
     });
   }
@@ -209,8 +212,10 @@ export class TemplateService {
     return this.events.change(async (c, announce) => {
       if (!(await repo.lockTemplate(c, tenant, id))) throw errors.noSuchTemplate(rawId);
       const found = (await repo.getTemplates(c, tenant, [id]))[0]!;
+      const devices = await repo.devicesOfTemplate(c, tenant, id, MAX_DEVICE_EVENT_IDS + 1);
       await repo.deleteTemplate(c, tenant, id);
       await announce(changedEvent(tenant, [id], 'removed'));
+      if (devices.length > 0 && devices.length <= MAX_DEVICE_EVENT_IDS) await announce(devicesUpdated(tenant, devices));
       return found;
     });
   }
@@ -229,6 +234,17 @@ export class TemplateService {
     return all.filter((t) => gone.has(t.id));
   }
 }
+
+/**
+ * The devices built from a changed (or removed) template changed too: named, for the live
+ * stream's device filters, up to MAX_DEVICE_EVENT_IDS (beyond, the template's event stands for them).
+ */
+const devicesUpdated = (tenant: string, deviceIds: string[]): RegistryEvent => ({
+  type: 'devices.changed',
+  tenant,
+  deviceIds,
+  action: 'updated',
+});
 
 const changedEvent = (tenant: string, templateIds: number[], action: 'created' | 'updated' | 'removed'): RegistryEvent =>
   templateIds.length > MAX_EVENT_IDS ? { type: 'tenant.changed', tenant } : { type: 'templates.changed', tenant, templateIds, action };
