@@ -37,7 +37,9 @@ const first = (value: string) => value.split(',')[0]!.trim();
 export function serverUrls(reached: Reached, listeners: Record<Listener, ListenerAddress>): ServerUrls {
   const own = listeners[reached.listener];
   const forwarded = first(reached.forwardedHost);
-  const authority = HOST.test(forwarded) ? forwarded : HOST.test(reached.host) ? reached.host : `${literal(own.host)}:${own.port}`;
+  // Without a usable Host, the listener's own address; bound to every address, `localhost` (as the static document).
+  const ownHost = WILDCARD.has(own.host) ? 'localhost' : literal(own.host);
+  const authority = HOST.test(forwarded) ? forwarded : HOST.test(reached.host) ? reached.host : `${ownHost}:${own.port}`;
   const proto = first(reached.forwardedProto).toLowerCase();
   const reachedUrl = `${proto === 'https' ? 'https' : 'http'}://${authority}`;
   const otherListener: Listener = reached.listener === 'public' ? 'internal' : 'public';

@@ -9,6 +9,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { projectRoot } from '../../src/paths.js';
 import { operationKey } from '../../src/http/route.js';
 import type { ErrorBody } from '../helpers/api.js';
+import { serverUrls } from '../../src/openapi/served.js';
 import { http, tenantToken, useService } from '../helpers/service.js';
 import { operationsOf, schemaValidators, type Doc, type ServerDoc } from './helpers.js';
 
@@ -86,6 +87,17 @@ describe('GET /openapi.json', () => {
     // A Host header that is no host name is not used.
     const odd = await http('GET', `${svc.base}/openapi.json`, { headers: { 'x-forwarded-host': 'evil"} ,{"x' } });
     expect((JSON.parse(odd.text) as Doc).servers.map((s) => s.url)).toEqual([svc.base]);
+  });
+
+  it('without a usable Host, a listener bound to every address is named localhost, not 0.0.0.0', () => {
+    const listeners = { public: { host: '0.0.0.0', port: 8000 }, internal: { host: '127.0.0.1', port: 8001 } };
+    expect(serverUrls({ listener: 'public', host: 'evil"host', forwardedHost: '', forwardedProto: '' }, listeners)).toEqual({
+      public: 'http://localhost:8000',
+      internal: 'http://127.0.0.1:8001',
+    });
+    expect(serverUrls({ listener: 'public', host: 'api.example.test:8000', forwardedHost: '', forwardedProto: '' }, listeners).public).toBe(
+      'http://api.example.test:8000',
+    );
   });
 
   it('answers 406 to a client that accepts no JSON', async () => {
