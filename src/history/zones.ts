@@ -10,7 +10,8 @@ import type pg from 'pg';
 import { isZoneName } from './buckets.js';
 
 interface Catalogue {
-  names: ReadonlySet<string>;
+  /** By lower case (both Node and PostgreSQL take a zone name in any case): the catalogue's spelling. */
+  names: ReadonlyMap<string, string>;
   /** Lower case: PostgreSQL matches abbreviations without regard to case. */
   abbreviations: ReadonlySet<string>;
 }
@@ -25,7 +26,7 @@ function catalogueOf(pool: pg.Pool): Promise<Catalogue> {
       pool.query<{ name: string }>('SELECT name FROM pg_timezone_names'),
       pool.query<{ abbrev: string }>('SELECT abbrev FROM pg_timezone_abbrevs'),
     ]).then(([n, a]) => ({
-      names: new Set(n.rows.map((r) => r.name)),
+      names: new Map(n.rows.map((r) => [r.name.toLowerCase(), r.name])),
       abbreviations: new Set(a.rows.map((r) => r.abbrev.toLowerCase())),
     }));
     // A failed read is tried again by the next request, not remembered.
@@ -39,9 +40,10 @@ function catalogueOf(pool: pg.Pool): Promise<Catalogue> {
 export async function databaseZone(pool: pg.Pool, tz: string): Promise<string | undefined> {
   if (!isZoneName(tz)) return undefined;
   const { names, abbreviations } = await catalogueOf(pool);
-  if (!names.has(tz)) return undefined;
-  if (!abbreviations.has(tz.toLowerCase())) return tz;
-  const canonical = new Intl.DateTimeFormat('en', { timeZone: tz }).resolvedOptions().timeZone;
+  const name = names.get(tz.toLowerCase());
+  if (name === undefined) return undefined;
+  if (!abbreviations.has(name.toLowerCase())) return name;
+  const canonical = new Intl.DateTimeFormat('en', { timeZone: name }).resolvedOptions().timeZone;
   if (canonical === 'UTC') return 'UTC'; // UTC, GMT, UCT, Zulu: offset 0 however it is read
-  return names.has(canonical) && !abbreviations.has(canonical.toLowerCase()) ? canonical : undefined;
+  return names.get(canonical.toLowerCase()) === canonical && !abbreviations.has(canonical.toLowerCase()) ? canonical : undefined;
 }

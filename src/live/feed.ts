@@ -30,10 +30,12 @@ const PEER_TTL_MS = 3 * HELLO_MS;
 
 export type CommittedListener = (batch: CommittedBatch) => void;
 
-/** One message in a NOTIFY payload: tenant, id, ts µs, received µs, attrs JSON text (or NOT_CARRIED). */
+/** One message in a NOTIFY payload: tenant, id, ts µs, received µs, attrs JSON text. */
 type Wire = [string, string, number, number, string];
-/** A payload: committed messages (`m`), or a hello (`h`: `new` asks the others to answer). */
-type Envelope = { o: string; m?: Wire[]; h?: 'new' | 'beat' };
+/** A message passed on without its values (too large for one payload): tenant, id, ts µs, received µs. */
+type Seen = [string, string, number, number];
+/** A payload: committed messages (`m`), messages without their values (`s`), or a hello (`h`: `new` asks the others to answer). */
+type Envelope = { o: string; m?: Wire[]; s?: Seen[]; h?: 'new' | 'beat' };
 
 export class LiveFeed {
   private readonly listeners = new Set<CommittedListener>();
@@ -146,33 +148,26 @@ export class LiveFeed {
     }
   }
 
-  /** The batch in payloads under the limit, sent in one statement. */
+  /**
+   * The batch in payloads under the limit, sent in one statement. A message too large to pass on
+   * whole goes without its values, in the envelope's `s` list (which instances older than it
+   * ignore): the others learn that its device was seen.
+   */
   private async notify(batch: CommittedBatch): Promise<void> {
-    const payloads: string[] = [];
-    let parts: string[] = [];
-    let size = 0;
-    const head = `{"o":"${this.origin}","m":[`;
+    const whole: string[] = [];
+    const seenOnly: string[] = [];
+    const room = MAX_PAYLOAD_BYTES - `{"o":"${this.origin}","m":[]}`.length;
     for (let i = 0; i < batch.ids.length; i++) {
-      const wire: Wire = [batch.tenants[i]!, batch.ids[i]!, batch.ts[i]!, batch.received[i]!, batch.attrs[i]!];
-      let text = JSON.stringify(wire);
-      let bytes = Buffer.byteLength(text) + 1;
-      if (head.length + bytes + 2 > MAX_PAYLOAD_BYTES) {
-        // Too large to pass on whole: its values stay here, the device's status goes (NOT_CARRIED).
-        this.skipped.inc();
-        wire[4] = NOT_CARRIED;
-        text = JSON.stringify(wire);
-        bytes = Buffer.byteLength(text) + 1;
-        if (head.length + bytes + 2 > MAX_PAYLOAD_BYTES) continue;
+      const text = JSON.stringify([batch.tenants[i]!, batch.ids[i]!, batch.ts[i]!, batch.received[i]!, batch.attrs[i]!] satisfies Wire);
+      if (Buffer.byteLength(text) < room) {
+        whole.push(text);
+        continue;
       }
-      if (head.length + size + bytes + 2 > MAX_PAYLOAD_BYTES) {
-        payloads.push(head + parts.join(',') + ']}');
-        parts = [];
-        size = 0;
-      }
-      parts.push(text);
-      size += bytes;
+      this.skipped.inc();
+      const seen = JSON.stringify([batch.tenants[i]!, batch.ids[i]!, batch.ts[i]!, batch.received[i]!] satisfies Seen);
+      if (Buffer.byteLength(seen) < room) seenOnly.push(seen);
     }
-    if (parts.length > 0) payloads.push(head + parts.join(',') + ']}');
+    const payloads = [...this.pack('m', whole), ...this.pack('s', seenOnly)];
     if (payloads.length === 0) return;
     try {
       await this.send('SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p', [NOTIFY_CHANNEL, payloads]);
@@ -181,6 +176,26 @@ export class LiveFeed {
       this.failed.inc();
       if (!this.closed) this.opts.log.warn('could not pass committed telemetry to the other instances', { error: (err as Error).message });
     }
+  }
+
+  /** JSON texts in envelopes of list `key`, each payload under the limit. */
+  private pack(key: 'm' | 's', texts: string[]): string[] {
+    const head = `{"o":"${this.origin}","${key}":[`;
+    const payloads: string[] = [];
+    let parts: string[] = [];
+    let size = head.length + 2;
+    for (const text of texts) {
+      const bytes = Buffer.byteLength(text) + 1;
+      if (parts.length > 0 && size + bytes > MAX_PAYLOAD_BYTES) {
+        payloads.push(head + parts.join(',') + ']}');
+        parts = [];
+        size = head.length + 2;
+      }
+      parts.push(text);
+      size += bytes;
+    }
+    if (parts.length > 0) payloads.push(head + parts.join(',') + ']}');
+    return payloads;
   }
 
   /** A connection with the service's limits (statement timeout, keepalive; `sending`: a client-side timeout too). */
@@ -208,9 +223,9 @@ export class LiveFeed {
         if (env.o === this.origin) return;
         this.peerSeenAt = performance.now();
         if (env.h === 'new') this.say('beat');
-        if (!env.m) return;
+        if (!env.m && !env.s) return;
         const batch: CommittedBatch = { tenants: [], ids: [], ts: [], received: [], attrs: [] };
-        for (const [tenant, id, ts, received, attrs] of env.m) {
+        for (const [tenant, id, ts, received, attrs] of [...(env.m ?? []), ...(env.s ?? []).map((w) => [...w, NOT_CARRIED] as Wire)]) {
           batch.tenants.push(tenant);
           batch.ids.push(id);
           batch.ts.push(ts);

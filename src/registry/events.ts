@@ -41,6 +41,12 @@ const NOTIFY_CHANNEL = 'registry_events';
 export const LISTEN_APPLICATION_NAME = 'device-registry-listen';
 // NOTIFY payloads must stay under 8000 bytes; larger events degrade to tenant-wide ones.
 const MAX_NOTIFY_BYTES = 7000;
+/** Room for the envelope around an event: `{"origin":"<uuid>","event":...}`. */
+const ENVELOPE_BYTES = 64;
+
+/** Whether `event` goes to the other instances as it is (a larger one goes as `tenant.changed`). */
+export const fitsOneNotification = (event: RegistryEvent): boolean =>
+  Buffer.byteLength(JSON.stringify(event)) + ENVELOPE_BYTES <= MAX_NOTIFY_BYTES;
 /** How often the listening connection is asked to answer, and how long it has to. */
 const LISTEN_CHECK_MS = 5000;
 const LISTEN_ANSWER_MS = 5000;

@@ -223,6 +223,10 @@ describe('calendar buckets and tz', () => {
     expect(cet.status).toBe(200);
     expect(cet.body).toEqual((await get(`${q}&tz=Europe/Berlin`, dst)).body);
     expect(cet.body[0]!.ts).toBe(at('2024-10-25T22:00:00Z'));
+    // Zone names in any case, as Node and PostgreSQL take them.
+    expect((await get(`${q}&tz=europe/berlin`, dst)).body).toEqual(cet.body);
+    expect((await get(`${q}&tz=cet`, dst)).body).toEqual(cet.body);
+    expect((await get(`${q}&tz=utc`, dst)).status).toBe(200);
   });
 
   it('1d without tz: UTC days', async () => {

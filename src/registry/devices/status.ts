@@ -36,8 +36,14 @@ interface Entry {
   lastSeenUs: number;
   /** Seconds; undefined until read from the device's templates. */
   timeoutS: number | undefined;
-  /** Its templates may have changed: read again, and meanwhile the last value read holds (not the default). */
-  stale: boolean;
+  /**
+   * Registry changes that may have changed its timeout (`changes`), and how many of them the
+   * timeout read last had seen (`readAt`): while they differ it is read again, and meanwhile the
+   * last value read holds (not the default). A read that fails, or that a later change overtook,
+   * sets nothing.
+   */
+  changes: number;
+  readAt: number;
   online: boolean;
 }
 
@@ -74,7 +80,8 @@ export class DeviceStatusBook {
         id: r.device_id,
         lastSeenUs: Number(r.us),
         timeoutS: undefined,
-        stale: false,
+        changes: 0,
+        readAt: 0,
         online: false,
       });
     }
@@ -95,7 +102,7 @@ export class DeviceStatusBook {
     const k = key(tenant, id);
     let e = this.entries.get(k);
     if (!e) {
-      e = { tenant, id, lastSeenUs: receivedUs, timeoutS: undefined, stale: false, online: false };
+      e = { tenant, id, lastSeenUs: receivedUs, timeoutS: undefined, changes: 0, readAt: 0, online: false };
       this.entries.set(k, e);
     } else if (receivedUs > e.lastSeenUs) {
       e.lastSeenUs = receivedUs;
@@ -201,9 +208,9 @@ export class DeviceStatusBook {
 
   /** Reads the timeout of entries that do not know theirs (new, or their templates changed). */
   private async resolveTimeouts(): Promise<void> {
-    const open = [...this.entries.values()].filter((e) => e.timeoutS === undefined || e.stale);
+    const open = [...this.entries.values()].filter((e) => e.timeoutS === undefined || e.readAt !== e.changes);
     if (open.length === 0) return;
-    for (const e of open) e.stale = false; // a change during the read marks it again
+    const asOf = new Map(open.map((e) => [e, e.changes]));
     const { rows } = await this.pool.query<{ tenant: string; id: string; secs: number | null }>(
       `SELECT u.tenant, u.id, (SELECT max(t.offline_after) FROM device_templates dt
                                  JOIN templates t ON t.tenant = dt.tenant AND t.id = dt.template_id
@@ -213,11 +220,15 @@ export class DeviceStatusBook {
     );
     for (const r of rows) {
       const e = this.entries.get(key(r.tenant, r.id));
-      if (e && !e.stale) e.timeoutS = r.secs ?? this.opts.offlineAfterSeconds;
+      const seen = e && asOf.get(e);
+      if (e && seen === e.changes) {
+        e.timeoutS = r.secs ?? this.opts.offlineAfterSeconds;
+        e.readAt = seen;
+      }
     }
   }
 
-  /** Timeouts marked stale are read again now (not at the next tick), and the statuses that follow told. */
+  /** Timeouts a change made stale are read again now (not at the next tick), and the statuses that follow told. */
   private refreshSoon(): void {
     if (this.refreshing || this.stopped) return;
     this.refreshing = true;
@@ -243,13 +254,13 @@ export class DeviceStatusBook {
       case 'devices.changed':
         for (const id of e.deviceIds) {
           const entry = this.entries.get(key(e.tenant, id));
-          if (entry) entry.stale = true;
+          if (entry) entry.changes++;
         }
         this.refreshSoon();
         break;
       case 'templates.changed':
       case 'tenant.changed':
-        for (const entry of this.entries.values()) if (e.tenant === '*' || entry.tenant === e.tenant) entry.stale = true;
+        for (const entry of this.entries.values()) if (e.tenant === '*' || entry.tenant === e.tenant) entry.changes++;
         this.refreshSoon();
         break;
       default:

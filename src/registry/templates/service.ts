@@ -5,7 +5,7 @@ import type pg from 'pg';
 import { errors } from '../../errors.js';
 import type { ListFilters, Page } from '../paging.js';
 import type { AttrRecord } from '../attrs.js';
-import type { RegistryEvent, RegistryEvents } from '../events.js';
+import { fitsOneNotification, type Announce, type RegistryEvent, type RegistryEvents } from '../events.js';
 import { filtersCanMatch, parseTemplateId } from '../sql.js';
 import { countKey, ListCache, TenantCache } from '../tenant-cache.js';
 import { CacheRenewal } from '../cache-renewal.js';
@@ -199,8 +199,7 @@ export class TemplateService {
       await repo.insertAttrs(c, tenant, id, await newRows(c, added, metaOfKept));
       await repo.setTemplateLabel(c, tenant, id, input.label, input.offlineAfter);
       await announce(changedEvent(tenant, [id], 'updated'));
-      const devices = await repo.devicesOfTemplate(c, tenant, id, MAX_DEVICE_EVENT_IDS + 1);
-      if (devices.length > 0 && devices.length <= MAX_DEVICE_EVENT_IDS) await announce(devicesUpdated(tenant, devices));
+      await announceDevices(announce, tenant, await repo.devicesOfTemplate(c, tenant, id, MAX_DEVICE_EVENT_IDS + 1));
       return (await repo.getTemplates(c, tenant, [id]))[0]!;
     });
   }
@@ -215,7 +214,7 @@ export class TemplateService {
       const devices = await repo.devicesOfTemplate(c, tenant, id, MAX_DEVICE_EVENT_IDS + 1);
       await repo.deleteTemplate(c, tenant, id);
       await announce(changedEvent(tenant, [id], 'removed'));
-      if (devices.length > 0 && devices.length <= MAX_DEVICE_EVENT_IDS) await announce(devicesUpdated(tenant, devices));
+      await announceDevices(announce, tenant, devices);
       return found;
     });
   }
@@ -237,14 +236,14 @@ export class TemplateService {
 
 /**
  * The devices built from a changed (or removed) template changed too: named, for the live
- * stream's device filters, up to MAX_DEVICE_EVENT_IDS (beyond, the template's event stands for them).
+ * stream's device filters, when they are few enough to go to the other instances as they are
+ * (MAX_DEVICE_EVENT_IDS, one notification); beyond, the template's event stands for them, rather
+ * than a tenant-wide one that would drop every cache of the tenant.
  */
-const devicesUpdated = (tenant: string, deviceIds: string[]): RegistryEvent => ({
-  type: 'devices.changed',
-  tenant,
-  deviceIds,
-  action: 'updated',
-});
+async function announceDevices(announce: Announce, tenant: string, deviceIds: string[]): Promise<void> {
+  const event: RegistryEvent = { type: 'devices.changed', tenant, deviceIds, action: 'updated' };
+  if (deviceIds.length > 0 && deviceIds.length <= MAX_DEVICE_EVENT_IDS && fitsOneNotification(event)) await announce(event);
+}
 
 const changedEvent = (tenant: string, templateIds: number[], action: 'created' | 'updated' | 'removed'): RegistryEvent =>
   templateIds.length > MAX_EVENT_IDS ? { type: 'tenant.changed', tenant } : { type: 'templates.changed', tenant, templateIds, action };
