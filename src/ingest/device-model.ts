@@ -213,7 +213,11 @@ function translatedObject(model: DeviceModel, payload: string, outcome: MessageO
   }
   for (const t of model.translators) {
     try {
-      doc = jsonPatch.applyOperation(doc, t.op, true, true, true).newDocument;
+      // Applied in place (fast), so an object or array value goes in as a copy: by reference,
+      // the next translator would write into the template's own value, seen by every later message.
+      const value: unknown = 'value' in t.op ? t.op.value : undefined;
+      const op = value !== null && typeof value === 'object' ? { ...t.op, value: structuredClone(value) } : t.op;
+      doc = jsonPatch.applyOperation(doc, op, true, true, true).newDocument;
     } catch {
       if (t.optional) continue;
       outcome.dropped = 'translation_failed';

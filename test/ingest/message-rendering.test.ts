@@ -1,6 +1,6 @@
 // One message of a known device turned into COPY rows: escaping, translators, message-level drops.
 import { describe, expect, it } from 'vitest';
-import { buildDeviceModel, copyEscape, parseTranslator, renderMessage, type AttrRow } from '../../src/ingest/device-model.js';
+import { buildDeviceModel, copyEscape, parseTranslator, renderMessage, SchemaPool, type AttrRow } from '../../src/ingest/device-model.js';
 import { seriesKey } from '../../src/history/series.js';
 import { microsToText } from '../../src/time.js';
 
@@ -62,6 +62,28 @@ describe('device model and rendering', () => {
     expect(renderMessage(model, '{"b":1}', 0, ts, []).dropped).toBe('translation_failed');
     expect(renderMessage(model, '{"__proto__":{"x":1},"a":1}', 0, ts, []).dropped).toBeUndefined();
     expect(({} as Record<string, unknown>).x).toBeUndefined();
+  });
+
+  it("a translator's value is the template's: no message or device changes it for the next", () => {
+    const rows = [
+      row('meta', 'dynamic', 'object', null, 1),
+      row('tags', 'dynamic', 'list', null, 2),
+      row('t1', 'meta-translator', 'string', '{"op":"add","path":"/meta","value":{}}', 3),
+      row('t2', 'meta-translator', 'string', '{"op":"move","from":"/temperature","path":"/meta/t","optional":true}', 4),
+      row('t3', 'meta-translator', 'string', '{"op":"add","path":"/tags","value":[]}', 5),
+      row('t4', 'meta-translator', 'string', '{"op":"add","path":"/tags/-","value":"fw2"}', 6),
+    ];
+    const pool = new SchemaPool();
+    const a = buildDeviceModel('t', 'devA', rows, undefined, pool);
+    const b = buildDeviceModel('t', 'devB', rows, undefined, pool);
+    const stored = (model: typeof a, payload: string) => {
+      const out: string[] = [];
+      renderMessage(model, payload, 1_000_000, ts, out);
+      return out.map((line) => line.split('\t').slice(2, 3).concat(line.trimEnd().split('\t').slice(-1)).join('='));
+    };
+    expect(stored(a, '{"temperature": 21.5}')).toEqual(['meta={"t":21.5}', 'tags=["fw2"]']);
+    expect(stored(a, '{"humidity": 40}')).toEqual(['meta={}', 'tags=["fw2"]']);
+    expect(stored(b, '{"humidity": 1}')).toEqual(['meta={}', 'tags=["fw2"]']);
   });
 
   it('message-level drops; an unreadable timestamp is not one (receive time)', () => {
