@@ -285,6 +285,10 @@ export class DeviceAuthorisation {
   }
 
   private bind(client: Client, device: DeviceRef, verdict: LoginVerdict & { ok: true }): void {
+    // A client that hung up while its login was checked is dropped by aedes without a
+    // clientDisconnect: it is not bound, and one that hangs up later is forgotten with its socket.
+    if (client.closed) return;
+    client.conn.once('close', () => this.disconnected(client));
     const session: Session = {
       device,
       credentialId: verdict.credentialId,
