@@ -206,6 +206,20 @@ describe('MQTT_DEVICE_AUTH=optional (the embedded database default)', () => {
     await again.publishAsync(`${as(d)}/attrs`, JSON.stringify({ temperature: 3 }), { qos: 1 });
     await again.endAsync();
   });
+
+  // The contract's logins (a username naming a device that exists) are not guesses: failures
+  // of names that had no device, from any address, never slow a device without credentials.
+  it('a device without credentials is not slowed by failed logins: of its own name before it existed, or of other names from its address', async () => {
+    const id = Math.floor(0x100000 + Math.random() * 0xefffff).toString(16);
+    for (let i = 0; i < 6; i++) expect(await connackCode(url, { username: as(id) })).toBe(4);
+    for (let i = 0; i < 35; i++) expect(await connackCode(url, { username: as(`e${i.toString(16).padStart(4, '0')}`) })).toBe(4);
+    const created = await http('POST', `${svc.base}/device`, { token: t.token, body: { label: 'late', templates: [t.templateId], id } });
+    expect(created.status).toBe(200);
+    const started = Date.now();
+    expect(await connackCode(url, { username: as(id) })).toBe(0);
+    // A throttled login would wait 4 s here (6 failures of its name) and 8 s (35 of its address).
+    expect(Date.now() - started).toBeLessThan(2000);
+  });
 });
 
 describe('MQTT_DEVICE_AUTH=off: as before, credentials are not asked for', () => {

@@ -94,7 +94,7 @@ export class DeviceLogins implements LoginCheck {
       if (this.mode === 'required' && !login.password?.length && !login.certificate) return this.refuse(login, 'no_credential');
       return { ok: true };
     }
-    const guarded = this.mode !== 'off' && !login.certificate;
+    const guarded = this.mode !== 'off' && !login.certificate && (this.mode === 'required' || (await this.hasCredentials(device)));
     const keys = guarded ? [`u:${device.tenant}:${device.id}`, `a:${login.address ?? ''}`] : [];
     if (guarded) {
       const delay = this.throttle.delayFor(keys);
@@ -137,6 +137,17 @@ export class DeviceLogins implements LoginCheck {
   async stop(): Promise<void> {
     clearInterval(this.usedTimer);
     await this.flushUsed();
+  }
+
+  /**
+   * Optional mode throttles only the logins of devices that have credentials: a device without
+   * any logs in by its name alone (the contract's login), so there is nothing to guess, and
+   * failures of names without a device (one tried before it was created, or many behind one
+   * NAT) must not slow it.
+   */
+  private async hasCredentials(device: { tenant: string; id: string }): Promise<boolean> {
+    const credentials = await this.load(device.tenant, device.id);
+    return credentials !== null && credentials.length > 0;
   }
 
   private async decide(device: { tenant: string; id: string }, login: DeviceLogin): Promise<LoginVerdict> {
