@@ -143,8 +143,7 @@ async function openDatabase(config: Config, log: Logger, started: Started): Prom
     url = embedded.url;
   }
   const pool = createPool(url, config.pgPoolSize, log, {
-    statementTimeoutMs: config.dbStatementTimeoutMs,
-    keepaliveSeconds: config.dbKeepaliveSeconds,
+    limits: { statementTimeoutMs: config.dbStatementTimeoutMs, keepaliveSeconds: config.dbKeepaliveSeconds },
   });
   // pool.end() waits for connections in use: a request cut off by the shutdown may hold one.
   started.onStop('database pool', (clock) => until(endPool(pool), clock.deadline));
