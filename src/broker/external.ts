@@ -400,8 +400,14 @@ export class ExternalLink implements BrokerLink {
     this.opts.log.info('draining broker sessions nobody runs', { clientIds: `${clientIds[0]}..`, sessions: clientIds.length });
     const done = run.run().then(
       async () => {
-        if (forget) await this.opts.leases.forget(prefix);
         this.opts.log.info('drained and ended broker sessions nobody ran', { clientIds: `${clientIds[0]}..`, sessions: clientIds.length });
+        // The database away at this moment: the slot stays leased to this instance until the
+        // lease runs out; then a running instance claims it, finds nothing to drain and frees it.
+        // (A rejection here went unhandled and ended the router thread.)
+        if (forget)
+          await this.opts.leases
+            .forget(prefix)
+            .catch((err: Error) => this.opts.log.warn('freeing a drained session slot failed', { prefix, error: err.message }));
       },
       async (err: Error) => {
         await run.stop();
