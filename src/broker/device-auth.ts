@@ -35,6 +35,11 @@ type PreConnectDone = (error: Error | null, success: boolean) => void;
 type PublishDone = (error?: Error | null) => void;
 type SubscribeDone = (error: Error | null, subscription?: Subscription | null) => void;
 
+/** The part of aedes' persistence (untyped by aedes) that holds a session's QoS 2 messages awaiting their PUBREL. */
+interface SessionStore {
+  incomingGetPacket(client: Client, packet: PublishPacket): Promise<unknown>;
+}
+
 /** CONNACK return codes (MQTT 3.1.1): 3 server unavailable, 4 bad user name or password, 5 not authorised. */
 type ReturnCode = 3 | 4 | 5;
 /** Their MQTT 5 reason codes. */
@@ -211,6 +216,22 @@ export class DeviceAuthorisation {
 
   /** An authorised attrs message to the inbox: QoS 0 goes on at once, QoS 1/2 (the PUBACK) when ingest uses its ack handle. */
   private handOver(client: Client, device: DeviceRef, packet: PublishPacket, done: PublishDone): void {
+    if (this.holding) return;
+    if (packet.qos === 2) {
+      // A QoS 2 message sent again before its PUBREL (the device missed the PUBREC) is the one
+      // already taken in and committed (MQTT-4.3.3-2): aedes, which runs this hook before it
+      // looks, finds it in the session and answers its PUBREC again; it is not taken in twice.
+      const { persistence } = (client as Client & { broker: { persistence: SessionStore } }).broker;
+      persistence.incomingGetPacket(client, packet).then(
+        () => done(null),
+        () => this.takeIn(client, device, packet, done),
+      );
+      return;
+    }
+    this.takeIn(client, device, packet, done);
+  }
+
+  private takeIn(client: Client, device: DeviceRef, packet: PublishPacket, done: PublishDone): void {
     if (this.holding) return;
     const payload = typeof packet.payload === 'string' ? Buffer.from(packet.payload) : packet.payload;
     if (packet.qos === 0) {

@@ -226,3 +226,63 @@ describe('order', () => {
     await c.endAsync();
   });
 });
+
+describe('QoS 2', () => {
+  /** A raw MQTT 3.1.1 connection of device `d` with a persistent session; its packets as they come. */
+  async function rawSession(d: string): Promise<{ sock: net.Socket; packets: mqttPacket.Packet[] }> {
+    const sock = net.connect(svc.service.mqttPort!, '127.0.0.1');
+    await new Promise<void>((resolve, reject) => sock.once('connect', resolve).once('error', reject));
+    sock.on('error', () => undefined);
+    const packets: mqttPacket.Packet[] = [];
+    const parser = mqttPacket.parser({ protocolVersion: 4 });
+    parser.on('packet', (p) => packets.push(p));
+    sock.on('data', (chunk) => parser.parse(chunk));
+    sock.write(
+      mqttPacket.generate({
+        cmd: 'connect',
+        protocolId: 'MQTT',
+        protocolVersion: 4,
+        clean: false,
+        clientId: `q2-${d}`,
+        username: `${tenant}:${d}`,
+        keepalive: 0,
+      }),
+    );
+    await eventually(() => packets.some((p) => p.cmd === 'connack') || undefined, 'the CONNACK');
+    return { sock, packets };
+  }
+  const publish = (d: string, dup: boolean) =>
+    mqttPacket.generate({
+      cmd: 'publish',
+      topic: `${tenant}:${d}/attrs`,
+      payload: JSON.stringify({ seq: 42 }),
+      qos: 2,
+      messageId: 7,
+      dup,
+      retain: false,
+    });
+
+  it('a message sent again before its PUBREL (the device missed the PUBREC) is stored once', async () => {
+    const d = await newDevice();
+    const first = await rawSession(d);
+    first.sock.write(publish(d, false));
+    await eventually(() => first.packets.some((p) => p.cmd === 'pubrec') || undefined, 'the first PUBREC');
+    expect(await historyCount(svc.service.pool, tenant, d)).toBe(1);
+    // The connection drops before the device reads its PUBREC: it connects again and, as MQTT
+    // 3.1.1 §4.4 requires, sends the message again with DUP set.
+    first.sock.destroy();
+    const again = await rawSession(d);
+    again.sock.write(publish(d, true));
+    await eventually(() => again.packets.some((p) => p.cmd === 'pubrec' && p.messageId === 7) || undefined, 'the PUBREC');
+    // A PUBREC comes after the commit: had the message been taken in again, it would be stored by now.
+    expect(await historyCount(svc.service.pool, tenant, d)).toBe(1);
+    again.sock.write(mqttPacket.generate({ cmd: 'pubrel', messageId: 7 }));
+    await eventually(() => again.packets.some((p) => p.cmd === 'pubcomp') || undefined, 'the PUBCOMP');
+    // A third message with the same id after the PUBREL is a new one.
+    again.packets.length = 0;
+    again.sock.write(publish(d, false));
+    await eventually(() => again.packets.some((p) => p.cmd === 'pubrec') || undefined, 'the next PUBREC');
+    again.sock.destroy();
+    expect(await values(d, 'seq')).toEqual([42, 42]);
+  });
+});
