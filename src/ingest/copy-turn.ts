@@ -11,10 +11,20 @@ import { threadId } from 'node:worker_threads';
 
 const FREE = 0;
 const STEAL_MS = 30_000;
+/** How long a taker lets the others waiting go first before it competes anyway (one of them may be slow to wake). */
+const YIELD_MS = 100;
+/** Waiting takers announce themselves in this many slots (a taker finding none free waits unannounced). */
+const SLOTS = 64;
 
 type WaitAsync = (cell: Int32Array, index: number, value: number, timeoutMs: number) => { async: boolean; value: Promise<string> | string };
 const waitAsync = (Atomics as unknown as { waitAsync: WaitAsync }).waitAsync;
 
+// The shared cells: [0] the holder's mark (FREE: nobody); [1..SLOTS] the marks of takers
+// waiting for the turn. A worker gives the turn back and asks for it again within one tick
+// (its next batch is ready), long before a waiter in another thread has woken up: without the
+// slots, the giver took the turn back every time and a waiter could wait for seconds (seen:
+// 9.7 s) while its shard acknowledged nothing. So a taker that sees another mark waiting lets
+// it go first (until one of them holds the turn, or YIELD_MS).
 export class CopyTurn {
   private readonly cell: Int32Array;
 
@@ -31,39 +41,74 @@ export class CopyTurn {
   }
 
   static shared(): SharedArrayBuffer {
-    return new SharedArrayBuffer(4);
+    return new SharedArrayBuffer(4 * (1 + SLOTS));
   }
 
   async take(): Promise<void> {
+    await this.letOthersFirst();
+    let slot = 0;
     let waitedFor = FREE;
     let since = 0;
-    for (;;) {
-      const holder = Atomics.compareExchange(this.cell, 0, FREE, this.mark);
-      if (holder === FREE) return;
-      if (holder !== waitedFor) {
-        waitedFor = holder;
-        since = performance.now();
-      } else if (performance.now() - since >= this.stealMs) {
-        if (Atomics.compareExchange(this.cell, 0, holder, this.mark) === holder) return;
+    try {
+      for (;;) {
+        const holder = Atomics.compareExchange(this.cell, 0, FREE, this.mark);
+        if (holder === FREE) return;
+        if (holder !== waitedFor) {
+          waitedFor = holder;
+          since = performance.now();
+        } else if (performance.now() - since >= this.stealMs) {
+          if (Atomics.compareExchange(this.cell, 0, holder, this.mark) === holder) return;
+        }
+        if (slot === 0) slot = this.announce();
+        const w = waitAsync(this.cell, 0, holder, Math.min(1000, this.stealMs));
+        if (w.async) await w.value;
       }
-      const w = waitAsync(this.cell, 0, holder, Math.min(1000, this.stealMs));
-      if (w.async) await w.value;
+    } finally {
+      if (slot !== 0 && Atomics.compareExchange(this.cell, slot, this.mark, FREE) === this.mark) Atomics.notify(this.cell, 0);
     }
   }
 
   /**
-   * Frees the turn if `mark` holds it: its holder died (the pool saw its worker go), and the
-   * others need not wait STEAL_MS for it. True if it was held.
+   * Frees the turn if `mark` holds it, and the slots it waited in: its holder died (the pool saw
+   * its worker go), and the others need not wait STEAL_MS for it. True if it held the turn.
    */
   static releaseFrom(shared: SharedArrayBuffer, mark: number): boolean {
     const cell = new Int32Array(shared);
-    if (mark === FREE || Atomics.compareExchange(cell, 0, mark, FREE) !== mark) return false;
+    if (mark === FREE) return false;
+    for (let i = 1; i < cell.length; i++) Atomics.compareExchange(cell, i, mark, FREE);
+    const held = Atomics.compareExchange(cell, 0, mark, FREE) === mark;
     Atomics.notify(cell, 0);
-    return true;
+    return held;
   }
 
   give(): void {
-    // Only our own turn is given back (a stolen one belongs to the thief now).
-    if (Atomics.compareExchange(this.cell, 0, this.mark, FREE) === this.mark) Atomics.notify(this.cell, 0, 1);
+    // Only our own turn is given back (a stolen one belongs to the thief now). Every sleeper is
+    // woken: the waiters race for the turn, and a taker letting them first sees who won.
+    if (Atomics.compareExchange(this.cell, 0, this.mark, FREE) === this.mark) Atomics.notify(this.cell, 0);
+  }
+
+  /** While the turn is free and another mark waits for it, waits (at most YIELD_MS) for that one to take it. */
+  private async letOthersFirst(): Promise<void> {
+    const until = performance.now() + YIELD_MS;
+    while (Atomics.load(this.cell, 0) === FREE && this.othersWaiting()) {
+      const left = until - performance.now();
+      if (left <= 0) return;
+      const w = waitAsync(this.cell, 0, FREE, left);
+      if (w.async) await w.value;
+    }
+  }
+
+  private othersWaiting(): boolean {
+    for (let i = 1; i < this.cell.length; i++) {
+      const m = Atomics.load(this.cell, i);
+      if (m !== FREE && m !== this.mark) return true;
+    }
+    return false;
+  }
+
+  /** Takes a free slot for this mark (0: none free). */
+  private announce(): number {
+    for (let i = 1; i < this.cell.length; i++) if (Atomics.compareExchange(this.cell, i, FREE, this.mark) === FREE) return i;
+    return 0;
   }
 }

@@ -56,4 +56,42 @@ describe('CopyTurn', () => {
     await waiting.taken;
     alive.give();
   });
+
+  it('is fair: a taker that gives the turn back and asks again at once lets a waiting one go first', async () => {
+    const shared = CopyTurn.shared();
+    const turns = { 1: 0, 2: 0 };
+    let running = true;
+    // Two shard workers, each with a 20 ms COPY always ready: give and take again in one tick.
+    const worker = async (mark: 1 | 2) => {
+      const turn = new CopyTurn(shared, mark);
+      while (running) {
+        await turn.take();
+        turns[mark]++;
+        await new Promise((r) => setTimeout(r, 20));
+        turn.give();
+      }
+    };
+    const both = Promise.all([worker(1), worker(2)]);
+    await new Promise((r) => setTimeout(r, 1500));
+    running = false;
+    await both;
+    // Without the waiting slots the first taker kept the turn: 2 got none (it polls once a second and lost each time).
+    expect(turns[1] + turns[2]).toBeGreaterThan(20);
+    expect(Math.min(turns[1], turns[2])).toBeGreaterThanOrEqual(Math.floor((turns[1] + turns[2]) / 2) - 1);
+  });
+
+  it('a dead waiter is forgotten: the others do not let it go first', async () => {
+    const shared = CopyTurn.shared();
+    const holder = new CopyTurn(shared, 1);
+    const dead = new CopyTurn(shared, 2);
+    await holder.take();
+    void dead.take(); // announces itself, then its worker dies
+    await new Promise((r) => setTimeout(r, 20));
+    CopyTurn.releaseFrom(shared, 2);
+    holder.give();
+    const started = performance.now();
+    await holder.take();
+    expect(performance.now() - started).toBeLessThan(50);
+    holder.give();
+  });
 });
