@@ -47,6 +47,8 @@ export class LiveFeed {
   private senderPid: number | undefined;
   private listener: pg.Client | undefined;
   private hello: NodeJS.Timeout | undefined;
+  /** The listening connection's reopening, while one is scheduled (listenLater). */
+  private relisten: NodeJS.Timeout | undefined;
   /** When another instance was last heard from (performance.now()). */
   private peerSeenAt = -Infinity;
   private closed = false;
@@ -92,6 +94,7 @@ export class LiveFeed {
   async close(): Promise<void> {
     this.closed = true;
     clearInterval(this.hello);
+    clearTimeout(this.relisten);
     this.channel.close();
     for (const c of [this.sender, this.listener]) await c?.end().catch(() => undefined);
   }
@@ -211,6 +214,19 @@ export class LiveFeed {
     return c;
   }
 
+  /**
+   * Opens the listening connection again in RELISTEN_MS, once however many report its loss: a
+   * connection lost as it asks to LISTEN ends and fails its query, and both scheduled a new
+   * one, leaving two listeners that delivered every peer message twice.
+   */
+  private listenLater(): void {
+    if (this.closed || this.relisten) return;
+    this.relisten = setTimeout(() => {
+      this.relisten = undefined;
+      if (!this.closed) this.listen().catch(() => this.listenLater());
+    }, RELISTEN_MS).unref();
+  }
+
   /** LISTENs; a lost connection is opened again (what was sent meanwhile is not replayed). */
   private async listen(): Promise<void> {
     const c = await this.connect('device-registry-live-listen', false);
@@ -240,11 +256,7 @@ export class LiveFeed {
     c.on('end', () => {
       if (this.closed) return;
       this.opts.log.warn('lost the live fan-out connection; listening again');
-      const retry = () =>
-        setTimeout(() => {
-          if (!this.closed) this.listen().catch(retry);
-        }, RELISTEN_MS).unref();
-      retry();
+      this.listenLater();
     });
     await c.query(`LISTEN ${NOTIFY_CHANNEL}`);
     this.say('new');

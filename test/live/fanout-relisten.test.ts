@@ -1,0 +1,103 @@
+// The live fan-out's LISTEN connection, lost and opened again, is opened once: a connection
+// that drops again right as it asks to LISTEN (the database restarting, a flaky network) used
+// to be retried twice (by its 'end' and by the failed query), leaving two listeners that each
+// delivered every other instance's message to this instance's stream clients.
+import net from 'node:net';
+import { afterAll, describe, expect, it } from 'vitest';
+import { LiveFeed } from '../../src/live/feed.js';
+import { createLogger } from '../../src/log.js';
+import { createMetrics } from '../../src/metrics.js';
+import { countOf } from '../helpers/db.js';
+import { freshDatabase } from '../helpers/service.js';
+import pg from 'pg';
+
+const LISTEN_APP = 'device-registry-live-listen';
+
+/** A TCP proxy to the database that can cut the listening connections: the current ones, or the next one as it sends LISTEN. */
+async function cuttingProxy(databaseUrl: string) {
+  const target = new URL(databaseUrl);
+  const listeners = new Set<net.Socket>();
+  const all = new Set<net.Socket>();
+  let cutNextListen = false;
+  const server = net.createServer((client) => {
+    const upstream = net.connect(Number(target.port || 5432), target.hostname);
+    all.add(client).add(upstream);
+    const cut = () => {
+      client.destroy();
+      upstream.destroy();
+      all.delete(client);
+      all.delete(upstream);
+    };
+    client.on('error', cut);
+    upstream.on('error', cut);
+    client.on('close', cut);
+    upstream.on('close', cut);
+    let listening = false;
+    client.on('data', (chunk: Buffer) => {
+      if (chunk.includes(LISTEN_APP)) {
+        listening = true;
+        listeners.add(client);
+        client.on('close', () => listeners.delete(client));
+      }
+      if (listening && cutNextListen && chunk.includes('LISTEN ')) {
+        cutNextListen = false;
+        return cut();
+      }
+      upstream.write(chunk);
+    });
+    upstream.pipe(client);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = new URL(databaseUrl);
+  url.hostname = '127.0.0.1';
+  url.port = String((server.address() as net.AddressInfo).port);
+  return {
+    url: url.toString(),
+    /** Cuts the listening connections now, and the next one when it sends its LISTEN. */
+    cutListenersTwice() {
+      cutNextListen = true;
+      for (const s of listeners) s.destroy();
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of all) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+const cleanups: (() => Promise<unknown>)[] = [];
+afterAll(async () => {
+  for (const c of cleanups.reverse()) await c().catch(() => undefined);
+});
+
+describe('live fan-out: the LISTEN connection', () => {
+  it('lost, then lost again as it asks to LISTEN: one listening connection afterwards, not two', async () => {
+    const databaseUrl = await freshDatabase();
+    const dbName = new URL(databaseUrl).pathname.slice(1);
+    const admin = new pg.Pool({ connectionString: databaseUrl, max: 1 });
+    cleanups.push(() => admin.end());
+    const proxy = await cuttingProxy(databaseUrl);
+    cleanups.push(() => proxy.close());
+    const feed = new LiveFeed({
+      databaseUrl: proxy.url,
+      limits: { statementTimeoutMs: 10_000, keepaliveSeconds: 30 },
+      fanout: true,
+      metrics: createMetrics(),
+      log: createLogger('silent'),
+    });
+    cleanups.push(() => feed.close());
+    await feed.start();
+    const listening = () =>
+      countOf(
+        admin,
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND application_name = $2 AND query LIKE 'LISTEN%'`,
+        [dbName, LISTEN_APP],
+      );
+    expect(await listening()).toBe(1);
+    proxy.cutListenersTwice();
+    // Reopened 1 s after the loss, cut at its LISTEN, reopened 1 s later: settled within 4 s.
+    await new Promise((r) => setTimeout(r, 4000));
+    expect(await listening()).toBe(1);
+  });
+});
