@@ -20,19 +20,33 @@ export const EXPORT_CONTENT_TYPES: Record<ExportFormat, string> = {
   ndjson: 'application/x-ndjson',
 };
 
-/** The format an `Accept` header asks for, if it names one of ours (and not JSON). */
+/**
+ * The format an `Accept` header asks for, if it names one of ours and prefers it to JSON
+ * (RFC 9110 §12.5.1: each type gets the q of the most specific range that matches it). CSV and
+ * NDJSON count only where named; JSON also through `application/*` and `*\/*`. A tie keeps JSON
+ * (the contract's answer), then CSV before NDJSON.
+ */
 export function exportFormatOf(accept: string): ExportFormat | undefined {
-  // Media ranges with q=0 are refused by the client (RFC 9110 §12.5.1): left out.
-  const types = accept
+  const ranges = accept
     .toLowerCase()
     .split(',')
-    .map((r) => r.split(';').map((s) => s.trim()))
-    .filter(([, ...params]) => !params.some((p) => p.startsWith('q=') && !(Number(p.slice(2)) > 0)))
-    .map(([type]) => type);
-  if (types.includes('application/json')) return undefined;
-  if (types.includes('text/csv')) return 'csv';
-  if (types.includes('application/x-ndjson')) return 'ndjson';
-  return undefined;
+    .map((r) => {
+      const [type = '', ...params] = r.split(';').map((s) => s.trim());
+      const q = params.find((p) => p.startsWith('q='));
+      return { type, q: q === undefined ? 1 : Number(q.slice(2)) || 0 };
+    });
+  const qOf = (...types: string[]) => {
+    for (const t of types) {
+      const r = ranges.find((x) => x.type === t);
+      if (r) return r.q;
+    }
+    return 0;
+  };
+  const json = qOf('application/json', 'application/*', '*/*');
+  const csv = qOf('text/csv');
+  const ndjson = qOf('application/x-ndjson');
+  if (Math.max(csv, ndjson) <= json) return undefined;
+  return csv >= ndjson ? 'csv' : 'ndjson';
 }
 
 /** A field as COPY ... (FORMAT csv) writes it: quoted when it holds a quote, comma or line break. */

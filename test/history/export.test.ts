@@ -90,11 +90,25 @@ describe('the history endpoint with Accept', () => {
     expect(json.body).toEqual([...lines].reverse());
   });
 
-  it('JSON stays the answer for Accept application/json, */* or text/csv;q=0; interval with csv is 400; an unknown device 404', async () => {
-    for (const accept of ['application/json, text/csv', '*/*', 'text/csv;q=0', 'text/csv;q=0.0, application/x-ndjson;q=0']) {
-      const j = await http('GET', `${svc.base}/history/device/${device}/history?attr=mode`, { token, headers: { accept } });
-      expect(j.headers.get('content-type'), accept).toBe('application/json');
+  it('JSON stays the answer unless CSV or NDJSON is named and preferred (q); interval with csv is 400; an unknown device 404', async () => {
+    const answered = async (accept: string) =>
+      (await http('GET', `${svc.base}/history/device/${device}/history?attr=mode`, { token, headers: { accept } })).headers.get(
+        'content-type',
+      );
+    for (const accept of [
+      'application/json, text/csv',
+      '*/*',
+      'text/*',
+      'text/csv;q=0',
+      'text/csv;q=0.0, application/x-ndjson;q=0',
+      'text/csv;q=0.9, */*',
+      'application/x-ndjson;q=0.5, application/*',
+    ]) {
+      expect(await answered(accept), accept).toBe('application/json');
     }
+    expect(await answered('text/csv, */*;q=0.8')).toBe('text/csv; charset=utf-8');
+    expect(await answered('application/json;q=0.5, application/x-ndjson')).toBe('application/x-ndjson');
+    expect(await answered('text/csv;q=0.4, application/x-ndjson;q=0.6')).toBe('application/x-ndjson');
     const bad = await http<ErrorBody>('GET', `${svc.base}/history/device/${device}/history?interval=1h&agg=avg`, {
       token,
       headers: { accept: 'text/csv' },
