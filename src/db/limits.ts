@@ -1,6 +1,6 @@
 // How long a database connection may hang: every pool of the service (the API's, the ingest
-// router's, each shard worker's) gets a server-side statement timeout (DB_STATEMENT_TIMEOUT_MS)
-// and TCP keepalive (DB_KEEPALIVE_SECONDS), so a statement stuck behind a lock or on a dead
+// router's, each shard worker's) gets a server-side statement timeout (DB_STATEMENT_TIMEOUT_MS,
+// also its idle-in-transaction timeout) and TCP keepalive (DB_KEEPALIVE_SECONDS), so a statement stuck behind a lock or on a dead
 // connection fails in bounded time instead of holding its caller forever. Ingest retries what
 // failed (db-retry.ts); the API answers the error.
 import type pg from 'pg';
@@ -26,7 +26,9 @@ export function connectionLimits(limits: ConnectionLimits, clientSide: boolean):
   return {
     keepAlive: true,
     keepAliveInitialDelayMillis: limits.keepaliveSeconds * 1000,
-    ...(timeout > 0 ? { statement_timeout: timeout } : {}),
+    // A transaction left open by a client that vanished mid-way ends too (ingest asks a COPY's
+    // fate once its backend is gone: history-writer.ts).
+    ...(timeout > 0 ? { statement_timeout: timeout, idle_in_transaction_session_timeout: timeout } : {}),
     ...(timeout > 0 && clientSide ? { query_timeout: timeout + READ_MARGIN_MS } : {}),
   };
 }

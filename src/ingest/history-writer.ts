@@ -8,6 +8,12 @@
 // commits, so one bad row cannot stall a shard forever. The parts not yet committed are kept
 // across retries: an outage in the middle of a split goes on where it stopped, and never
 // writes a committed row again.
+//
+// A COPY's commit can succeed while its answer is lost (the connection cut, or given up on
+// client side, as PostgreSQL commits): sent again, its rows were stored twice. So each COPY runs
+// in a transaction whose id is read first; when the connection fails after that, the
+// transaction's fate is asked of the database (pg_xact_status, once the backend that ran it is
+// gone) before the part is written again: committed, it is done.
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import type { Logger } from '../log.js';
@@ -50,6 +56,19 @@ function rowNames(line: string): { tenant: string; device: string; attr: string 
   return { tenant, device, attr };
 }
 
+/** A COPY whose transaction began and whose connection then failed: it may have committed. */
+class InDoubt extends Error {
+  constructor(
+    /** The transaction id (xid8, as text). */
+    readonly xid: string,
+    /** The backend that ran it. */
+    readonly pid: number,
+    cause: Error,
+  ) {
+    super(cause.message);
+  }
+}
+
 function isMissingPartition(err: unknown): boolean {
   return sqlState(err) === '23514' && /no partition/i.test((err as Error).message);
 }
@@ -74,12 +93,13 @@ export class HistoryWriter {
   async write(lines: string[], times: number[]): Promise<CopyOutcome> {
     const layout = await this.readLayout();
     const chunks = layout.timescale ? new Set<number>() : chunksOf(times, layout.chunkUs);
-    // What is not committed yet, in order. Kept across retries (see the top of the file).
-    const todo: string[][] = [lines];
+    // What is not committed yet, in order, and whether the first part's last COPY may have
+    // committed. Kept across retries (see the top of the file).
+    const state: WriteState = { todo: [lines], doubt: undefined };
     const outcome: CopyOutcome = { seconds: 0, rejected: 0 };
     await this.retry.run('write history', async () => {
       await this.ensureChunks(chunks, layout);
-      await this.copyAll(todo, chunks, layout, outcome);
+      await this.copyAll(state, chunks, layout, outcome);
     });
     return outcome;
   }
@@ -103,14 +123,27 @@ export class HistoryWriter {
    * refused for a lasting reason is replaced by its halves, a single row is dropped. Throws on
    * anything else (the caller retries: `todo` holds what is left).
    */
-  private async copyAll(todo: string[][], chunks: Set<number>, layout: HistoryLayout, outcome: CopyOutcome): Promise<void> {
+  private async copyAll(state: WriteState, chunks: Set<number>, layout: HistoryLayout, outcome: CopyOutcome): Promise<void> {
+    const todo = state.todo;
     let partitionsRetried = false;
     while (todo.length > 0) {
       const part = todo[0]!;
+      if (state.doubt) {
+        const committed = await this.committed(state.doubt);
+        state.doubt = undefined;
+        if (committed) {
+          todo.shift();
+          continue;
+        }
+      }
       try {
         outcome.seconds += await this.copy(part);
         todo.shift();
       } catch (err) {
+        if (err instanceof InDoubt) {
+          state.doubt = err;
+          throw err;
+        }
         if (!partitionsRetried && isMissingPartition(err) && !layout.timescale) {
           // A partition was dropped (retention) or created elsewhere under us: check them all again.
           partitionsRetried = true;
@@ -151,20 +184,53 @@ export class HistoryWriter {
     const started = performance.now();
     const client = await this.pool.connect();
     let broken: Error | undefined;
+    let xid: string | undefined;
     try {
+      // One round trip: a simple query of two statements answers with both results.
+      const begun = (await client.query('BEGIN; SELECT pg_current_xact_id()::text AS xid')) as unknown as pg.QueryResult<{ xid: string }>[];
+      xid = begun[1]!.rows[0]!.xid;
       const stream = client.query(copyFrom(COPY_SQL));
       await new Promise<void>((resolve, reject) => {
         stream.on('error', reject);
         stream.on('finish', resolve);
         stream.end(Buffer.from(lines.join(''), 'utf8'));
       });
+      await client.query('COMMIT');
     } catch (err) {
-      if (!isRowError(err)) broken = err as Error;
-      throw err;
+      if (isRowError(err)) {
+        // Refused, so not committed: the connection is clean again once rolled back.
+        await client.query('ROLLBACK').catch((e: Error) => (broken = e));
+        throw err;
+      }
+      broken = err as Error;
+      throw xid === undefined ? err : new InDoubt(xid, (client as pg.PoolClient & { processID: number }).processID, err as Error);
     } finally {
       client.release(broken);
     }
     return (performance.now() - started) / 1000;
+  }
+
+  /**
+   * Whether the in-doubt transaction committed, once it is over. A backend still running it
+   * (the network, not the server, failed) is ended first if the service may (its own role's
+   * backends); otherwise the server's own timeouts end it. Throws while the database is away.
+   */
+  private async committed(d: InDoubt): Promise<boolean> {
+    for (;;) {
+      const { rows } = await this.pool.query<{ status: string | null }>('SELECT pg_xact_status($1::xid8) AS status', [d.xid]);
+      const status = rows[0]?.status ?? null;
+      // 'aborted', or null (too old to know: not here, where it is seconds old): written again,
+      // a duplicate rather than a loss.
+      if (status !== 'in progress') return status === 'committed';
+      await this.pool
+        .query(
+          `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+            WHERE pid = $1 AND backend_xid::text = ($2::xid8::text::numeric % 4294967296)::text`,
+          [d.pid, d.xid],
+        )
+        .catch(() => undefined);
+      await new Promise((r) => setTimeout(r, 100));
+    }
   }
 
   private async ensureChunks(chunks: Set<number>, layout: HistoryLayout): Promise<void> {
@@ -176,6 +242,14 @@ export class HistoryWriter {
       this.knownChunks.add(chunk);
     }
   }
+}
+
+/** A write's progress, kept across its retries. */
+interface WriteState {
+  /** The parts not committed yet, in order. */
+  todo: string[][];
+  /** The first part's last COPY failed after its transaction began: it may have committed. */
+  doubt: InDoubt | undefined;
 }
 
 /** The chunks (partition indexes, aligned to the epoch) that times in µs fall in. */
