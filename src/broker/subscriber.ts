@@ -35,10 +35,12 @@ import { NO_ACK, type AckHandle } from './link.js';
 /** How long the first connection waits for the broker's CONNACK before the start fails. */
 const FIRST_CONNACK_MS = 10_000;
 /**
- * While the broker has been away for less than FAST_RETRY_FOR_MS (a restart), reconnect every
- * FAST_RETRY_MS: a restarted Mosquitto does not restore shared subscriptions, and drops what
- * devices publish until the subscribers are back, so they must be back first. Then the delay
- * doubles from 250 ms to 5 s. A broker that refuses the subscriber gets the slow path at once.
+ * While the broker cannot be reached (connections refused: it is restarting), and for the first
+ * FAST_RETRY_FOR_MS of any absence, reconnect every FAST_RETRY_MS: a restarted Mosquitto does
+ * not restore shared subscriptions, and drops what devices publish until the subscribers are
+ * back, so they must be back first, however long it was away. A refused connection costs
+ * nothing. When the broker accepts the connection but not the subscriber, the delay doubles
+ * from 250 ms to 5 s; a broker that refuses the subscriber's login gets that path at once.
  */
 const FAST_RETRY_MS = 100;
 const FAST_RETRY_FOR_MS = 5000;
@@ -384,7 +386,7 @@ export class SubscriberConnection extends EventEmitter {
       );
       return;
     }
-    if (!this.closing) this.scheduleReconnect();
+    if (!this.closing) this.scheduleReconnect(!wire.tcpConnected);
   }
 
   private failConnect(err: Error): void {
@@ -399,10 +401,11 @@ export class SubscriberConnection extends EventEmitter {
     }
   }
 
-  private scheduleReconnect(): void {
+  /** `unreachable`: the last attempt did not even connect (the broker is down or restarting). */
+  private scheduleReconnect(unreachable = false): void {
     clearTimeout(this.reconnectTimer);
     this.awaySince ??= performance.now();
-    const fast = !this.refused && performance.now() - this.awaySince < FAST_RETRY_FOR_MS;
+    const fast = !this.refused && (unreachable || performance.now() - this.awaySince < FAST_RETRY_FOR_MS);
     this.reconnectTimer = setTimeout(
       () => {
         if (this.closing) return;
