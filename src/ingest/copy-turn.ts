@@ -13,18 +13,28 @@ const FREE = 0;
 const STEAL_MS = 30_000;
 /** How long a taker lets the others waiting go first before it competes anyway (one of them may be slow to wake). */
 const YIELD_MS = 100;
+/**
+ * How long another taker may wait before a giver asking again lets it go first. Handing the
+ * turn over costs the database an idle moment (the other thread has to wake up), so the giver
+ * keeps it while the others have waited less than this: each hand-over passes on a batch grown
+ * meanwhile, and no shard waits much longer than this for its COPY.
+ */
+const PATIENCE_MS = 200;
 /** Waiting takers announce themselves in this many slots (a taker finding none free waits unannounced). */
 const SLOTS = 64;
+/** Wall-clock milliseconds as one shared cell holds them (threads' performance.now() origins differ). */
+const clockMs = () => Date.now() % 2 ** 31;
 
 type WaitAsync = (cell: Int32Array, index: number, value: number, timeoutMs: number) => { async: boolean; value: Promise<string> | string };
 const waitAsync = (Atomics as unknown as { waitAsync: WaitAsync }).waitAsync;
 
 // The shared cells: [0] the holder's mark (FREE: nobody); [1..SLOTS] the marks of takers
-// waiting for the turn. A worker gives the turn back and asks for it again within one tick
-// (its next batch is ready), long before a waiter in another thread has woken up: without the
-// slots, the giver took the turn back every time and a waiter could wait for seconds (seen:
-// 9.7 s) while its shard acknowledged nothing. So a taker that sees another mark waiting lets
-// it go first (until one of them holds the turn, or YIELD_MS).
+// waiting for the turn, [SLOTS+1..2*SLOTS] since when (clockMs; 0: just now). A worker gives the
+// turn back and asks for it again within one tick (its next batch is ready), long before a
+// waiter in another thread has woken up: without the slots, the giver took the turn back every
+// time and a waiter could wait for seconds (seen: 9.7 s) while its shard acknowledged nothing.
+// So a taker that sees another mark waiting for PATIENCE_MS lets it go first (until one of them
+// holds the turn, or YIELD_MS).
 export class CopyTurn {
   private readonly cell: Int32Array;
 
@@ -41,7 +51,7 @@ export class CopyTurn {
   }
 
   static shared(): SharedArrayBuffer {
-    return new SharedArrayBuffer(4 * (1 + SLOTS));
+    return new SharedArrayBuffer(4 * (1 + 2 * SLOTS));
   }
 
   async take(): Promise<void> {
@@ -64,7 +74,10 @@ export class CopyTurn {
         if (w.async) await w.value;
       }
     } finally {
-      if (slot !== 0 && Atomics.compareExchange(this.cell, slot, this.mark, FREE) === this.mark) Atomics.notify(this.cell, 0);
+      if (slot !== 0) {
+        Atomics.store(this.cell, slot + SLOTS, 0);
+        if (Atomics.compareExchange(this.cell, slot, this.mark, FREE) === this.mark) Atomics.notify(this.cell, 0);
+      }
     }
   }
 
@@ -75,7 +88,7 @@ export class CopyTurn {
   static releaseFrom(shared: SharedArrayBuffer, mark: number): boolean {
     const cell = new Int32Array(shared);
     if (mark === FREE) return false;
-    for (let i = 1; i < cell.length; i++) Atomics.compareExchange(cell, i, mark, FREE);
+    for (let i = 1; i <= SLOTS; i++) if (Atomics.compareExchange(cell, i, mark, FREE) === mark) Atomics.store(cell, i + SLOTS, 0);
     const held = Atomics.compareExchange(cell, 0, mark, FREE) === mark;
     Atomics.notify(cell, 0);
     return held;
@@ -87,7 +100,7 @@ export class CopyTurn {
     if (Atomics.compareExchange(this.cell, 0, this.mark, FREE) === this.mark) Atomics.notify(this.cell, 0);
   }
 
-  /** While the turn is free and another mark waits for it, waits (at most YIELD_MS) for that one to take it. */
+  /** While the turn is free and another mark has waited PATIENCE_MS for it, waits (at most YIELD_MS) for that one to take it. */
   private async letOthersFirst(): Promise<void> {
     const until = performance.now() + YIELD_MS;
     while (Atomics.load(this.cell, 0) === FREE && this.othersWaiting()) {
@@ -99,16 +112,23 @@ export class CopyTurn {
   }
 
   private othersWaiting(): boolean {
-    for (let i = 1; i < this.cell.length; i++) {
+    const now = clockMs();
+    for (let i = 1; i <= SLOTS; i++) {
       const m = Atomics.load(this.cell, i);
-      if (m !== FREE && m !== this.mark) return true;
+      if (m === FREE || m === this.mark) continue;
+      const since = Atomics.load(this.cell, i + SLOTS);
+      if (since !== 0 && (now - since + 2 ** 31) % 2 ** 31 >= PATIENCE_MS) return true;
     }
     return false;
   }
 
-  /** Takes a free slot for this mark (0: none free). */
+  /** Takes a free slot for this mark and notes since when it waits (0: none free). */
   private announce(): number {
-    for (let i = 1; i < this.cell.length; i++) if (Atomics.compareExchange(this.cell, i, FREE, this.mark) === FREE) return i;
+    for (let i = 1; i <= SLOTS; i++) {
+      if (Atomics.compareExchange(this.cell, i, FREE, this.mark) !== FREE) continue;
+      Atomics.store(this.cell, i + SLOTS, clockMs());
+      return i;
+    }
     return 0;
   }
 }

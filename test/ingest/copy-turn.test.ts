@@ -57,27 +57,31 @@ describe('CopyTurn', () => {
     alive.give();
   });
 
-  it('is fair: a taker that gives the turn back and asks again at once lets a waiting one go first', async () => {
+  it('is fair: a taker that gives the turn back and asks again at once lets one waiting for 200 ms go first', async () => {
     const shared = CopyTurn.shared();
     const turns = { 1: 0, 2: 0 };
+    let longestWait = 0;
     let running = true;
     // Two shard workers, each with a 20 ms COPY always ready: give and take again in one tick.
     const worker = async (mark: 1 | 2) => {
       const turn = new CopyTurn(shared, mark);
       while (running) {
+        const asked = performance.now();
         await turn.take();
+        longestWait = Math.max(longestWait, performance.now() - asked);
         turns[mark]++;
         await new Promise((r) => setTimeout(r, 20));
         turn.give();
       }
     };
     const both = Promise.all([worker(1), worker(2)]);
-    await new Promise((r) => setTimeout(r, 1500));
+    await new Promise((r) => setTimeout(r, 2000));
     running = false;
     await both;
-    // Without the waiting slots the first taker kept the turn: 2 got none (it polls once a second and lost each time).
-    expect(turns[1] + turns[2]).toBeGreaterThan(20);
-    expect(Math.min(turns[1], turns[2])).toBeGreaterThanOrEqual(Math.floor((turns[1] + turns[2]) / 2) - 1);
+    // Without the waiting slots the first taker kept the turn: 2 got none in 2 s (it polls once
+    // a second and lost each time). Now each waits about 200 ms and a COPY at most.
+    expect(Math.min(turns[1], turns[2])).toBeGreaterThanOrEqual((turns[1] + turns[2]) / 4);
+    expect(longestWait).toBeLessThan(600);
   });
 
   it('a dead waiter is forgotten: the others do not let it go first', async () => {
