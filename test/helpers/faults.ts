@@ -81,6 +81,15 @@ export async function checkSequence(db: Pick<pg.Pool, 'query'>, tenant: string, 
   return { lost, duplicates, stored };
 }
 
+/** Starts a proxy `server` on a free loopback port; the database URL that goes through it. */
+export async function listenAsProxy(server: net.Server, databaseUrl: string): Promise<string> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = new URL(databaseUrl);
+  url.hostname = '127.0.0.1';
+  url.port = String((server.address() as net.AddressInfo).port);
+  return url.toString();
+}
+
 /** A TCP proxy to the database that can hang it: what is sent is no longer answered, and nothing is closed. */
 export interface FreezableProxy {
   /** The database URL through the proxy. */
@@ -112,12 +121,9 @@ export async function freezableProxy(databaseUrl: string): Promise<FreezableProx
     client.pipe(upstream);
     upstream.pipe(client);
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const url = new URL(databaseUrl);
-  url.hostname = '127.0.0.1';
-  url.port = String((server.address() as net.AddressInfo).port);
+  const url = await listenAsProxy(server, databaseUrl);
   return {
-    url: url.toString(),
+    url,
     freeze() {
       frozen = true;
       for (const s of sockets) {

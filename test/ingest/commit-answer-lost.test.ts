@@ -8,7 +8,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestService, testEnv, type TestService } from '../helpers/service.js';
 import { createDevice, createTemplate, deviceClient, eventually, historyCount } from '../helpers/registry-fixtures.js';
-import { checkSequence, publishSequence } from '../helpers/faults.js';
+import { checkSequence, listenAsProxy, publishSequence } from '../helpers/faults.js';
 
 /**
  * A TCP proxy to PostgreSQL that, while armed, cuts a connection at the answer that ends a COPY's
@@ -57,12 +57,9 @@ async function commitCuttingProxy(databaseUrl: string) {
       pending = pending.subarray(at);
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const url = new URL(databaseUrl);
-  url.hostname = '127.0.0.1';
-  url.port = String((server.address() as net.AddressInfo).port);
+  const url = await listenAsProxy(server, databaseUrl);
   return {
-    url: url.toString(),
+    url,
     arm(times: number) {
       armed = times;
     },

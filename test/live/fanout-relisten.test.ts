@@ -9,6 +9,7 @@ import { createLogger } from '../../src/log.js';
 import { createMetrics } from '../../src/metrics.js';
 import { countOf } from '../helpers/db.js';
 import { freshDatabase } from '../helpers/service.js';
+import { listenAsProxy } from '../helpers/faults.js';
 import pg from 'pg';
 
 const LISTEN_APP = 'device-registry-live-listen';
@@ -47,12 +48,9 @@ async function cuttingProxy(databaseUrl: string) {
     });
     upstream.pipe(client);
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const url = new URL(databaseUrl);
-  url.hostname = '127.0.0.1';
-  url.port = String((server.address() as net.AddressInfo).port);
+  const url = await listenAsProxy(server, databaseUrl);
   return {
-    url: url.toString(),
+    url,
     /** Cuts the listening connections now, and the next one when it sends its LISTEN. */
     cutListenersTwice() {
       cutNextListen = true;
