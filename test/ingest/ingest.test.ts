@@ -37,7 +37,9 @@ const ATTRS: AttrSpec[] = [
 ];
 
 beforeAll(async () => {
-  svc = await startTestService();
+  // The value tests read one device's back-to-back messages in publish order: with several
+  // subscriber connections the broker may deliver them in either order (docs/messaging.md, "Order").
+  svc = await startTestService({ MQTT_SUBSCRIBER_CONNECTIONS: '1' });
   token = await login(svc.base);
   // Rows are queried as the admin user: its tenant must be the fixtures' tenant.
   const res = await http('POST', `${svc.base}/auth/user`, {
