@@ -7,6 +7,9 @@
 //     and its password is checked then. Refused: CONNACK "bad user name or password" (3.1.1 code
 //     4, MQTT 5 0x86); with MQTT_DEVICE_AUTH=off an unknown device keeps today's "not
 //     authorised" (5).
+//   - A client id belongs to one device (the one it names, else the last that logged in with
+//     it): another device's login with it is refused "identifier rejected" (2), so nobody can
+//     push a device off the broker, or take its session, by its client id.
 //   - PUBLISH / SUBSCRIBE: the topic rules (topic-rules.ts). A refused publish closes the
 //     connection (MQTT 3.1.1 has no negative PUBACK); a refused subscription gets 0x80.
 //   - Connections are closed when their device is removed, when the credential they logged in
@@ -40,10 +43,12 @@ interface SessionStore {
   incomingGetPacket(client: Client, packet: PublishPacket): Promise<unknown>;
 }
 
-/** CONNACK return codes (MQTT 3.1.1): 3 server unavailable, 4 bad user name or password, 5 not authorised. */
-type ReturnCode = 3 | 4 | 5;
+/** CONNACK return codes (MQTT 3.1.1): 2 identifier rejected, 3 server unavailable, 4 bad user name or password, 5 not authorised. */
+type ReturnCode = 2 | 3 | 4 | 5;
 /** Their MQTT 5 reason codes. */
-const REASON_CODE_V5: Record<ReturnCode, number> = { 3: 0x88, 4: 0x86, 5: 0x87 };
+const REASON_CODE_V5: Record<ReturnCode, number> = { 2: 0x85, 3: 0x88, 4: 0x86, 5: 0x87 };
+/** Client ids whose device is remembered (the oldest is forgotten past it). */
+const OWNERS_CAPACITY = 1_000_000;
 const UNSUPPORTED_PROTOCOL_V5 = 0x84;
 
 /** The ack handle of a QoS 1/2 message: lets aedes go on with the publish, which sends its PUBACK. */
@@ -97,6 +102,15 @@ export class DeviceAuthorisation {
   private readonly unnamed = new WeakMap<Client, Uint8Array | undefined>();
   /** The keepalive checks held back while a client's publishes wait for their commit. */
   private readonly keepalives = new HeldKeepalives();
+  /**
+   * The device each client id logged in as (not with MQTT_DEVICE_AUTH=off): a client id, its
+   * connection and its session (subscriptions, queued config messages) belong to one device, so
+   * another client cannot take them over (aedes closes the connection holding a client id when
+   * a new one logs in with it). A client id of the form `<tenant>:<id>` is that device's anyway.
+   */
+  private readonly owners = new Map<string, DeviceRef>();
+  /** The client ids of `owners` by device, forgotten with the device. */
+  private readonly ownedBy = new Map<string, Set<string>>();
 
   constructor(
     private readonly logins: LoginCheck,
@@ -158,6 +172,11 @@ export class DeviceAuthorisation {
     } else {
       device = certified ?? parseDeviceName(p.clientId);
     }
+    const owner = this.ownerOf(p.clientId);
+    // A client naming no device is the device its client id belongs to (checked as that device).
+    if (owner && !device) device = owner;
+    else if (owner && device && !sameDevice(owner, device))
+      return this.refusedBefore('the client id belongs to another device', p, device, undefined, 2);
     const verdict = await this.logins.check({
       device,
       password: p.password,
@@ -177,14 +196,40 @@ export class DeviceAuthorisation {
    * by reason): the username is not a device name, or names another device than the client
    * certificate.
    */
-  private refusedBefore(why: string, p: Presented, device: DeviceRef | undefined, certified?: DeviceRef): Decision {
+  private refusedBefore(why: string, p: Presented, device: DeviceRef | undefined, certified?: DeviceRef, code: 2 | 4 = 4): Decision {
     this.log.info('device login refused', {
       ...(device ? { tenant: device.tenant, device: device.id } : {}),
       reason: why,
       ...(certified ? { certificate: deviceName(certified) } : {}),
       address: remoteAddress(p.conn),
     });
-    return { accept: false, code: 4, why };
+    return { accept: false, code, why };
+  }
+
+  /** The device a client id belongs to: the one it names, or the one that last logged in with it. */
+  private ownerOf(clientId: string): DeviceRef | undefined {
+    if (this.mode === 'off') return undefined;
+    return parseDeviceName(clientId) ?? this.owners.get(clientId);
+  }
+
+  private own(clientId: string, device: DeviceRef): void {
+    if (this.mode === 'off' || parseDeviceName(clientId)) return;
+    this.disown(clientId);
+    if (this.owners.size >= OWNERS_CAPACITY) this.disown(this.owners.keys().next().value!);
+    this.owners.set(clientId, device);
+    let ids = this.ownedBy.get(deviceKey(device.tenant, device.id));
+    if (!ids) this.ownedBy.set(deviceKey(device.tenant, device.id), (ids = new Set()));
+    ids.add(clientId);
+  }
+
+  private disown(clientId: string): void {
+    const device = this.owners.get(clientId);
+    if (!device) return;
+    this.owners.delete(clientId);
+    const key = deviceKey(device.tenant, device.id);
+    const ids = this.ownedBy.get(key);
+    ids?.delete(clientId);
+    if (ids?.size === 0) this.ownedBy.delete(key);
   }
 
   /** PUBLISH: only to the client's own attrs topic (a legacy one may name it); anything else closes the connection. */
@@ -269,7 +314,12 @@ export class DeviceAuthorisation {
   /** Registry events: the connections a change ends are closed. */
   registryChanged(event: RegistryEvent): void {
     if (event.type === 'devices.removed') {
-      for (const id of event.deviceIds) this.close(this.sessions.get(deviceKey(event.tenant, id)), 'its device was removed');
+      for (const id of event.deviceIds) {
+        const key = deviceKey(event.tenant, id);
+        this.close(this.sessions.get(key), 'its device was removed');
+        // Its client ids are free for other devices.
+        for (const clientId of [...(this.ownedBy.get(key) ?? [])]) this.disown(clientId);
+      }
     } else if (event.type === 'credentials.changed') {
       for (const id of event.removedIds) this.close(this.byCredential.get(id), 'the credential it logged in with was deleted');
       // A device that gets its first credential must use it from now on (optional mode).
@@ -300,6 +350,8 @@ export class DeviceAuthorisation {
     const session = this.identity.get(client);
     if (session) return sameDevice(session.device, topic);
     if (!verdict.ok) return false;
+    const owner = this.ownerOf(client.id);
+    if (owner && !sameDevice(owner, topic)) return false;
     this.unnamed.delete(client);
     this.bind(client, { tenant: topic.tenant, id: topic.id }, verdict);
     return true;
@@ -321,6 +373,7 @@ export class DeviceAuthorisation {
       session.expiry = atTime(verdict.expiresMs, () => this.close(new Set([client]), 'the credential it logged in with expired'));
     }
     this.identity.set(client, session);
+    this.own(client.id, device);
     addTo(this.sessions, deviceKey(device.tenant, device.id), client);
     if (session.credentialId) addTo(this.byCredential, session.credentialId, client);
   }

@@ -18,28 +18,51 @@ const KEYED = 'hmac-sha256$';
  */
 const SLOW_AT_ONCE = 2;
 
-/** At most `limit` of the given jobs run at once; the others wait in order. */
-class Gate {
+/**
+ * At most `limit` jobs run at once; the others wait in lanes (a client address, the API), served
+ * in turn: a flood of slow checks from one address waits behind itself, while another lane's
+ * next job runs as soon as a slot is free.
+ */
+class FairGate {
   private running = 0;
-  private readonly waiting: Array<() => void> = [];
+  /** Waiting jobs by lane; the map's order is the turn (a served lane goes to the back). */
+  private readonly lanes = new Map<string, Array<() => void>>();
 
   constructor(private readonly limit: number) {}
 
-  async run<T>(job: () => Promise<T>): Promise<T> {
-    // A finished job hands its slot to the next waiting one.
-    if (this.running >= this.limit) await new Promise<void>((resolve) => this.waiting.push(resolve));
-    else this.running++;
+  async run<T>(lane: string, job: () => Promise<T>): Promise<T> {
+    // A finished job hands its slot to the next lane's first job.
+    if (this.running >= this.limit) {
+      await new Promise<void>((resolve) => {
+        const waiting = this.lanes.get(lane);
+        if (waiting) waiting.push(resolve);
+        else this.lanes.set(lane, [resolve]);
+      });
+    } else this.running++;
     try {
       return await job();
     } finally {
-      const next = this.waiting.shift();
-      if (next) next();
-      else this.running--;
+      this.next();
     }
+  }
+
+  private next(): void {
+    const turn = this.lanes.entries().next();
+    if (turn.done) {
+      this.running--;
+      return;
+    }
+    const [lane, waiting] = turn.value;
+    const resolve = waiting.shift()!;
+    this.lanes.delete(lane);
+    if (waiting.length > 0) this.lanes.set(lane, waiting);
+    resolve();
   }
 }
 
-const slow = new Gate(SLOW_AT_ONCE);
+const slow = new FairGate(SLOW_AT_ONCE);
+/** The lane of slow hashes made for the API (a client-chosen secret being stored). */
+const API_LANE = 'api';
 
 /** The row a hash belongs to: a keyed hash moved to another row no longer matches. */
 export interface CredentialPlace {
@@ -70,7 +93,7 @@ export class CredentialHasher {
 
   /** The stored form of a client-chosen secret. */
   salted(secret: string): Promise<string> {
-    return slow.run(() => hashPassword(secret));
+    return slow.run(API_LANE, () => hashPassword(secret));
   }
 
   /** Whether checking this stored hash is fast (keyed) or slow (scrypt). */
@@ -78,14 +101,14 @@ export class CredentialHasher {
     return stored.startsWith(KEYED);
   }
 
-  /** True when `secret` is the secret `stored` was made from. */
-  async matches(stored: string, place: CredentialPlace, secret: string): Promise<boolean> {
+  /** True when `secret` is the secret `stored` was made from; a slow check waits its turn in `lane` (the client's address). */
+  async matches(stored: string, place: CredentialPlace, secret: string, lane = ''): Promise<boolean> {
     if (this.isKeyed(stored)) {
       const expected = Buffer.from(stored.slice(KEYED.length), 'base64');
       const actual = this.mac(place, secret);
       return expected.length === actual.length && crypto.timingSafeEqual(expected, actual);
     }
-    return slow.run(() => verifyPassword(secret, stored)).catch(() => false);
+    return slow.run(`a:${lane}`, () => verifyPassword(secret, stored)).catch(() => false);
   }
 
   /**

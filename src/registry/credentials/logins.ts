@@ -96,12 +96,20 @@ export class DeviceLogins implements LoginCheck {
     }
     const guarded = this.mode !== 'off' && !login.certificate && (this.mode === 'required' || (await this.hasCredentials(device)));
     const keys = guarded ? [`u:${device.tenant}:${device.id}`, `a:${login.address ?? ''}`] : [];
+    let verdict: LoginVerdict;
     if (guarded) {
       const delay = this.throttle.delayFor(keys);
       if (delay === undefined) return this.refuse(login, 'throttled');
-      if (delay > 0) await this.throttle.wait(keys, delay);
+      this.throttle.begin(keys);
+      try {
+        if (delay > 0) await this.throttle.wait(keys, delay);
+        verdict = await this.decide(device, login);
+      } finally {
+        this.throttle.end(keys);
+      }
+    } else {
+      verdict = await this.decide(device, login);
     }
-    const verdict = await this.decide(device, login);
     if (verdict.ok) {
       if (guarded) this.throttle.succeeded(keys[0]!);
       if (login.answerOnly) return verdict;
@@ -162,7 +170,7 @@ export class DeviceLogins implements LoginCheck {
     // Keyed hashes first: a microsecond each. A slow hash only when none of them matched.
     const ordered = [...credentials].sort((a, b) => Number(this.hasher.isKeyed(b.secretHash)) - Number(this.hasher.isKeyed(a.secretHash)));
     for (const c of ordered) {
-      if (!(await this.matches(device, c, secret))) continue;
+      if (!(await this.matches(device, c, secret, login.address ?? ''))) continue;
       if (c.expiresMs !== null && c.expiresMs <= now) {
         expiredMatch = true;
         continue;
@@ -172,7 +180,12 @@ export class DeviceLogins implements LoginCheck {
     return { ok: false, reason: expiredMatch ? 'expired' : 'wrong' };
   }
 
-  private async matches(device: { tenant: string; id: string }, c: repo.StoredCredential, secret: string): Promise<boolean> {
+  private async matches(
+    device: { tenant: string; id: string },
+    c: repo.StoredCredential,
+    secret: string,
+    address: string,
+  ): Promise<boolean> {
     const place = { tenant: device.tenant, deviceId: device.id, credentialId: c.id };
     if (this.hasher.isKeyed(c.secretHash)) return this.hasher.matches(c.secretHash, place, secret);
     const digest = this.hasher.remembered(place, secret);
@@ -180,7 +193,7 @@ export class DeviceLogins implements LoginCheck {
     const key = c.id + ':' + digest.toString('base64');
     let check = this.slowChecks.get(key);
     if (!check) {
-      check = this.hasher.matches(c.secretHash, place, secret).then((ok) => {
+      check = this.hasher.matches(c.secretHash, place, secret, address).then((ok) => {
         this.slowChecks.delete(key);
         if (ok) {
           if (this.remembered.size >= REMEMBERED_CAPACITY) this.remembered.clear();

@@ -2,11 +2,14 @@
 // counted per key (a device name, a client address); past its free failures (a few for a device
 // name; more for an address, which a gateway or a NAT shares between many devices), each
 // further attempt by that key waits before it is checked, twice as long after every failure,
-// up to MAX_DELAY_MS. The wait costs the service a timer; a key with MAX_WAITING attempts
-// already waiting is refused at once, unchecked, except that a device name's full queue does not
-// refuse an attempt from an address that has never failed: a guesser flooding one name must not
-// keep its device out (that attempt waits like the others). A success forgives the device name, not the
-// address (an address with one good credential could otherwise reset itself between guesses).
+// up to MAX_DELAY_MS. An attempt under way for a device name counts as a failure of that name
+// until it succeeds (a device has one login at a time; a burst of parallel guesses must not all
+// get in free before the first of them has failed). The wait costs the service a timer; a key
+// with MAX_WAITING attempts already waiting is refused at once, unchecked, except that a device
+// name's full queue does not refuse an attempt from a clean address (one that has never failed
+// and has no other attempt under way): a guesser flooding one name must not keep its device out
+// (that attempt waits like the others). A success forgives the device name, not the address (an
+// address with one good credential could otherwise reset itself between guesses).
 // Counts are forgotten FORGET_MS after a key's last failure.
 
 /** Failures without a wait: per key kind, by the key's prefix (`u:` device name, `a:` address). */
@@ -23,7 +26,11 @@ interface Entry {
   failures: number;
   lastFailure: number;
   waiting: number;
+  /** Attempts by this key between `begin` and `end`. */
+  underWay: number;
 }
+
+const idle = (e: Entry) => e.waiting === 0 && e.underWay === 0;
 
 export class LoginThrottle {
   private readonly entries = new Map<string, Entry>();
@@ -32,16 +39,36 @@ export class LoginThrottle {
 
   /** The wait before an attempt by these keys is checked (ms); undefined: refuse it unchecked. */
   delayFor(keys: readonly string[]): number | undefined {
-    const cleanAddress = keys.some((k) => k.startsWith('a:') && !this.current(k)?.failures);
+    const cleanAddress = keys.some((k) => {
+      const e = k.startsWith('a:') ? this.current(k) : undefined;
+      return k.startsWith('a:') && (!e || (e.failures === 0 && e.underWay === 0));
+    });
     let delay = 0;
     for (const key of keys) {
       const e = this.current(key);
       const free = freeFailures(key);
-      if (!e || e.failures < free) continue;
+      // A device name's attempts under way count as failures until they succeed; an address's
+      // do not (a NAT's devices log in at once).
+      const failures = e ? e.failures + (key.startsWith('u:') ? e.underWay : 0) : 0;
+      if (!e || failures < free) continue;
       if (e.waiting >= MAX_WAITING && !(cleanAddress && key.startsWith('u:'))) return undefined;
-      delay = Math.max(delay, Math.min(MAX_DELAY_MS, BASE_DELAY_MS * 2 ** Math.min(16, e.failures - free)));
+      delay = Math.max(delay, Math.min(MAX_DELAY_MS, BASE_DELAY_MS * 2 ** Math.min(16, failures - free)));
     }
     return delay;
+  }
+
+  /** An attempt by these keys is under way (its wait and its check), until `end`. */
+  begin(keys: readonly string[]): void {
+    for (const key of keys) this.entry(key, this.now()).underWay++;
+  }
+
+  end(keys: readonly string[]): void {
+    for (const key of keys) {
+      const e = this.entries.get(key);
+      if (!e) continue;
+      e.underWay--;
+      if (idle(e) && e.failures === 0) this.entries.delete(key);
+    }
   }
 
   /** Waits `delayFor(keys)` (counted as waiting), then resolves. */
@@ -58,11 +85,7 @@ export class LoginThrottle {
   failed(keys: readonly string[]): void {
     const now = this.now();
     for (const key of keys) {
-      let e = this.current(key);
-      if (!e) {
-        if (this.entries.size >= CAPACITY) this.forgetOld(now);
-        this.entries.set(key, (e = { failures: 0, lastFailure: now, waiting: 0 }));
-      }
+      const e = this.entry(key, now);
       e.failures++;
       e.lastFailure = now;
     }
@@ -70,13 +93,22 @@ export class LoginThrottle {
 
   succeeded(key: string): void {
     const e = this.entries.get(key);
-    if (e && e.waiting === 0) this.entries.delete(key);
+    if (e && idle(e)) this.entries.delete(key);
     else if (e) e.failures = 0;
+  }
+
+  private entry(key: string, now: number): Entry {
+    let e = this.current(key);
+    if (!e) {
+      if (this.entries.size >= CAPACITY) this.forgetOld(now);
+      this.entries.set(key, (e = { failures: 0, lastFailure: now, waiting: 0, underWay: 0 }));
+    }
+    return e;
   }
 
   private current(key: string): Entry | undefined {
     const e = this.entries.get(key);
-    if (e && e.waiting === 0 && this.now() - e.lastFailure > FORGET_MS) {
+    if (e && idle(e) && this.now() - e.lastFailure > FORGET_MS) {
       this.entries.delete(key);
       return undefined;
     }
@@ -85,12 +117,12 @@ export class LoginThrottle {
 
   /** At capacity: drop forgotten entries, then the oldest half. */
   private forgetOld(now: number): void {
-    for (const [key, e] of this.entries) if (e.waiting === 0 && now - e.lastFailure > FORGET_MS) this.entries.delete(key);
+    for (const [key, e] of this.entries) if (idle(e) && now - e.lastFailure > FORGET_MS) this.entries.delete(key);
     if (this.entries.size < CAPACITY) return;
     let drop = this.entries.size / 2;
     for (const [key, e] of this.entries) {
       if (drop-- <= 0) break;
-      if (e.waiting === 0) this.entries.delete(key);
+      if (idle(e)) this.entries.delete(key);
     }
   }
 }
