@@ -161,6 +161,13 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
         response: { result: 'allow' },
       },
       {
+        name: 'certificate',
+        summary: 'A device logged in by client certificate alone',
+        body: { clientid: 'sensor-1', username: '', topic: `${DEV}/attrs`, action: 'publish', cert_common_name: DEV },
+        status: 200,
+        response: { result: 'allow' },
+      },
+      {
         name: 'other',
         summary: 'Another device’s topic',
         body: { clientid: 'sensor-1', username: DEV, topic: 'acme:a1b2c3/attrs', action: 'publish' },
@@ -188,12 +195,18 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
       },
     ],
     handler(req) {
-      const b = validate<{ clientid?: string | null; username?: string | null; topic: string; action: string }>(
-        emqxAuthorizeBody,
-        req.body,
-      );
-      const device = deviceOf(b.username, b.clientid);
+      const b = validate<{
+        clientid?: string | null;
+        username?: string | null;
+        topic: string;
+        action: string;
+        cert_common_name?: string | null;
+      }>(emqxAuthorizeBody, req.body);
+      // The device as the authenticator named it (a device logged in by certificate alone is its CN's).
+      const certified = b.cert_common_name ? parseDeviceName(b.cert_common_name) : undefined;
+      const device = b.username ? parseDeviceName(b.username) : (deviceOf(undefined, b.clientid) ?? certified);
       if (!device) return { status: 200, body: { result: 'ignore' } };
+      if (certified && !sameDevice(certified, device)) return { status: 200, body: { result: 'deny' } };
       const allowed =
         b.action === 'publish' ? mayPublish(device, b.topic) : b.action === 'subscribe' ? maySubscribe(device, b.topic) : false;
       return { status: 200, body: { result: allowed ? 'allow' : 'deny' } };

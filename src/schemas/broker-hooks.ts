@@ -40,6 +40,10 @@ export const emqxAuthorizeBody = bodySchema({
     username: { ...text, description: '`${username}`' },
     topic: { type: 'string', description: '`${topic}`' },
     action: { type: 'string', description: '`${action}`: `publish` or `subscribe`.' },
+    cert_common_name: {
+      ...text,
+      description: '`${cert_common_name}`: the CN of the client certificate, for a device logged in by certificate alone.',
+    },
   },
 });
 

@@ -40,6 +40,13 @@ describe('POST /device/{id}/credentials', () => {
     expect(c.secret).toBe('my-own-secret-0123');
   });
 
+  it('keeps an expiry to the microsecond, as every time of the answers is written (more digits: rounded down)', async () => {
+    const d = await newDevice(svc, t);
+    const c = await newCredential(svc, t, d, { type: 'password', expires_at: '2099-06-30T14:00:00.1234567+02:00' });
+    expect(c.expires_at).toBe('2099-06-30T12:00:00.123456+00:00');
+    expect((await http<CredentialView[]>('GET', url(d), { token: t.token })).body[0]!.expires_at).toBe(c.expires_at);
+  });
+
   it('expires_at null, as the answers write "never", is the same as leaving it out', async () => {
     const d = await newDevice(svc, t);
     const c = await newCredential(svc, t, d, { type: 'password', expires_at: null });
@@ -163,6 +170,15 @@ describe('DELETE /device/{id}/credentials/{credId}', () => {
     expect((await deleteCredential(svc, t, d, 'not-a-uuid')).body).toEqual({ message: 'No such credential: not-a-uuid', status: 404 });
     expect((await deleteCredential(svc, t, 'ffffff', c.id)).body).toEqual({ message: 'No such device: ffffff', status: 404 });
     expect((await http('GET', url(other), { token: t.token })).body).toHaveLength(1);
+  });
+
+  it('takes the id in either case, as a UUID may be written', async () => {
+    const d = await newDevice(svc, t);
+    const c = await newCredential(svc, t, d);
+    const res = await deleteCredential(svc, t, d, c.id.toUpperCase());
+    expect(res.status).toBe(200);
+    expect((res.body as { removed_credential: { id: string } }).removed_credential.id).toBe(c.id);
+    expect((await http('GET', url(d), { token: t.token })).body).toEqual([]);
   });
 
   it('removing the device removes its credentials', async () => {

@@ -162,6 +162,20 @@ describe('EMQX HTTP authorizer', () => {
       result: 'allow',
     });
   });
+
+  it('a device logged in by client certificate alone (cert_common_name, in the documented body) is its CN’s device', async () => {
+    const d = await newDevice(svc, t);
+    const cn = `${t.name}:${d}`;
+    const ask = (topic: string, action: string, more: object = {}) =>
+      emqx('authorize', { clientid: 'c', username: '', topic, action, cert_common_name: cn, ...more });
+    expect(await ask(`${cn}/attrs`, 'publish')).toEqual({ result: 'allow' });
+    expect(await ask(`${cn}/config`, 'subscribe')).toEqual({ result: 'allow' });
+    expect(await ask(`${other.name}:${d}/attrs`, 'publish')).toEqual({ result: 'deny' });
+    // A username naming another device than the certificate: refused at login, denied here too.
+    expect(await ask(`${t.name}:x${d}/attrs`, 'publish', { username: `${t.name}:x${d}` })).toEqual({ result: 'deny' });
+    // Without a certificate (EMQX sends the placeholder empty), a client naming no device is not the service's to decide.
+    expect(await ask(`${cn}/attrs`, 'publish', { cert_common_name: '' })).toEqual({ result: 'ignore' });
+  });
 });
 
 describe('VerneMQ webhooks', () => {

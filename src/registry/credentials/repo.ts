@@ -44,7 +44,7 @@ export async function countOf(db: Db, tenant: string, deviceId: string): Promise
 
 export async function insert(
   db: Db,
-  row: { tenant: string; deviceId: string; id: string; type: string; secretHash: string; expires: Date | null },
+  row: { tenant: string; deviceId: string; id: string; type: string; secretHash: string; expires: string | null },
 ): Promise<CredentialRow> {
   const { rows } = await db.query<CredentialRow>(
     `INSERT INTO device_credentials (tenant, device_id, id, type, secret_hash, expires) VALUES ($1, $2, $3, $4, $5, $6) RETURNING ${VIEW}`,

@@ -9,7 +9,7 @@ import type pg from 'pg';
 import { errors } from '../../errors.js';
 import { credentialCreateBody } from '../../schemas/credentials.js';
 import { validate } from '../../schemas/validator.js';
-import { parseTimestamp } from '../../time.js';
+import { microsToText, parseTimestamp } from '../../time.js';
 import type { RegistryEvents } from '../events.js';
 import { CredentialHasher, generateSecret } from './hashing.js';
 import * as repo from './repo.js';
@@ -43,7 +43,8 @@ const brokerFailed = (): never => {
   throw errors.brokerAccountsUnavailable();
 };
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+/** A credential id as PostgreSQL reads a uuid (either case). */
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export class CredentialService {
   constructor(
@@ -57,13 +58,14 @@ export class CredentialService {
   /** POST /device/{id}/credentials: the body (400), the device (404), the bound (400). */
   async create(tenant: string, deviceId: string, body: unknown): Promise<CreatedCredential> {
     const input = validate<CreateBody>(credentialCreateBody, body);
-    let expires: Date | null = null;
+    /** timestamptz text, to the microsecond as given (a Date would keep milliseconds only). */
+    let expires: string | null = null;
     if (input.expires_at !== undefined && input.expires_at !== null) {
       const us = parseTimestamp(input.expires_at);
       if (us === undefined)
         throw errors.credentialBadInput('expires_at must be an ISO 8601 date and time with a time zone, such as 2027-01-31T00:00:00Z');
       if (us <= Date.now() * 1000) throw errors.credentialExpiresInPast();
-      expires = new Date(us / 1000);
+      expires = microsToText(us);
     }
     const id = crypto.randomUUID();
     const secret = input.secret ?? generateSecret();
@@ -98,7 +100,7 @@ export class CredentialService {
       const row = UUID.test(credentialId) ? await repo.remove(c, tenant, deviceId, credentialId) : undefined;
       if (!row) throw errors.noSuchCredential(credentialId);
       if (row.in_broker && this.accounts) await this.accounts.accountRemoved(tenant, deviceId).catch(brokerFailed);
-      await announce({ type: 'credentials.changed', tenant, deviceId, removedIds: [credentialId] });
+      await announce({ type: 'credentials.changed', tenant, deviceId, removedIds: [row.id] });
       return row;
     });
     const { in_broker: _internal, ...view } = removed;
