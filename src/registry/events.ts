@@ -217,9 +217,16 @@ export class RegistryEvents {
     this.checkTimer.unref();
   }
 
-  /** Listens again until it works; then every cache of this process is dropped, since events were missed meanwhile. */
+  /**
+   * Listens again until it works; then every cache of this process is dropped, since events were
+   * missed meanwhile. One attempt is scheduled at a time: a connection that fails as it opens
+   * both ends (onLost) and rejects, and each used to schedule one, doubling the attempts every
+   * second of an outage and leaving as many listeners afterwards (each event delivered n times).
+   */
   private relisten(): void {
+    if (this.closed || this.retryTimer) return;
     this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
       if (this.closed) return;
       this.listen().then(
         () => {
