@@ -47,9 +47,11 @@ export const LIVE_PAGE = String.raw`<!doctype html>
 const WINDOW_MS = 5 * 60 * 1000;
 const state = { token: null, devices: new Map(), chosen: null, values: {}, points: {}, ws: null };
 const $ = (id) => document.getElementById(id);
+// The API's root, whether the page was opened as /live or /live/ (or under a proxy's prefix).
+const BASE = location.pathname.replace(/\/live\/?$/, "/");
 
 async function api(path) {
-  const res = await fetch(path, { headers: { Authorization: "Bearer " + state.token } });
+  const res = await fetch(BASE + path, { headers: { Authorization: "Bearer " + state.token } });
   if (!res.ok) throw new Error(path + ": " + res.status);
   return res.json();
 }
@@ -57,7 +59,7 @@ async function api(path) {
 $("login").addEventListener("submit", async (e) => {
   e.preventDefault();
   $("login-error").textContent = "";
-  const res = await fetch("auth", { method: "POST", headers: { "Content-Type": "application/json" },
+  const res = await fetch(BASE + "auth", { method: "POST", headers: { "Content-Type": "application/json" },
     body: JSON.stringify({ username: $("username").value, passwd: $("passwd").value }) });
   const body = await res.json().catch(() => ({}));
   if (!res.ok || !body.jwt) { $("login-error").textContent = body.message || ("login failed: " + res.status); return; }
@@ -164,7 +166,7 @@ function renderChart() {
 setInterval(renderChart, 5000);
 
 function connect() {
-  const url = location.href.replace(/^http/, "ws").replace(/\/live[^/]*$/, "/stream");
+  const url = location.origin.replace(/^http/, "ws") + BASE + "stream";
   const ws = new WebSocket(url, ["device-registry.live.v1", "bearer." + state.token]);
   state.ws = ws;
   ws.onopen = () => { $("conn").textContent = "open"; };

@@ -201,8 +201,12 @@ class SseClient extends Client {
         const n = this.dropped;
         this.dropped = 0;
         this.write([JSON.stringify({ type: 'lagged', dropped: n })]);
+      } else {
+        // uWS drains what it buffered only on a write once an onWritable handler is set: an
+        // empty comment sends the rest of the last message now, not at the next keep-alive.
+        this.writeRaw(':\n\n');
       }
-      return true;
+      return !this.choked;
     });
     this.keepAlive = setInterval(() => this.comment(), SSE_KEEPALIVE_MS);
     this.keepAlive.unref();
@@ -217,11 +221,15 @@ class SseClient extends Client {
   }
 
   private write(texts: string[]): void {
+    this.writeRaw(texts.map((t) => `data: ${t}\n\n`).join(''));
+    this.hub.counters.sent.inc(texts.length);
+  }
+
+  private writeRaw(text: string): void {
     let ok = true;
     this.res.cork(() => {
-      ok = this.res.write(texts.map((t) => `data: ${t}\n\n`).join(''));
+      ok = this.res.write(text);
     });
-    this.hub.counters.sent.inc(texts.length);
     if (!ok) this.choked = true;
   }
 

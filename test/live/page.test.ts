@@ -72,4 +72,30 @@ describe('the /live page', () => {
       await page.close();
     }
   }, 120_000);
+
+  it('opened as /live/ it works the same: its requests go to the API root, not under /live/', async () => {
+    const tenant = `slash${crypto.randomBytes(3).toString('hex')}`;
+    const token = await tenantToken(svc.base, svc.token, tenant);
+    await http('POST', `${svc.base}/auth/user`, {
+      token: svc.token,
+      body: { username: `${tenant}-viewer`, passwd: 'secret-pass', service: tenant, email: `${tenant}@example.com`, profile: 'user' },
+    });
+    const t = await http<TemplateCreated>('POST', `${svc.base}/template`, {
+      token,
+      body: { label: 'thermo', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }] },
+    });
+    const d = await http<DevicesCreated>('POST', `${svc.base}/device`, { token, body: { label: 'hall', templates: [t.body.template.id] } });
+    const id = d.body.devices[0]!.id;
+    const page = await browser.newPage();
+    try {
+      await page.goto(`${svc.base}/live/`);
+      await page.fill('#username', `${tenant}-viewer`);
+      await page.fill('#passwd', 'secret-pass');
+      await page.click('button[type=submit]');
+      await page.waitForSelector(`#devices li[data-id="${id}"]`);
+      await page.waitForFunction(`document.getElementById('conn')?.textContent === 'open'`);
+    } finally {
+      await page.close();
+    }
+  }, 60_000);
 });

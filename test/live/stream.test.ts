@@ -4,6 +4,7 @@
 // same over Server-Sent Events; tenants apart; an expired token's clear end; a client that does
 // not read loses messages (counted) and is told how many once it reads again.
 import crypto from 'node:crypto';
+import nodeHttp from 'node:http';
 import { SignJWT } from 'jose';
 import mqtt from 'mqtt';
 import { describe, expect, it } from 'vitest';
@@ -297,4 +298,42 @@ describe('a client that does not read', () => {
     reader.close();
     slow.close();
   }, 120_000);
+});
+
+describe('an SSE client that paused while the last message was written', () => {
+  const big = useService({ MQTT_URL: undefined, MAX_MESSAGE_BYTES: String(16 * 1024 * 1024) });
+
+  it('gets the rest of it as soon as it reads again, not at the next keep-alive', async () => {
+    const name = `ssebig${crypto.randomBytes(3).toString('hex')}`;
+    const token = await tenantToken(big.base, big.token, name);
+    const t = await http<TemplateCreated>('POST', `${big.base}/template`, {
+      token,
+      body: { label: 'sensor', attrs: [{ label: 'note', type: 'dynamic', value_type: 'string' }] },
+    });
+    const d = await http<DevicesCreated>('POST', `${big.base}/device`, { token, body: { label: 'dev', templates: [t.body.template.id] } });
+    const id = d.body.devices[0]!.id;
+    // A raw request, to stop reading from the socket at will.
+    let text = '';
+    const res = await new Promise<import('node:http').IncomingMessage>((resolve, reject) =>
+      nodeHttp
+        .get(`${big.base}/stream?device=${id}`, { headers: { Accept: 'text/event-stream', Authorization: `Bearer ${token}` } }, resolve)
+        .on('error', reject),
+    );
+    res.setEncoding('utf8');
+    res.on('data', (chunk: string) => (text += chunk));
+    await eventually(() => (text.includes('"subscribed"') ? true : undefined), 'subscribed');
+    res.pause();
+    // One message larger than the socket buffers: uWS keeps the rest of it (the service is choked).
+    const note = 'y'.repeat(12 * 1024 * 1024);
+    const c = await mqtt.connectAsync(`mqtt://127.0.0.1:${big.service.mqttPort}`, { username: `${name}:${id}`, reconnectPeriod: 0 });
+    await c.publishAsync(`${name}:${id}/attrs`, JSON.stringify({ note }), { qos: 1 });
+    await c.endAsync();
+    await new Promise((r) => setTimeout(r, 1500));
+    const resumed = Date.now();
+    res.resume();
+    // The keep-alive comes 25 s after the stream opened: the message is whole well before.
+    await eventually(() => (text.includes(`${note}"}`) ? true : undefined), 'the whole message', 10_000);
+    console.log(`the rest of a 12 MiB message arrived ${Date.now() - resumed} ms after the client read again`);
+    res.destroy();
+  }, 60_000);
 });
