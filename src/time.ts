@@ -49,7 +49,12 @@ export function parseTimestamp(value: unknown, kind: 'stored' | 'bound' = 'store
   const ms = new Date(Date.UTC(2000, month - 1, day, Number(h), Number(mi), Number(s))).setUTCFullYear(year) - offsetMin * 60_000;
   const micros = Number((frac + '000000').slice(0, 6));
   const us = ms * 1000 + micros;
-  return us >= (kind === 'bound' ? MIN_BOUND_MS * 1000 : 0) && us <= MAX_MS * 1000 ? us : undefined;
+  if (us < (kind === 'bound' ? MIN_BOUND_MS * 1000 : 0)) return undefined;
+  if (us <= MAX_MS * 1000) return us;
+  // A bound may name any microsecond of year 9999's last millisecond (an inclusive end): it
+  // means that millisecond, where stored times end (microseconds that late are not exact in a
+  // double anyway).
+  return kind === 'bound' && ms <= MAX_MS ? MAX_MS * 1000 : undefined;
 }
 
 // ---- formatting: history `ts` ---------------------------------------------------------------

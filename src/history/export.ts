@@ -84,6 +84,11 @@ function exportSql(q: ExportQuery, format: ExportFormat, lit: (v: string) => str
   if (q.template !== undefined)
     where += ` AND h.device_id IN (SELECT device_id FROM device_templates WHERE tenant = ${t} AND template_id = ${Math.trunc(q.template)})`;
   if (q.attrs) where += ` AND h.attr = ANY(${arr(q.attrs)})`;
+  // Only labels the device has now (its templates'): rows of a label it no longer has stay in
+  // the table but are not answered, as by every history read.
+  where += ` AND EXISTS (SELECT 1 FROM device_templates dt
+                          JOIN template_attrs a ON a.tenant = dt.tenant AND a.template_id = dt.template_id AND a.parent_id IS NULL
+                         WHERE dt.tenant = h.tenant AND dt.device_id = h.device_id AND a.label = h.attr)`;
   if (q.from !== undefined) where += ` AND h.ts >= ${lit(q.from)}::timestamptz`;
   if (q.to !== undefined) where += ` AND h.ts <= ${lit(q.to)}::timestamptz`;
   const order = q.ordered ? ' ORDER BY h.ts, h.attr' : '';

@@ -468,10 +468,11 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
     ],
     handler(req, { pool }) {
       const v = req.values;
-      const split = (xs: unknown) =>
-        xs === undefined
-          ? undefined
-          : [...new Set((xs as string[]).flatMap((x) => x.split(',').map((s) => s.trim())).filter((s) => s !== ''))];
+      // A blank list is an absent one (every device, every label), as a blank bound is no bound.
+      const split = (xs: unknown) => {
+        const list = [...new Set(((xs ?? []) as string[]).flatMap((x) => x.split(',').map((s) => s.trim())).filter((s) => s !== ''))];
+        return list.length > 0 ? list : undefined;
+      };
       const q = historyQueryOf(v, 1);
       const format: ExportFormat = (v.format as ExportFormat | undefined) ?? exportFormatOf(req.accept) ?? 'ndjson';
       const query = {

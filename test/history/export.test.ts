@@ -174,6 +174,44 @@ describe('GET /history/export', () => {
     });
   });
 
+  it('a blank devices= or attr= is an absent one (every device, every label), as on the history endpoint', async () => {
+    const range = 'dateFrom=2024-05-01T00:00:00Z&dateTo=2024-05-02T00:00:00Z&format=csv';
+    const all = (await http('GET', `${svc.base}/history/export?${range}`, { token })).text;
+    expect(all.trimEnd().split('\n')).toHaveLength(5);
+    expect((await http('GET', `${svc.base}/history/export?${range}&devices=&attr=`, { token })).text).toBe(all);
+    expect(
+      (await http('GET', `${svc.base}/history/export?${range}&devices=${device}&attr=%20`, { token })).text.trimEnd().split('\n'),
+    ).toHaveLength(4);
+  });
+
+  it('rows of a label the device no longer has are not exported (as the history endpoint answers them)', async () => {
+    const pool = svc.service.pool;
+    const t = await createTemplate(pool, tenant, 'gone', [
+      { label: 'kept', type: 'dynamic', value_type: 'integer' },
+      { label: 'dropped', type: 'dynamic', value_type: 'integer' },
+    ]);
+    const d = await createDevice(pool, tenant, [t]);
+    await insertHistory(pool, [
+      { tenant, device: d, attr: 'kept', ts: '2024-05-03T00:00:00Z', value: '1' },
+      { tenant, device: d, attr: 'dropped', ts: '2024-05-03T00:00:01Z', value: '2' },
+    ]);
+    const exported = async () =>
+      (await http('GET', `${svc.base}/history/export?devices=${d}&format=csv`, { token })).text.trimEnd().split('\n').slice(1).sort();
+    expect(await exported()).toEqual([`2024-05-03T00:00:00.000000Z,${d},kept,1`, `2024-05-03T00:00:01.000000Z,${d},dropped,2`]);
+    const put = await http('PUT', `${svc.base}/template/${t}`, {
+      token,
+      body: { label: 'gone', attrs: [{ label: 'kept', type: 'dynamic', value_type: 'integer' }] },
+    });
+    expect(put.status).toBe(200);
+    expect(await exported()).toEqual([`2024-05-03T00:00:00.000000Z,${d},kept,1`]);
+    expect((await http('GET', `${svc.base}/history/export?template=${t}&format=csv`, { token })).text).toBe(
+      `${csvHeader}\n2024-05-03T00:00:00.000000Z,${d},kept,1\n`,
+    );
+    // The device's own history endpoint says the same.
+    const own = await http('GET', `${svc.base}/history/device/${d}/history`, { token, headers: { accept: 'text/csv' } });
+    expect(own.text).toBe(`${csvHeader}\n2024-05-03T00:00:00.000000Z,${d},kept,1\n`);
+  });
+
   it(`streams ${BIG_ROWS} rows completely`, async () => {
     const r = await http('GET', `${svc.base}/history/export?devices=${big}&format=csv`, { token });
     const lines = r.text.trimEnd().split('\n');

@@ -198,6 +198,14 @@ describe('errors and isolation', () => {
     expect(valuesOf((await get('?attr=temperature&dateFrom=&dateTo=%20')).body)).toHaveLength(10);
   });
 
+  it('a bound may be the last microsecond of year 9999 (an inclusive end of everything), not later', async () => {
+    const end = await get('?attr=temperature&dateTo=9999-12-31T23:59:59.999999Z');
+    expect(valuesOf(end.body)).toHaveLength(10);
+    expect(valuesOf((await get('?attr=temperature&dateFrom=9999-12-31T23:59:59.999999Z')).body)).toEqual([]);
+    const r = await get('?attr=temperature&dateTo=10000-01-01T00:00:00Z');
+    expect(r.status).toBe(400);
+  });
+
   it('a bound before 1970 is a date like any other (from year 1): the whole series, or nothing', async () => {
     for (const from of ['1969-12-31T23:59:59Z', '1900-01-01', '0001-01-01T00:00:00Z'])
       expect(valuesOf((await get(`?attr=temperature&dateFrom=${from}&lastN=3`)).body), from).toEqual([29, 28, 27]);
