@@ -98,6 +98,8 @@ abstract class Client {
   sub: Subscription = { devices: undefined, templates: undefined, attrs: undefined };
   /** The devices of `sub.templates` (read from the registry; again on every registry change of the tenant). */
   templateDevices: Set<string> | undefined;
+  /** Its `subscribed` message was sent for `sub`: nothing reaches it before (the first message of a subscription is that). */
+  ready = false;
   dropped = 0;
   closed = false;
   expiry: WallTimer | undefined;
@@ -111,6 +113,7 @@ abstract class Client {
 
   /** Is device `id` within the device and template filters? */
   wants(id: string): boolean {
+    if (!this.ready) return false;
     if (this.sub.devices && !this.sub.devices.has(id)) return false;
     if (this.sub.templates && !this.templateDevices?.has(id)) return false;
     return true;
@@ -318,6 +321,12 @@ class TelemetryIndex {
 export class LiveHub {
   private readonly byTenant = new Map<string, Set<Client>>();
   private readonly telemetry = new TelemetryIndex();
+  /**
+   * Registry changes and subscriptions of a tenant, one after another: each may read the template
+   * filters first (one query for every client of the tenant), and a client sees them in the
+   * order they happened (a device created, then removed; its `subscribed` first).
+   */
+  private readonly turns = new Map<string, Promise<void>>();
   readonly counters: { sent: client.Counter; dropped: client.Counter };
   private closing = false;
 
@@ -383,7 +392,7 @@ export class LiveHub {
           this.forget(c);
           return;
         }
-        void this.resubscribe(c, Buffer.from(message).toString('utf8'));
+        this.resubscribe(c, Buffer.from(message).toString('utf8'));
       },
       drain: (ws) => ws.getUserData().client?.drained(),
       close: (ws) => {
@@ -433,19 +442,15 @@ export class LiveHub {
 
   /** A registry change (of any instance); template filters are read again first when devices may have moved. */
   registryChanged(e: RegistryEvent): void {
-    const clients = e.tenant === '*' ? [...this.byTenant.values()].flatMap((s) => [...s]) : [...(this.byTenant.get(e.tenant) ?? [])];
-    for (const c of clients) {
-      const deliver = () => this.deliverChange(c, e);
-      if (c.sub.templates && e.type !== 'devices.removed' && e.type !== 'credentials.changed') {
-        this.resolveTemplates(c).then(deliver, (err: Error) =>
-          this.opts.log.warn('live: reading a template filter failed', { error: err.message }),
-        );
-      } else {
-        deliver();
-      }
-    }
+    const tenants = e.tenant === '*' ? [...this.byTenant.keys()] : [e.tenant];
+    const moves = e.type !== 'devices.removed' && e.type !== 'credentials.changed';
+    for (const tenant of tenants)
+      this.inTurn(tenant, async () => {
+        const clients = [...(this.byTenant.get(tenant) ?? [])];
+        if (moves) await this.resolveTemplates(tenant, clients);
+        for (const c of clients) this.deliverChange(c, e);
+      });
   }
-
   /** Ends every stream (shutdown). */
   close(): void {
     this.closing = true;
@@ -459,6 +464,7 @@ export class LiveHub {
   }
 
   private deliverChange(c: Client, e: RegistryEvent): void {
+    if (!c.ready || c.closed) return;
     switch (e.type) {
       case 'devices.changed':
       case 'devices.removed': {
@@ -494,17 +500,41 @@ export class LiveHub {
     }
   }
 
-  private async resolveTemplates(c: Client): Promise<void> {
-    const templates = c.sub.templates;
-    if (!templates) {
-      c.templateDevices = undefined;
-      return;
-    }
-    const { rows } = await this.opts.pool.query<{ device_id: string }>(
-      'SELECT DISTINCT device_id FROM device_templates WHERE tenant = $1 AND template_id = ANY($2::bigint[])',
-      [c.tenant, [...templates]],
+  /** Runs `step` after the tenant's earlier registry changes and subscriptions; a failure is logged, the next step runs. */
+  private inTurn(tenant: string, step: () => Promise<void>): void {
+    const turn = (this.turns.get(tenant) ?? Promise.resolve())
+      .then(step)
+      .catch((err: Error) => this.opts.log.warn('live: reading a template filter failed', { error: err.message }))
+      .finally(() => {
+        if (this.turns.get(tenant) === turn) this.turns.delete(tenant);
+      });
+    this.turns.set(tenant, turn);
+  }
+
+  /** The devices of the template filters of these clients (of one tenant), read in one query for all of them. */
+  private async resolveTemplates(tenant: string, clients: Client[]): Promise<void> {
+    const filtered = clients.filter((c) => c.sub.templates);
+    for (const c of clients) if (!c.sub.templates) c.templateDevices = undefined;
+    if (filtered.length === 0) return;
+    const subs = filtered.map((c) => [c, c.sub.templates!] as const);
+    const wanted = [...new Set(subs.flatMap(([, t]) => [...t]))];
+    const { rows } = await this.opts.pool.query<{ template_id: string; device_id: string }>(
+      'SELECT template_id::text, device_id FROM device_templates WHERE tenant = $1 AND template_id = ANY($2::bigint[])',
+      [tenant, wanted],
     );
-    if (c.sub.templates === templates) c.templateDevices = new Set(rows.map((r) => r.device_id));
+    const byTemplate = new Map<number, Set<string>>();
+    for (const r of rows) {
+      const t = Number(r.template_id);
+      let set = byTemplate.get(t);
+      if (!set) byTemplate.set(t, (set = new Set()));
+      set.add(r.device_id);
+    }
+    for (const [c, templates] of subs) {
+      if (c.sub.templates !== templates) continue; // subscribed anew meanwhile: its own turn reads it
+      const devices = new Set<string>();
+      for (const t of templates) for (const id of byTemplate.get(t) ?? []) devices.add(id);
+      c.templateDevices = devices;
+    }
   }
 
   private add(c: Client, claims: Claims, sub: Subscription, maxMessages: number | undefined): void {
@@ -521,7 +551,7 @@ export class LiveHub {
       c.end(CLOSE_TOKEN_EXPIRED, 'token expired');
       this.forget(c);
     });
-    void this.subscribe(c, sub);
+    this.subscribe(c, sub);
   }
 
   /** A client whose stream ended or went away. */
@@ -534,20 +564,27 @@ export class LiveHub {
     this.telemetry.remove(c);
   }
 
-  private async subscribe(c: Client, sub: Subscription): Promise<void> {
+  private subscribe(c: Client, sub: Subscription): void {
     c.sub = sub;
+    c.ready = false;
     c.templateDevices = undefined;
     if (!c.closed) this.telemetry.put(c);
-    try {
-      await this.resolveTemplates(c);
-    } catch (err) {
-      this.opts.log.warn('live: reading a template filter failed', { error: (err as Error).message });
-    }
-    if (c.sub === sub) c.send([describe(sub)]);
+    this.inTurn(c.tenant, async () => {
+      if (c.sub !== sub || c.closed) return;
+      try {
+        await this.resolveTemplates(c.tenant, [c]);
+      } finally {
+        // (a failed read is logged by the turn: the subscription then matches no device of its templates until the next change)
+        if (c.sub === sub) {
+          c.ready = true;
+          c.send([describe(sub)]);
+        }
+      }
+    });
   }
 
   /** A WebSocket message: a new subscription replaces the old one; anything else is answered with an error. */
-  private async resubscribe(c: Client, text: string): Promise<void> {
+  private resubscribe(c: Client, text: string): void {
     let sub: Subscription;
     try {
       const msg = JSON.parse(text) as { type?: unknown };
@@ -562,7 +599,7 @@ export class LiveHub {
       c.send([JSON.stringify({ type: 'error', message })]);
       return;
     }
-    await this.subscribe(c, sub);
+    this.subscribe(c, sub);
   }
 
   /** The token of a stream request: Authorization header, `token` query parameter, or subprotocol `bearer.<token>`. */

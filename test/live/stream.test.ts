@@ -337,3 +337,50 @@ describe('an SSE client that paused while the last message was written', () => {
     res.destroy();
   }, 60_000);
 });
+
+describe('many clients filtering by template', () => {
+  it('a registry change reads the template filters once for all of them, and each client sees changes in order, after its subscribed', async () => {
+    const a = await tenant('tpl', 1);
+    const n = 60;
+    const clients = await Promise.all(Array.from({ length: n }, () => openWs(wsUrl(`?template=${a.templateId}`), { token: a.token })));
+    for (const c of clients) expect((await c.next(() => true, 'the first message')).type).toBe('subscribed');
+    const pool = svc.service.pool;
+    const query = pool.query.bind(pool);
+    let filterReads = 0;
+    pool.query = ((...args: Parameters<typeof pool.query>) => {
+      if (typeof args[0] === 'string' && args[0].includes('FROM device_templates WHERE tenant = $1 AND template_id = ANY')) filterReads++;
+      return (query as (...a: unknown[]) => unknown)(...args);
+    }) as typeof pool.query;
+    const made: string[] = [];
+    try {
+      // Created, then removed at once, five times over.
+      for (let i = 0; i < 5; i++) {
+        const d = await http<DevicesCreated>('POST', `${svc.base}/device`, {
+          token: a.token,
+          body: { label: 'dev', templates: [a.templateId] },
+        });
+        const id = d.body.devices[0]!.id;
+        made.push(id);
+        expect((await http('DELETE', `${svc.base}/device/${id}`, { token: a.token })).status).toBe(200);
+      }
+      const last = made[made.length - 1]!;
+      await Promise.all(
+        clients.map((c) =>
+          c.next((m) => m.type === 'device' && m.action === 'removed' && (m.device_ids as string[]).includes(last), 'last removal'),
+        ),
+      );
+    } finally {
+      pool.query = query;
+    }
+    // One read per change that may move devices (the five creations), not one per client.
+    expect(filterReads).toBeLessThanOrEqual(5);
+    const expected = made.flatMap((id) => [`created ${id}`, `removed ${id}`]);
+    for (const c of clients) {
+      const seen = c.messages
+        .filter((m) => m.type === 'device')
+        .map((m) => `${m.action as string} ${(m.device_ids as string[]).join(',')}`);
+      expect(seen).toEqual(expected);
+      c.close();
+    }
+  }, 60_000);
+});
