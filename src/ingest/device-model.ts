@@ -7,6 +7,7 @@ import { seriesKey } from '../history/series.js';
 import { parseTimestamp } from '../time.js';
 import { converterFor, type Converter } from './values.js';
 import type { DropReason } from './drop-reasons.js';
+import { applyTranslators, type Translator } from './translate.js';
 
 export interface AttrRow {
   template_id: number;
@@ -25,10 +26,6 @@ export interface StoredAttr {
   slot: number;
 }
 
-export interface Translator {
-  op: Operation;
-  optional: boolean;
-}
 
 export interface DeviceModel {
   tenant: string;
@@ -211,15 +208,9 @@ function translatedObject(model: DeviceModel, payload: string, outcome: MessageO
     outcome.dropped = 'not_object';
     return undefined;
   }
-  for (const t of model.translators) {
-    try {
-      // Applied in place (fast), so an object or array value goes in as a copy: by reference,
-      // the next translator would write into the template's own value, seen by every later message.
-      const value: unknown = 'value' in t.op ? t.op.value : undefined;
-      const op = value !== null && typeof value === 'object' ? { ...t.op, value: structuredClone(value) } : t.op;
-      doc = jsonPatch.applyOperation(doc, op, true, true, true).newDocument;
-    } catch {
-      if (t.optional) continue;
+  if (model.translators.length > 0) {
+    doc = applyTranslators(doc, model.translators, payload.length);
+    if (doc === undefined) {
       outcome.dropped = 'translation_failed';
       return undefined;
     }
