@@ -72,6 +72,23 @@ describe('template updates reach devices at once', () => {
     expect(await getDevice(svc.base, svc.token, id)).toEqual(before);
     expect((await http('GET', `${svc.base}/template/${t.id}`, { token: svc.token })).body).toEqual(t);
   });
+
+  it('two updates at once, each adding the same label to a template of one device: one is 200, the other 400 (never both)', async () => {
+    for (let round = 0; round < 8; round++) {
+      const a = await createTemplate(svc.base, svc.token, { label: 'a', attrs: [{ label: 'a', type: 'dynamic', value_type: 'float' }] });
+      const b = await createTemplate(svc.base, svc.token, { label: 'b', attrs: [{ label: 'b', type: 'dynamic', value_type: 'float' }] });
+      const [{ id }] = await createDevices(svc.base, svc.token, { label: 'both', templates: [a.id, b.id] });
+      const zz = { label: 'zz', type: 'dynamic', value_type: 'float' };
+      const [ra, rb] = await Promise.all([
+        putTemplate(a.id, { label: 'a', attrs: [{ label: 'a', type: 'dynamic', value_type: 'float' }, zz] }),
+        putTemplate(b.id, { label: 'b', attrs: [{ label: 'b', type: 'dynamic', value_type: 'float' }, zz] }),
+      ]);
+      expect([ra.status, rb.status].sort()).toEqual([200, 400]);
+      const labels = (await getDevice(svc.base, svc.token, id)).attrs;
+      const all = Object.values(labels).flatMap((attrs) => attrs.map((x) => x.label));
+      expect(all.filter((l) => l === 'zz')).toHaveLength(1);
+    }
+  });
 });
 
 describe('template deletion and devices', () => {

@@ -104,6 +104,25 @@ export async function lockTemplate(db: Db, tenant: string, id: number): Promise<
   return rowCount === 1;
 }
 
+/**
+ * Locks the template and every other template a device built from it also has (FOR UPDATE, in
+ * id order, as device creation and DELETE /template lock: never a deadlock), so two updates
+ * that would give one device a repeated label cannot both pass `labelsClashOnDevices`, each
+ * before the other committed. Returns whether the template exists.
+ */
+export async function lockTemplateAndNeighbours(db: Db, tenant: string, id: number): Promise<boolean> {
+  const { rows } = await db.query<{ id: string }>(
+    `SELECT id::text FROM templates
+      WHERE tenant = $1
+        AND (id = $2 OR id IN (SELECT other.template_id FROM device_templates dt
+                                 JOIN device_templates other ON other.tenant = dt.tenant AND other.device_id = dt.device_id
+                                WHERE dt.tenant = $1 AND dt.template_id = $2))
+      ORDER BY id FOR UPDATE`,
+    [tenant, id],
+  );
+  return rows.some((r) => r.id === String(id));
+}
+
 export async function insertTemplate(db: Db, tenant: string, label: string, offlineAfter: number | null): Promise<number> {
   const { rows } = await db.query<{ id: number }>('INSERT INTO templates (tenant, label, offline_after) VALUES ($1, $2, $3) RETURNING id', [
     tenant,

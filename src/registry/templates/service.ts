@@ -154,7 +154,7 @@ export class TemplateService {
     const id = parseTemplateId(rawId);
     if (id === undefined) throw errors.noSuchTemplate(rawId);
     return this.events.change(async (c, announce) => {
-      if (!(await repo.lockTemplate(c, tenant, id))) throw errors.noSuchTemplate(rawId);
+      if (!(await repo.lockTemplateAndNeighbours(c, tenant, id))) throw errors.noSuchTemplate(rawId);
       if (
         await repo.labelsClashOnDevices(
           c,
