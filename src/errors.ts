@@ -75,6 +75,7 @@ export const errors = {
   notConfigurable: (labels: string[]) => new ApiError(403, { status: 'some of the attributes are not configurable', attrs: labels }),
   brokerUnavailable: () => plain(503, 'The message broker is not available; the configuration was not sent'),
   actuationBodyNotObject: () => plain(400, 'The body must be a JSON object with an "attrs" object (attribute label to new value)'),
+  actuationValueTooDeep: () => plain(400, 'An attribute value is nested too deeply to be sent'),
 
   // Pre-shared keys
   missingKeyLength: () => plain(400, 'Missing key_length parameter'),

@@ -150,7 +150,15 @@ function mappingOf(e: ErrorObject): Mapped | undefined {
   return pick(parent?.['x-error']);
 }
 
-const asText = (v: unknown) => (typeof v === 'string' ? v : JSON.stringify(v));
+/** A value as its message shows it; one too deep for JSON.stringify (thousands of levels) is named, not shown. */
+function asText(v: unknown): string {
+  if (typeof v === 'string') return v;
+  try {
+    return JSON.stringify(v);
+  } catch {
+    return '(a value nested too deeply to show)';
+  }
+}
 
 /**
  * The registry error for a mapped failure: its message template filled in, else a limit goes to
@@ -159,8 +167,13 @@ const asText = (v: unknown) => (typeof v === 'string' ? v : JSON.stringify(v));
 function contractError(m: Mapped, e: ErrorObject, input?: string): ApiError {
   const make = errors[m.key] as (arg?: unknown) => ApiError;
   if (m.message !== undefined) {
-    const vars: Record<string, string> = { value: asText(e.data), input: input ?? asText(e.data), limit: String(e.params.limit) };
-    return make(m.message.replace(/\{(value|input|limit)\}/g, (_, name: string) => vars[name]!));
+    // Each variable made only when the message uses it (the value may be large).
+    const vars: Record<string, () => string> = {
+      value: () => asText(e.data),
+      input: () => input ?? asText(e.data),
+      limit: () => String(e.params.limit),
+    };
+    return make(m.message.replace(/\{(value|input|limit)\}/g, (_, name: string) => vars[name]!()));
   }
   return make(e.keyword === 'maximum' || e.keyword === 'minimum' ? e.params.limit : e.data);
 }

@@ -85,6 +85,13 @@ describe('through the external broker (MQTT_URL)', () => {
     ['an array', { body: [{ setpoint: 1 }] }, /"attrs" object/],
     ['no attrs', { body: { setpoint: 1 } }, /"attrs" object/],
     ['attrs not an object', { body: { attrs: ['setpoint'] } }, /"attrs" object/],
+    // (JSON.parse takes it; JSON.stringify's recursion does not: it was a 500)
+    [
+      'a value nested 20,000 levels deep',
+      { raw: `{"attrs":{"setpoint":${'['.repeat(20_000)}1${']'.repeat(20_000)}}}` },
+      /nested too deeply/,
+    ],
+    ['nested 20,000 levels deep as a whole', { raw: `${'['.repeat(20_000)}1${']'.repeat(20_000)}` }, /"attrs" object/],
   ])('a body that is %s: 400', async (_what, input, message) => {
     const res =
       'raw' in input

@@ -247,3 +247,31 @@ describe('where they are served', () => {
     expect((await http('POST', `${svc.internal}/broker/emqx/authenticate`, { body: { username: 'x' } })).status).toBe(200);
   });
 });
+
+describe('a body nested thousands of levels deep', () => {
+  it('is 400 on every hook, as any body that is not theirs (was a 500: the error message showed the value)', async () => {
+    const deep = `${'['.repeat(20_000)}1${']'.repeat(20_000)}`;
+    const hooks = [
+      ['emqx/authenticate', `{"clientid":"c","username":${deep}}`],
+      ['emqx/authorize', `{"clientid":"c","username":"a:b","topic":${deep},"action":"publish"}`],
+      ['vernemq/auth_on_register', `{"client_id":${deep}}`],
+      ['vernemq/auth_on_publish', deep],
+      ['vernemq/auth_on_subscribe', `{"client_id":"c","topics":${deep}}`],
+    ];
+    for (const [hook, rawBody] of hooks) {
+      const res = await http('POST', `${svc.internal}/broker/${hook}`, {
+        rawBody,
+        headers: { 'content-type': 'application/json', 'vernemq-hook': hook!.split('/')[1]! },
+      });
+      expect({ hook, status: res.status }).toEqual({ hook, status: 400 });
+      expect(typeof (res.body as { message?: unknown }).message).toBe('string');
+    }
+    const d = await newDevice(svc, t);
+    const res = await http<{ status: number }>('POST', `${svc.base}/device/${d}/credentials`, {
+      token: t.token,
+      rawBody: `{"type":${deep}}`,
+      headers: { 'content-type': 'application/json' },
+    });
+    expect([res.status, res.body.status]).toEqual([400, 400]);
+  });
+});

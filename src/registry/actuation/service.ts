@@ -34,8 +34,15 @@ export class ActuationService {
     const { attrs } = validate<ActuationBody>(actuationBody, body);
     const refused = Object.keys(attrs).filter((label) => !actuators.has(label));
     if (refused.length > 0) throw errors.notConfigurable(refused);
+    let message: string;
     try {
-      await this.publisher.publish(configTopics(tenant, id), JSON.stringify(attrs));
+      message = JSON.stringify(attrs);
+    } catch {
+      // Parsed, but too deep for JSON.stringify's recursion (thousands of levels): nothing is sent.
+      throw errors.actuationValueTooDeep();
+    }
+    try {
+      await this.publisher.publish(configTopics(tenant, id), message);
     } catch (err) {
       if (err instanceof BrokerUnavailable) throw errors.brokerUnavailable();
       throw err;
