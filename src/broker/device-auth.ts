@@ -48,7 +48,7 @@ type ReturnCode = 2 | 3 | 4 | 5;
 /** Their MQTT 5 reason codes. */
 const REASON_CODE_V5: Record<ReturnCode, number> = { 2: 0x85, 3: 0x88, 4: 0x86, 5: 0x87 };
 /** Client ids whose device is remembered (the oldest is forgotten past it). */
-const OWNERS_CAPACITY = 1_000_000;
+const OWNERS_CAPACITY = 250_000;
 const UNSUPPORTED_PROTOCOL_V5 = 0x84;
 
 /** The ack handle of a QoS 1/2 message: lets aedes go on with the publish, which sends its PUBACK. */
@@ -111,6 +111,8 @@ export class DeviceAuthorisation {
   private readonly owners = new Map<string, DeviceRef>();
   /** The client ids of `owners` by device, forgotten with the device. */
   private readonly ownedBy = new Map<string, Set<string>>();
+  /** Clients that sent no client id (aedes made one up): nobody else can name it, and it is not kept. */
+  private readonly madeUpIds = new WeakSet<Client>();
 
   constructor(
     private readonly logins: LoginCheck,
@@ -131,6 +133,7 @@ export class DeviceAuthorisation {
 
   /** MQTT 5 CONNECT: aedes would answer "unsupported protocol version" in 3.1.1 terms; the login is decided first and answered in MQTT 5 terms. */
   private preConnect(client: Client, packet: ConnectPacket, done: PreConnectDone): void {
+    if (!packet.clientId) this.madeUpIds.add(client);
     if (packet.protocolVersion !== 5) return done(null, true);
     const presented = { clientId: packet.clientId, username: packet.username, password: packet.password, conn: client.conn };
     this.decide(presented, true).then(
@@ -212,8 +215,9 @@ export class DeviceAuthorisation {
     return parseDeviceName(clientId) ?? this.owners.get(clientId);
   }
 
-  private own(clientId: string, device: DeviceRef): void {
-    if (this.mode === 'off' || parseDeviceName(clientId)) return;
+  private own(client: Client, device: DeviceRef): void {
+    const clientId = client.id;
+    if (this.mode === 'off' || this.madeUpIds.has(client) || parseDeviceName(clientId)) return;
     this.disown(clientId);
     if (this.owners.size >= OWNERS_CAPACITY) this.disown(this.owners.keys().next().value!);
     this.owners.set(clientId, device);
@@ -373,7 +377,7 @@ export class DeviceAuthorisation {
       session.expiry = atTime(verdict.expiresMs, () => this.close(new Set([client]), 'the credential it logged in with expired'));
     }
     this.identity.set(client, session);
-    this.own(client.id, device);
+    this.own(client, device);
     addTo(this.sessions, deviceKey(device.tenant, device.id), client);
     if (session.credentialId) addTo(this.byCredential, session.credentialId, client);
   }
