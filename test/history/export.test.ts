@@ -184,6 +184,15 @@ describe('GET /history/export', () => {
     ).toHaveLength(4);
   });
 
+  it('an id or label holding a NUL character names nothing: an empty export, not a broken answer', async () => {
+    for (const q of [`devices=${device}%00`, 'attr=temperature%00', `devices=x,%00`]) {
+      const r = await http('GET', `${svc.base}/history/export?${q}&format=csv`, { token });
+      expect({ q, status: r.status, text: r.text }).toEqual({ q, status: 200, text: `${csvHeader}\n` });
+    }
+    const mixed = await http('GET', `${svc.base}/history/export?devices=${second},%00&format=csv`, { token });
+    expect(mixed.text).toBe(`${csvHeader}\n2024-05-01T12:03:00.000000Z,${second},temperature,5\n`);
+  });
+
   it('rows of a label the device no longer has are not exported (as the history endpoint answers them)', async () => {
     const pool = svc.service.pool;
     const t = await createTemplate(pool, tenant, 'gone', [
