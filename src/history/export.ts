@@ -78,7 +78,11 @@ export interface ExportQuery {
 function exportSql(q: ExportQuery, format: ExportFormat, lit: (v: string) => string): string {
   // A NUL character is in no id or label (PostgreSQL text cannot hold one, nor a statement): such
   // a name matches nothing.
-  const arr = (vs: string[]) => `ARRAY[${vs.filter((v) => !v.includes('\0')).map(lit).join(',')}]::text[]`;
+  const arr = (vs: string[]) =>
+    `ARRAY[${vs
+      .filter((v) => !v.includes('\0'))
+      .map(lit)
+      .join(',')}]::text[]`;
   const t = lit(q.tenant);
   let where = `h.tenant = ${t}`;
   // Only rows of devices the tenant has now (as the history endpoint answers).

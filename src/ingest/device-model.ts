@@ -26,7 +26,6 @@ export interface StoredAttr {
   slot: number;
 }
 
-
 export interface DeviceModel {
   tenant: string;
   id: string;

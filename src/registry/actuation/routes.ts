@@ -19,7 +19,10 @@ export const actuationRoutes: RouteSpec<{ actuation: ActuationService }>[] = [
     body: { read: 'json-deferred', schema: actuationBody },
     responses: {
       200: { description: 'Sent. The key has a leading space, as in the reference.', schema: 'ActuationSent' },
-      400: { description: 'Not a JSON object with an object `attrs`.', errors: ['actuationBodyNotObject', 'actuationValueTooDeep', 'payloadNotJson'] },
+      400: {
+        description: 'Not a JSON object with an object `attrs`.',
+        errors: ['actuationBodyNotObject', 'actuationValueTooDeep', 'payloadNotJson'],
+      },
       403: { description: 'Some labels are not actuator attributes of the device.', errors: ['notConfigurable'] },
       404: { description: 'No such device.', errors: ['noSuchDevice'] },
       503: { description: 'The broker did not accept the message within ACTUATION_TIMEOUT_MS.', errors: ['brokerUnavailable'] },
