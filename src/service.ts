@@ -188,6 +188,7 @@ async function startMessaging(config: Config, db: Database, core: Core, log: Log
     config.mqttDeviceAuth,
     new LoginMetrics(core.metrics),
     log.child({ component: 'logins' }),
+    config.registryCacheMaxAgeSeconds * 1000,
   );
   core.events.on((e) => logins.invalidate(e));
   started.onStop('device logins', () => logins.stop());

@@ -284,3 +284,40 @@ describe('a value the cached device model does not know', () => {
     expect(await values(d)).toEqual(['a=1', 'a=2']);
   });
 });
+
+describe('device logins to the embedded broker with no notification at all', () => {
+  // Another instance creates or removes the device and its notification never comes: the
+  // login's cached record of the device must not outlive REGISTRY_CACHE_MAX_AGE_SECONDS either.
+  const svc = useService({ MQTT_URL: undefined, REGISTRY_CACHE_MAX_AGE_SECONDS: '1' });
+  const tenant = `rl${crypto.randomBytes(3).toString('hex')}`;
+  const url = () => `mqtt://127.0.0.1:${svc.service.mqttPort}`;
+
+  /** The CONNACK code a login as `<tenant>:<id>` gets (0: accepted). */
+  async function connack(id: string): Promise<number> {
+    try {
+      const c = await deviceClient(url(), { username: `${tenant}:${id}` });
+      await c.endAsync();
+      return 0;
+    } catch (err) {
+      return (err as { code?: number }).code ?? -1;
+    }
+  }
+
+  it('a device created after a refused login may log in once the refusal is older than the maximum age', async () => {
+    const id = `late${crypto.randomBytes(3).toString('hex')}`;
+    expect(await connack(id)).not.toBe(0); // no such device (yet): cached as absent
+    const t = await createTemplate(svc.service.pool, tenant, 'late', [{ label: 'a', type: 'dynamic', value_type: 'float' }]);
+    await createDevice(svc.service.pool, tenant, [t], { id }); // another instance's change, unheard
+    await sleep(1500);
+    expect(await connack(id)).toBe(0);
+  });
+
+  it('a device removed elsewhere is refused once its cached record is older than the maximum age', async () => {
+    const t = await createTemplate(svc.service.pool, tenant, 'gone', [{ label: 'a', type: 'dynamic', value_type: 'float' }]);
+    const id = await createDevice(svc.service.pool, tenant, [t]);
+    expect(await connack(id)).toBe(0);
+    await svc.service.pool.query('DELETE FROM devices WHERE tenant = $1 AND id = $2', [tenant, id]);
+    await sleep(1500);
+    expect(await connack(id)).not.toBe(0);
+  });
+});

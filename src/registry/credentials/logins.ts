@@ -6,8 +6,9 @@
 //   optional  the same for a device that has credentials; one without any logs in as before;
 //   off       the device must exist.
 // A client certificate verified for the device (CN `<tenant>:<device_id>`) is a credential.
-// Devices and their credentials are cached (registry events drop them); lookups made at the
-// same moment share one query, so a storm of logins costs a few queries, not one each.
+// Devices and their credentials are cached (registry events drop them, and no record is used
+// longer than REGISTRY_CACHE_MAX_AGE_SECONDS after its read, should an event be missed); lookups
+// made at the same moment share one query, so a storm of logins costs a few queries, not one each.
 // Secrets are compared, never kept (a keyed digest of a slow-hashed one is, in memory only).
 import type pg from 'pg';
 import type { DeviceAuthMode } from '../../config.js';
@@ -55,6 +56,12 @@ const LAST_USED_FLUSH_MS = 2000;
 
 type Record = repo.StoredCredential[] | null;
 
+interface Cached {
+  record: Record;
+  /** Date.now() when its read started: it holds every change committed before. */
+  readAt: number;
+}
+
 interface Waiting {
   tenant: string;
   deviceId: string;
@@ -64,7 +71,7 @@ interface Waiting {
 }
 
 export class DeviceLogins implements LoginCheck {
-  private readonly records = new Map<string, Record>();
+  private readonly records = new Map<string, Cached>();
   private readonly loading = new Map<string, Promise<Record>>();
   private queue: Waiting[] = [];
   private generation = 0;
@@ -82,6 +89,8 @@ export class DeviceLogins implements LoginCheck {
     readonly mode: DeviceAuthMode,
     private readonly metrics: LoginMetrics,
     private readonly log: Logger,
+    /** REGISTRY_CACHE_MAX_AGE_SECONDS in ms: a record missed by its event (another instance's) is read again past it. */
+    private readonly maxAgeMs: number,
   ) {
     this.usedTimer = setInterval(() => void this.flushUsed(), LAST_USED_FLUSH_MS);
     this.usedTimer.unref();
@@ -224,7 +233,7 @@ export class DeviceLogins implements LoginCheck {
   private load(tenant: string, deviceId: string): Promise<Record> {
     const key = repo.recordKey(tenant, deviceId);
     const hit = this.records.get(key);
-    if (hit !== undefined) return Promise.resolve(hit);
+    if (hit !== undefined && Date.now() - hit.readAt <= this.maxAgeMs) return Promise.resolve(hit.record);
     let p = this.loading.get(key);
     if (!p) {
       p = new Promise<Record>((resolve, reject) => {
@@ -242,14 +251,17 @@ export class DeviceLogins implements LoginCheck {
     for (let i = 0; i < queued.length; i += LOAD_BATCH) {
       const batch = queued.slice(i, i + LOAD_BATCH);
       const gen = this.generation;
+      const readAt = Date.now();
       try {
         const found = await repo.loginRecords(this.pool, batch);
         for (const w of batch) {
           const record = found.get(w.key) ?? null;
           this.loading.delete(w.key);
           if (gen === this.generation) {
+            // Re-read records go to the back: the map's order stays the order of age.
+            this.records.delete(w.key);
             if (this.records.size >= RECORD_CAPACITY) this.records.delete(this.records.keys().next().value!);
-            this.records.set(w.key, record);
+            this.records.set(w.key, { record, readAt });
           }
           w.resolve(record);
         }
