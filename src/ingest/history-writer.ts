@@ -13,7 +13,10 @@
 // client side, as PostgreSQL commits): sent again, its rows were stored twice. So each COPY runs
 // in a transaction whose id is read first; when the connection fails after that, the
 // transaction's fate is asked of the database (pg_xact_status, once the backend that ran it is
-// gone) before the part is written again: committed, it is done.
+// gone) before the part is written again: committed, it is done. After a crash of PostgreSQL the
+// id alone does not tell: an id that never reached the WAL is handed out again by the restarted
+// server ("in the future" until then, afterwards another transaction's fate). So "committed" is
+// believed only if the part's first row is there with that id as its xmin.
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
 import type { Logger } from '../log.js';
@@ -129,7 +132,7 @@ export class HistoryWriter {
     while (todo.length > 0) {
       const part = todo[0]!;
       if (state.doubt) {
-        const committed = await this.committed(state.doubt);
+        const committed = await this.committed(state.doubt, part[0]!);
         state.doubt = undefined;
         if (committed) {
           todo.shift();
@@ -215,13 +218,12 @@ export class HistoryWriter {
    * (the network, not the server, failed) is ended first if the service may (its own role's
    * backends); otherwise the server's own timeouts end it. Throws while the database is away.
    */
-  private async committed(d: InDoubt): Promise<boolean> {
+  private async committed(d: InDoubt, firstLine: string): Promise<boolean> {
     for (;;) {
-      const { rows } = await this.pool.query<{ status: string | null }>('SELECT pg_xact_status($1::xid8) AS status', [d.xid]);
-      const status = rows[0]?.status ?? null;
+      const status = await this.xactStatus(d.xid);
       // 'aborted', or null (too old to know: not here, where it is seconds old): written again,
       // a duplicate rather than a loss.
-      if (status !== 'in progress') return status === 'committed';
+      if (status !== 'in progress') return status === 'committed' && (await this.rowOf(d.xid, firstLine));
       await this.pool
         .query(
           `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
@@ -231,6 +233,28 @@ export class HistoryWriter {
         .catch(() => undefined);
       await new Promise((r) => setTimeout(r, 100));
     }
+  }
+
+  /** pg_xact_status of `xid`; an id "in the future" (the server crashed before it reached the WAL) never committed. */
+  private async xactStatus(xid: string): Promise<string | null> {
+    try {
+      const { rows } = await this.pool.query<{ status: string | null }>('SELECT pg_xact_status($1::xid8) AS status', [xid]);
+      return rows[0]?.status ?? null;
+    } catch (err) {
+      if (sqlState(err) === '22023' && /in the future/.test((err as Error).message)) return 'aborted';
+      throw err;
+    }
+  }
+
+  /** Whether the row of COPY text `line` was written by transaction `xid` (so that commit was this part's). */
+  private async rowOf(xid: string, line: string): Promise<boolean> {
+    const [, , , series, ts] = line.split('\t', 5);
+    const { rows } = await this.pool.query<{ ours: boolean }>(
+      `SELECT EXISTS (SELECT 1 FROM history WHERE series = $1::bigint AND ts = $2::timestamptz
+                         AND xmin::text = ($3::xid8::text::numeric % 4294967296)::text) AS ours`,
+      [series, ts, xid],
+    );
+    return rows[0]!.ours;
   }
 
   private async ensureChunks(chunks: Set<number>, layout: HistoryLayout): Promise<void> {
