@@ -36,6 +36,15 @@ export interface CopyOutcome {
 
 const COPY_SQL = 'COPY history (tenant, device_id, attr, series, ts, value) FROM STDIN';
 
+/**
+ * Begins a COPY's transaction and reads its id, in one round trip (a simple query of two
+ * statements answers with both results). A message is acknowledged once its COPY commits, so
+ * the commit must be durable: a server (or database, or role) set to synchronous_commit=off is
+ * overridden for this transaction (any other level, remote ones included, is kept as set).
+ */
+const BEGIN_SQL = `BEGIN; SELECT pg_current_xact_id()::text AS xid,
+  CASE current_setting('synchronous_commit') WHEN 'off' THEN set_config('synchronous_commit', 'on', true) END AS durable`;
+
 function sqlState(err: unknown): string | undefined {
   const code = (err as { code?: unknown })?.code;
   return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
@@ -189,8 +198,7 @@ export class HistoryWriter {
     let broken: Error | undefined;
     let xid: string | undefined;
     try {
-      // One round trip: a simple query of two statements answers with both results.
-      const begun = (await client.query('BEGIN; SELECT pg_current_xact_id()::text AS xid')) as unknown as pg.QueryResult<{ xid: string }>[];
+      const begun = (await client.query(BEGIN_SQL)) as unknown as pg.QueryResult<{ xid: string }>[];
       xid = begun[1]!.rows[0]!.xid;
       const stream = client.query(copyFrom(COPY_SQL));
       await new Promise<void>((resolve, reject) => {

