@@ -8,8 +8,9 @@
 //     4, MQTT 5 0x86); with MQTT_DEVICE_AUTH=off an unknown device keeps today's "not
 //     authorised" (5).
 //   - A client id belongs to one device (the one it names, else the last that logged in with
-//     it): another device's login with it is refused "identifier rejected" (2), so nobody can
-//     push a device off the broker, or take its session, by its client id.
+//     it, while its connection or persistent session lasts): another device's login with it is
+//     refused "identifier rejected" (2), so nobody can push a device off the broker, or take its
+//     session, by its client id.
 //   - PUBLISH / SUBSCRIBE: the topic rules (topic-rules.ts). A refused publish closes the
 //     connection (MQTT 3.1.1 has no negative PUBACK); a refused subscription gets 0x80.
 //   - Connections are closed when their device is removed, when the credential they logged in
@@ -311,8 +312,15 @@ export class DeviceAuthorisation {
     if (!session) return;
     this.identity.delete(client);
     session.expiry?.cancel();
-    removeFrom(this.sessions, deviceKey(session.device.tenant, session.device.id), client);
+    const key = deviceKey(session.device.tenant, session.device.id);
+    removeFrom(this.sessions, key, client);
     if (session.credentialId) removeFrom(this.byCredential, session.credentialId, client);
+    // A clean session ends with its connection (MQTT-3.1.2-6): nothing of it is left to push
+    // off or take over, so its client id is free again, unless a newer connection of the same
+    // device holds it (a reconnect while the old connection lingered).
+    const owner = this.owners.get(client.id);
+    if (client.clean && owner && sameDevice(owner, session.device) && ![...(this.sessions.get(key) ?? [])].some((c) => c.id === client.id))
+      this.disown(client.id);
   }
 
   /** Registry events: the connections a change ends are closed. */

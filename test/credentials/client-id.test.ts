@@ -56,11 +56,12 @@ describe('client ids and MQTT_DEVICE_AUTH=required', () => {
     await named.endAsync();
 
     const id = clientId();
-    const chosen = await connect(url, { clientId: id, username: victimName, password: victimCred.secret });
+    const chosen = await connect(url, { clientId: id, username: victimName, password: victimCred.secret, clean: false });
     expect(await connackCode(url, { ...attackerLogin, clientId: id })).toBe(IDENTIFIER_REJECTED);
     expect(await stillOpen(chosen)).toBe(true);
     await chosen.endAsync();
-    // Nor its session once it is gone (subscriptions and queued messages stay the device's).
+    // Nor its persistent session once the connection is gone (subscriptions and queued
+    // messages stay the device's).
     expect(await connackCode(url, { ...attackerLogin, clientId: id, clean: false })).toBe(IDENTIFIER_REJECTED);
   });
 
@@ -81,7 +82,7 @@ describe('client ids and MQTT_DEVICE_AUTH=required', () => {
     const d = await newDevice(svc, a);
     const cred = await newCredential(svc, a, d);
     const id = clientId();
-    const c = await connect(url, { clientId: id, username: `${a.name}:${d}`, password: cred.secret });
+    const c = await connect(url, { clientId: id, username: `${a.name}:${d}`, password: cred.secret, clean: false });
     await c.endAsync();
     const other = await newDevice(svc, a);
     const otherCred = await newCredential(svc, a, other);
@@ -89,5 +90,37 @@ describe('client ids and MQTT_DEVICE_AUTH=required', () => {
     expect(await connackCode(url, otherLogin)).toBe(IDENTIFIER_REJECTED);
     expect((await http('DELETE', `${svc.base}/device/${d}`, { token: a.token })).status).toBe(200);
     expect(await connackCode(url, otherLogin)).toBe(0);
+  });
+
+  // decisions.md, "Device messages (MQTT)": a device is named by its username `<tenant>:<id>`
+  // (default mode), or by its client id `<tenant>:<id>`, else by its legacy topic. A clean
+  // session ends with its connection (MQTT-3.1.2-6): once it is gone there is nothing left to
+  // push off or take over, and another device's contract login with that client id is not
+  // refused (found by an audit: it was, until a restart, and a legacy client was held to the
+  // device an earlier connection had published for).
+  it("a client id whose clean session ended is free for another device's login", async () => {
+    const first = await newDevice(svc, a);
+    const firstCred = await newCredential(svc, a, first);
+    const second = await newDevice(svc, a);
+    const secondCred = await newCredential(svc, a, second);
+    const id = clientId();
+    const c = await connect(url, { clientId: id, username: `${a.name}:${first}`, password: firstCred.secret });
+    await c.endAsync();
+    expect(await connackCode(url, { clientId: id, username: `${a.name}:${second}`, password: secondCred.secret })).toBe(0);
+  });
+
+  it('a legacy client is named by its topic, not by the device an ended clean session of its client id published for', async () => {
+    const first = await newDevice(svc, a);
+    const firstCred = await newCredential(svc, a, first);
+    const second = await newDevice(svc, a);
+    const secondCred = await newCredential(svc, a, second);
+    const id = clientId();
+    const c = await connect(url, { clientId: id, username: '', password: firstCred.secret });
+    await c.publishAsync(`/${a.name}/${first}/attrs`, JSON.stringify({ temperature: 1 }), { qos: 1 });
+    await c.endAsync();
+    const next = await connect(url, { clientId: id, username: '', password: secondCred.secret });
+    await next.publishAsync(`/${a.name}/${second}/attrs`, JSON.stringify({ temperature: 2 }), { qos: 1 });
+    expect(await stillOpen(next, 500)).toBe(true);
+    await next.endAsync();
   });
 });
