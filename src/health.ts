@@ -9,6 +9,8 @@ import type { Metrics } from './metrics.js';
 
 /** How long the database has to answer a readiness check. */
 const DATABASE_TIMEOUT_MS = 2000;
+/** SQLSTATE of a missing table: no migration was ever applied to this database. */
+const UNDEFINED_TABLE = '42P01';
 
 export const CHECKS = ['database', 'migrations', 'broker', 'ingest'] as const;
 export type CheckName = (typeof CHECKS)[number];
@@ -70,7 +72,11 @@ export class Readiness {
     let timer: NodeJS.Timeout | undefined;
     try {
       const { rows } = await Promise.race([
-        this.opts.pool.query<{ version: number }>('SELECT version FROM schema_migrations'),
+        this.opts.pool.query<{ version: number }>('SELECT version FROM schema_migrations').catch((err: unknown) => {
+          // The database answered, but holds no migrations at all (a new or restored database).
+          if ((err as { code?: unknown }).code === UNDEFINED_TABLE) return { rows: [] };
+          throw err;
+        }),
         new Promise<never>(
           (_, reject) =>
             (timer = setTimeout(() => reject(new Error(`no answer within ${DATABASE_TIMEOUT_MS / 1000} s`)), DATABASE_TIMEOUT_MS)),

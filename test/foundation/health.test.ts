@@ -131,6 +131,14 @@ describe('the readiness checks (real databases)', () => {
     expect(report.reasons).toEqual([`migrations: not applied: ${last.name}`]);
   });
 
+  it('a database that answers but holds no migrations at all (no schema_migrations table): reachable, every migration named as not applied', async () => {
+    const p = pool(await freshDatabase());
+    const report = await (await readiness(p)).check();
+    const all = (await loadMigrations()).map((m) => m.name).join(', ');
+    expect(report.checks).toEqual({ ...ALL_OK, migrations: `not applied: ${all}` });
+    expect(report.reasons).toEqual([`migrations: not applied: ${all}`]);
+  });
+
   it('a database that cannot be reached', async () => {
     const p = pool(`postgres://nobody@127.0.0.1:${await freePort()}/none`);
     const report = await (await readiness(p)).check();
