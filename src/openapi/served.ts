@@ -24,7 +24,12 @@ export interface Reached {
   forwardedProto: string;
 }
 
-const HOST = /^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/;
+const HOST = /^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::(\d{1,5}))?$/;
+/** A host name or address, with a port a client can have reached (1-65535) if any. */
+const usable = (authority: string) => {
+  const m = HOST.exec(authority);
+  return m !== null && (m[1] === undefined || (Number(m[1]) >= 1 && Number(m[1]) <= 65535));
+};
 const WILDCARD = new Set(['0.0.0.0', '::', '[::]', '']);
 
 const hostPart = (authority: string) =>
@@ -39,7 +44,7 @@ export function serverUrls(reached: Reached, listeners: Record<Listener, Listene
   const forwarded = first(reached.forwardedHost);
   // Without a usable Host, the listener's own address; bound to every address, `localhost` (as the static document).
   const ownHost = WILDCARD.has(own.host) ? 'localhost' : literal(own.host);
-  const authority = HOST.test(forwarded) ? forwarded : HOST.test(reached.host) ? reached.host : `${ownHost}:${own.port}`;
+  const authority = usable(forwarded) ? forwarded : usable(reached.host) ? reached.host : `${ownHost}:${own.port}`;
   const proto = first(reached.forwardedProto).toLowerCase();
   const reachedUrl = `${proto === 'https' ? 'https' : 'http'}://${authority}`;
   const otherListener: Listener = reached.listener === 'public' ? 'internal' : 'public';

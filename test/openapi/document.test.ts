@@ -87,6 +87,11 @@ describe('GET /openapi.json', () => {
     // A Host header that is no host name is not used.
     const odd = await http('GET', `${svc.base}/openapi.json`, { headers: { 'x-forwarded-host': 'evil"} ,{"x' } });
     expect((JSON.parse(odd.text) as Doc).servers.map((s) => s.url)).toEqual([svc.base]);
+    // Nor one with a port no client can have reached (the server URL would be no URL).
+    for (const headers of [{ 'x-forwarded-host': 'evil.example.test:99999' }, { 'x-forwarded-host': 'api.example.test:0' }]) {
+      const url = (JSON.parse((await http('GET', `${svc.base}/openapi.json`, { headers })).text) as Doc).servers[0]!.url;
+      expect(url, JSON.stringify(headers)).toBe(svc.base);
+    }
   });
 
   it('without a usable Host, a listener bound to every address is named localhost, not 0.0.0.0', () => {
