@@ -1,6 +1,9 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import { stripVTControlCharacters } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, readConfig } from '../../src/config.js';
+import { projectRoot } from '../../src/paths.js';
 import { spawnService, startFailure, tempDir } from '../helpers/service.js';
 
 const KEY = 'a'.repeat(64);
@@ -83,6 +86,30 @@ describe('configuration', () => {
     const plain = stripVTControlCharacters(lines[0]!);
     expect(plain).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] ERROR: configuration error: PORT must be an integer between 0 and 65535, got "http"/);
     expect((): unknown => JSON.parse(lines[0]!)).toThrow();
+  });
+
+  it("README's configuration table gives every whole-number variable the range the start enforces", () => {
+    const source = fs.readFileSync(path.join(projectRoot, 'src/config.ts'), 'utf8');
+    const names = [...source.matchAll(/\binteger\(env, '([A-Z0-9_]+)'/gi)].map((m) => m[1]!);
+    expect(names.length).toBeGreaterThan(30);
+    const readme = fs.readFileSync(path.join(projectRoot, 'README.md'), 'utf8');
+    const wrong: string[] = [];
+    for (const name of names) {
+      // The range the start enforces, as its failure line states it.
+      let enforced = '';
+      try {
+        readConfig({ [name]: 'x' });
+      } catch (err) {
+        enforced = /between (-?\d+) and (-?\d+),/
+          .exec((err as Error).message)!
+          .slice(1)
+          .join('-');
+      }
+      const row = readme.split('\n').find((l) => l.startsWith('|') && l.includes(`\`${name}\``));
+      const documented = [...(row ?? '').matchAll(/(\d[\d,]*)–(\d[\d,]*)/g)].map((m) => `${m[1]}-${m[2]}`.replaceAll(',', ''));
+      if (!documented.includes(enforced)) wrong.push(`${name}: enforced ${enforced}, README ${documented.join(' ') || 'none'}`);
+    }
+    expect(wrong).toEqual([]);
   });
 
   it('a bad LOG_FORMAT is a configuration error too (written as JSON)', async () => {
