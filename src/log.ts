@@ -63,6 +63,10 @@ export interface LoggerOptions {
   write?: (line: string) => void;
 }
 
+/** Control characters as JSON writes them (a line break as `\n`, ESC as `\u001b`): visible, and never a line break. */
+// eslint-disable-next-line no-control-regex
+const escapeControl = (text: string) => text.replace(/[\u0000-\u001f]/g, (c) => JSON.stringify(c).slice(1, -1));
+
 function destination(format: LogFormat, opts: LoggerOptions): pino.DestinationStream {
   const fd = opts.fd ?? 1;
   const out = opts.write
@@ -73,12 +77,18 @@ function destination(format: LogFormat, opts: LoggerOptions): pino.DestinationSt
         : process.stdout
       : pino.destination({ dest: fd, sync: true });
   if (format === 'json') return out;
-  // pino-pretty's formatter, called in line: as synchronous as the JSON lines.
+  // pino-pretty's formatter, called in line: as synchronous as the JSON lines. The message is
+  // written as it is, so its control characters are escaped (a value quoted in a start failure
+  // may hold a line break): one event stays one line, and no text can pass for another line.
   const prettify = pretty.prettyFactory({
     colorize: !process.env.NO_COLOR,
     singleLine: true,
     translateTime: 'SYS:HH:MM:ss.l',
     ignore: 'pid,hostname',
+    messageFormat: (log, messageKey) => {
+      const msg = log[messageKey];
+      return escapeControl(typeof msg === 'string' ? msg : '');
+    },
   });
   return { write: (line: string) => out.write(prettify(line)) };
 }

@@ -112,6 +112,14 @@ describe('configuration', () => {
     expect(wrong).toEqual([]);
   });
 
+  it('pretty: a value holding a line break is still one line, and cannot pass for another log line', async () => {
+    const svc = spawnService({ PORT: '80\n[01:00:00.000] INFO: ready', DATA_DIR: await tempDir(), LOG_FORMAT: 'pretty' });
+    expect(await svc.exited).toBe(2);
+    const lines = svc.output.filter((l) => l.trim() !== '');
+    expect(lines).toHaveLength(1);
+    expect(stripVTControlCharacters(lines[0]!)).toContain('got "80\\n[01:00:00.000] INFO: ready"');
+  });
+
   it('a bad LOG_FORMAT is a configuration error too (written as JSON)', async () => {
     const svc = spawnService({ LOG_FORMAT: 'xml', DATA_DIR: await tempDir() });
     expect(await svc.exited).toBe(2);
