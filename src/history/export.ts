@@ -112,6 +112,10 @@ export async function streamExport(pool: pg.Pool, q: ExportQuery, format: Export
   const client = await pool.connect();
   let broken: Error | undefined;
   try {
+    // Unbounded in time as in rows: a large tenant or a slow reader takes longer than the
+    // statement timeout that bounds every other statement (a dead database is still noticed by
+    // TCP keepalive, a client that goes away by onAbort below).
+    await client.query('SET statement_timeout = 0');
     const sql = exportSql(q, format, (v) => client.escapeLiteral(v));
     const copy = client.query(copyTo(sql));
     const pid = (client as unknown as { processID: number }).processID;
@@ -140,8 +144,13 @@ export async function streamExport(pool: pg.Pool, q: ExportQuery, format: Export
         else reject(err);
       });
     });
+    if (!broken) await client.query('RESET statement_timeout');
+  } catch (err) {
+    broken ??= err instanceof Error ? err : new Error(String(err));
+    throw err;
   } finally {
-    // A connection left mid-COPY (cancelled, or failed) is not given back to the pool.
+    // A connection left mid-COPY (cancelled, or failed), or without its statement timeout, is
+    // not given back to the pool.
     client.release(broken ?? false);
   }
 }

@@ -1,0 +1,59 @@
+// An export is unbounded in time as in rows: it outlives DB_STATEMENT_TIMEOUT_MS (the bound on
+// every other statement) when the table is large or the client reads slowly (docs/messaging.md
+// §6 "Streamed export").
+import pg from 'pg';
+import { beforeAll, expect, it } from 'vitest';
+import { createDevice, createTemplate } from '../helpers/registry-fixtures.js';
+import { useService } from '../helpers/service.js';
+
+const TIMEOUT_MS = 1000;
+const ROWS = 200_000;
+const svc = useService({ DB_STATEMENT_TIMEOUT_MS: String(TIMEOUT_MS) });
+let token: string;
+let device: string;
+
+beforeAll(async () => {
+  let tenant: string;
+  ({ tenant, token } = await svc.freshTenant('exl'));
+  // The fixture's own connection: the service's pool would cut this load at the timeout too.
+  const db = new pg.Client({ connectionString: svc.env.DATABASE_URL });
+  await db.connect();
+  try {
+    const template = await createTemplate(db, tenant, 'sensor', [{ label: 'temperature', type: 'dynamic', value_type: 'float' }]);
+    device = await createDevice(db, tenant, [template]);
+    await db.query(`SELECT history_ensure_partition(t) FROM generate_series('2024-06-01'::timestamptz, '2024-06-04', '1 hour') t`);
+    await db.query(
+      `INSERT INTO history (tenant, device_id, attr, series, ts, value)
+       SELECT $1, $2, 'temperature', history_series($1, $2, 'temperature'), '2024-06-01'::timestamptz + i * interval '1 second', i::text
+         FROM generate_series(1, $3::int) i`,
+      [tenant, device, ROWS],
+    );
+  } finally {
+    await db.end();
+  }
+});
+
+it(`a client that reads slowly gets every row, though the export runs longer than DB_STATEMENT_TIMEOUT_MS (${TIMEOUT_MS} ms)`, async () => {
+  const started = Date.now();
+  const res = await fetch(`${svc.base}/history/export?devices=${device}&format=csv`, { headers: { authorization: `Bearer ${token}` } });
+  expect(res.status).toBe(200);
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  let paused = false;
+  for (;;) {
+    const chunk = await reader.read();
+    if (chunk.done) break;
+    text += decoder.decode(chunk.value as Uint8Array, { stream: true });
+    if (!paused) {
+      // Not reading for a while: the COPY waits on the socket, its statement clock running.
+      paused = true;
+      await new Promise((r) => setTimeout(r, 2.5 * TIMEOUT_MS));
+    }
+  }
+  expect(Date.now() - started).toBeGreaterThan(2 * TIMEOUT_MS);
+  const lines = text.trimEnd().split('\n');
+  expect(lines[0]).toBe('ts,device_id,attr,value');
+  expect(lines).toHaveLength(ROWS + 1);
+  expect(lines.at(-1)).toBe(`2024-06-03T07:33:20.000000Z,${device},temperature,${ROWS}`);
+});
