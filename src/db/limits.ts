@@ -17,9 +17,10 @@ const READ_MARGIN_MS = 5000;
 
 /**
  * pg pool options for these limits. `clientSide`: also give up on the client side a little
- * after the statement timeout (a dead network gets no answer from the server at all). Only for
- * pools whose users release a failed connection as broken (ingest): a timed-out query may still
- * run on its connection.
+ * after the statement timeout (a dead network, or a frozen host whose TCP still answers, gets no
+ * answer from the server at all: keepalive alone never fires). Only for pools whose users
+ * release a failed connection as broken (`pool.query`, `inTransaction`, ingest's writer): a
+ * timed-out query may still run on its connection.
  */
 export function connectionLimits(limits: ConnectionLimits, clientSide: boolean): pg.PoolConfig {
   const timeout = limits.statementTimeoutMs;
@@ -30,6 +31,25 @@ export function connectionLimits(limits: ConnectionLimits, clientSide: boolean):
     // fate once its backend is gone: history-writer.ts).
     ...(timeout > 0 ? { statement_timeout: timeout, idle_in_transaction_session_timeout: timeout } : {}),
     ...(timeout > 0 && clientSide ? { query_timeout: timeout + READ_MARGIN_MS } : {}),
+  };
+}
+
+/**
+ * Lifts both time bounds of a checked-out connection for what follows (a migration, an export:
+ * legitimately longer than DB_STATEMENT_TIMEOUT_MS). The returned `restore` sets them back
+ * before the connection goes back to the pool; it fails if the connection did, and a connection
+ * not restored must be released as broken.
+ */
+export async function liftTimeouts(client: pg.PoolClient): Promise<() => Promise<void>> {
+  // pg reads the client-side bound per query from the connection's parameters.
+  const params = (client as unknown as { connectionParameters: { query_timeout?: number } }).connectionParameters;
+  const readTimeout = params.query_timeout;
+  await client.query('SET statement_timeout = 0');
+  params.query_timeout = undefined;
+  return async () => {
+    params.query_timeout = readTimeout;
+    // RESET: back to the connection's startup value, the pool's.
+    await client.query('RESET statement_timeout');
   };
 }
 

@@ -4,6 +4,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type pg from 'pg';
 import type { Logger } from '../log.js';
+import { liftTimeouts } from './limits.js';
 import { projectRoot } from '../paths.js';
 
 const LOCK_KEY = 7_341_002_117; // arbitrary, constant: "device-registry migrations"
@@ -34,9 +35,10 @@ export async function migrate(pool: pg.Pool, log: Logger, settings: Record<strin
   const migrations = await loadMigrations();
   const client = await pool.connect();
   const applied: number[] = [];
+  let restore: (() => Promise<void>) | undefined;
   try {
     // A migration (or waiting for another instance's) may take longer than DB_STATEMENT_TIMEOUT_MS.
-    await client.query('SET statement_timeout = 0');
+    restore = await liftTimeouts(client);
     await client.query('SELECT pg_advisory_lock($1)', [LOCK_KEY]);
     await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
       version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`);
@@ -60,11 +62,13 @@ export async function migrate(pool: pg.Pool, log: Logger, settings: Record<strin
     }
   } finally {
     await client.query('SELECT pg_advisory_unlock($1)', [LOCK_KEY]).catch(() => undefined);
-    // Back to the connection's own timeout (the pool's) before others use it.
-    const reset = await client.query('RESET statement_timeout').then(
-      () => undefined,
-      (err: Error) => err,
-    );
+    // Back to the connection's own timeouts (the pool's) before others use it.
+    const reset = restore
+      ? await restore().then(
+          () => undefined,
+          (err: Error) => err,
+        )
+      : new Error('timeouts not lifted');
     client.release(reset);
   }
   return applied;

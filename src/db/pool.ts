@@ -35,7 +35,7 @@ export function createPool(
     connectionTimeoutMillis: 10_000,
     maxLifetimeSeconds: opts.lifetimeSeconds ?? CONNECTION_LIFETIME_SECONDS,
     options: '-c jit=off',
-    ...(opts.limits ? connectionLimits(opts.limits, false) : {}),
+    ...(opts.limits ? connectionLimits(opts.limits, true) : {}),
   });
   // An idle client losing its connection (database restart) must not crash the process.
   pool.on('error', (err) => log.warn('idle database connection failed', { error: err.message }));
@@ -73,9 +73,12 @@ const UNREACHABLE_CODES = new Set([
 ]);
 /** SQLSTATEs of a server that cannot serve now: shutting down, starting, recovering, out of connections. */
 const UNAVAILABLE_STATES = new Set(['57P01', '57P02', '57P03', '53300']);
-/** pg's own messages for a lost connection, a pool that found none in time, or one closed by shutdown. */
+/**
+ * pg's own messages for a lost connection, a pool that found none in time, one closed by
+ * shutdown, or a server that did not answer at all (connectionLimits' client-side bound).
+ */
 const UNAVAILABLE_MESSAGES =
-  /^(Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Cannot use a pool after calling end on the pool)|is not currently accepting connections/;
+  /^(Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Cannot use a pool after calling end on the pool|Query read timeout)|is not currently accepting connections/;
 
 /**
  * Whether a failure means the database is unavailable (down, restarting, unreachable, or no

@@ -10,6 +10,7 @@
 // with the driver's escapeLiteral.
 import type pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
+import { liftTimeouts } from '../db/limits.js';
 import type { StreamOut } from '../types/stream.js';
 import { historyTimeSql } from '../time.js';
 
@@ -113,9 +114,9 @@ export async function streamExport(pool: pg.Pool, q: ExportQuery, format: Export
   let broken: Error | undefined;
   try {
     // Unbounded in time as in rows: a large tenant or a slow reader takes longer than the
-    // statement timeout that bounds every other statement (a dead database is still noticed by
-    // TCP keepalive, a client that goes away by onAbort below).
-    await client.query('SET statement_timeout = 0');
+    // time bounds of every other statement (a dead database is still noticed by TCP keepalive, a
+    // client that goes away by onAbort below).
+    const restore = await liftTimeouts(client);
     const sql = exportSql(q, format, (v) => client.escapeLiteral(v));
     const copy = client.query(copyTo(sql));
     const pid = (client as unknown as { processID: number }).processID;
@@ -144,7 +145,7 @@ export async function streamExport(pool: pg.Pool, q: ExportQuery, format: Export
         else reject(err);
       });
     });
-    if (!broken) await client.query('RESET statement_timeout');
+    if (!broken) await restore();
   } catch (err) {
     broken ??= err instanceof Error ? err : new Error(String(err));
     throw err;
