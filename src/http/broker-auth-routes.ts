@@ -350,7 +350,7 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
     ...hook('auth_on_subscribe'),
     summary: 'VerneMQ webhook auth_on_subscribe',
     description:
-      'A device may subscribe to its config topic (either layout): each other topic gets QoS 128 (refused); none allowed: `not_allowed`. A client that names no device is `next`.',
+      'A device may subscribe to its config topic (either layout): each other topic gets QoS 128 (refused) in `topics`, and reason code 135 in `modifiers.topics` (what `auth_on_subscribe_m5` reads: register this endpoint for both hooks); none allowed: `not_allowed`. A client that names no device is `next`.',
     body: { read: 'json', schema: vernemqSubscribeBody },
     responses: {
       200: { description: 'The decision.', schema: vernemqAnswer },
@@ -391,6 +391,12 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
             { topic: `${DEV}/config`, qos: 1 },
             { topic: '#', qos: 128 },
           ],
+          modifiers: {
+            topics: [
+              { topic: `${DEV}/config`, qos: 1 },
+              { topic: '#', qos: 135 },
+            ],
+          },
         },
       },
       {
@@ -409,16 +415,24 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
       },
     ],
     handler(req) {
+      // MQTT 5 (auth_on_subscribe_m5): each topic also carries no_local, rap and retain_handling.
       const b = validate<{ username?: string | null; client_id: string; topics: Array<{ topic: string; qos: number }> }>(
         vernemqSubscribeBody,
         req.body,
       );
       const device = deviceOf(b.username, b.client_id);
       if (!device) return { status: 200, body: { result: 'next' } };
-      const topics = b.topics.map((t) => ({ topic: t.topic, qos: maySubscribe(device, t.topic) ? t.qos : 128 }));
-      if (topics.every((t) => t.qos !== 128)) return { status: 200, body: { result: 'ok' } };
-      if (topics.every((t) => t.qos === 128)) return { status: 200, body: NOT_ALLOWED };
-      return { status: 200, body: { result: 'ok', topics } };
+      const allowed = b.topics.map((t) => maySubscribe(device, t.topic));
+      if (allowed.every(Boolean)) return { status: 200, body: { result: 'ok' } };
+      if (!allowed.some(Boolean)) return { status: 200, body: NOT_ALLOWED };
+      // Some refused: in both hooks' forms, so that this endpoint may serve auth_on_subscribe_m5
+      // too. auth_on_subscribe reads the top-level `topics` (QoS 128: refused);
+      // auth_on_subscribe_m5 reads only `modifiers.topics` (reason code 135, Not authorized; a
+      // granted topic keeps the options it was asked with), and takes an answer without them as
+      // granting every topic.
+      const topics = b.topics.map((t, i) => ({ topic: t.topic, qos: allowed[i] ? t.qos : 128 }));
+      const m5 = b.topics.map((t, i) => (allowed[i] ? t : { topic: t.topic, qos: 135 }));
+      return { status: 200, body: { result: 'ok', topics, modifiers: { topics: m5 } } };
     },
   },
 ];

@@ -118,10 +118,25 @@ export const vernemqAnswer = {
         result: { const: 'ok' },
         topics: {
           type: 'array',
+          description: 'What auth_on_subscribe reads.',
           items: object({ topic: { type: 'string' }, qos: { type: 'integer', description: '128: refused.' } }, ['topic', 'qos']),
         },
+        modifiers: object(
+          {
+            topics: {
+              type: 'array',
+              description: 'What auth_on_subscribe_m5 reads: a granted topic as asked (with its MQTT 5 options), a refused one with 135.',
+              items: {
+                type: 'object',
+                required: ['topic', 'qos'],
+                properties: { topic: { type: 'string' }, qos: { type: 'integer', description: '135: refused (Not authorized).' } },
+              },
+            },
+          },
+          ['topics'],
+        ),
       },
-      ['result', 'topics'],
+      ['result', 'topics', 'modifiers'],
     ),
   ],
 };

@@ -18,8 +18,9 @@ beforeAll(async () => {
 
 const emqx = async (hook: 'authenticate' | 'authorize', body: object) =>
   (await http('POST', `${svc.internal}/broker/emqx/${hook}`, { body })).body;
-const verne = async (hook: string, body: object) => {
-  const res = await http('POST', `${svc.internal}/broker/vernemq/${hook}`, {
+/** A VerneMQ webhook call: `hook` as the vernemq-hook header names it, sent to the endpoint registered for it. */
+const verne = async (hook: string, body: object, endpoint = hook) => {
+  const res = await http('POST', `${svc.internal}/broker/vernemq/${endpoint}`, {
     body,
     headers: { 'vernemq-hook': hook, 'content-type': 'application/json' },
   });
@@ -222,6 +223,12 @@ describe('VerneMQ webhooks', () => {
         { topic: `${username}/config`, qos: 1 },
         { topic: `${other.name}:${d}/config`, qos: 128 },
       ],
+      modifiers: {
+        topics: [
+          { topic: `${username}/config`, qos: 1 },
+          { topic: `${other.name}:${d}/config`, qos: 135 },
+        ],
+      },
     });
     expect(await sub([{ topic: '#', qos: 0 }])).toEqual({ result: { error: 'not_allowed' } });
     expect(
@@ -236,6 +243,40 @@ describe('VerneMQ webhooks', () => {
       }),
     ).toEqual({
       result: 'next',
+    });
+  });
+  it('auth_on_subscribe registered for MQTT 5 clients too (auth_on_subscribe_m5): a refused topic is refused in the form that hook reads', async () => {
+    // VerneMQ reads an auth_on_subscribe_m5 answer's topics from `modifiers` only (reason code
+    // 135, Not authorized); `{"result": "ok"}` without them grants every topic, `#` included.
+    const d = await newDevice(svc, t);
+    const username = `${t.name}:${d}`;
+    const own = { topic: `${username}/config`, qos: 1, no_local: false, rap: false, retain_handling: 'send_retain' };
+    const all = { topic: '#', qos: 0, no_local: false, rap: false, retain_handling: 'send_retain' };
+    const answer = await verne(
+      'auth_on_subscribe_m5',
+      { username, client_id: 'c', mountpoint: '', topics: [own, all], properties: {} },
+      'auth_on_subscribe',
+    );
+    expect(answer).toMatchObject({
+      result: 'ok',
+      modifiers: { topics: [own, { topic: '#', qos: 135 }] },
+    });
+    // The same answer, read by auth_on_subscribe (MQTT 3.1.1): its top-level topics.
+    expect(answer).toMatchObject({
+      topics: [
+        { topic: own.topic, qos: 1 },
+        { topic: '#', qos: 128 },
+      ],
+    });
+    expect(
+      await verne('auth_on_subscribe_m5', { username, client_id: 'c', mountpoint: '', topics: [own], properties: {} }, 'auth_on_subscribe'),
+    ).toEqual({
+      result: 'ok',
+    });
+    expect(
+      await verne('auth_on_subscribe_m5', { username, client_id: 'c', mountpoint: '', topics: [all], properties: {} }, 'auth_on_subscribe'),
+    ).toEqual({
+      result: { error: 'not_allowed' },
     });
   });
 });
