@@ -4,7 +4,9 @@
 // them. The login rules are the embedded broker's (MQTT_DEVICE_AUTH=required here), the topic
 // rules the same module's.
 import { beforeAll, describe, expect, it } from 'vitest';
+import { readRepoFile } from '../deploy/files.js';
 import { http, useService } from '../helpers/service.js';
+import { MAX_DELAY_MS } from '../../src/registry/credentials/throttle.js';
 import { metricValue, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
 
 const svc = useService({ MQTT_DEVICE_AUTH: 'required' });
@@ -130,6 +132,20 @@ describe('EMQX HTTP authenticator', () => {
     expect(Date.now() - started).toBeLessThan(8_500);
     expect(await Promise.all(flood)).toEqual(Array.from({ length: 20 }, () => ({ result: 'deny' })));
   }, 30_000);
+
+  it('the documented EMQX configuration waits for an answer longer than the longest throttle wait (else a flooded device is refused, not late)', () => {
+    // EMQX takes an authenticator that did not answer within request_timeout as `ignore`: the
+    // next one (the built-in database) does not know the device, and its login is refused.
+    const operations = readRepoFile('docs/operations.md');
+    const emqxConf = operations.slice(
+      operations.indexOf('### Clustered broker: EMQX'),
+      operations.indexOf('### Clustered broker: VerneMQ'),
+    );
+    const authenticator = emqxConf.slice(emqxConf.indexOf('/broker/emqx/authenticate'), emqxConf.indexOf('built_in_database'));
+    const timeout = /request_timeout = (\d+)s/.exec(authenticator);
+    expect(timeout, 'request_timeout of the HTTP authenticator').not.toBeNull();
+    expect(Number(timeout![1]) * 1000).toBeGreaterThanOrEqual(MAX_DELAY_MS + 2000);
+  });
 });
 
 describe('EMQX HTTP authorizer', () => {

@@ -15,7 +15,8 @@
 /** Failures without a wait: per key kind, by the key's prefix (`u:` device name, `a:` address). */
 export const FREE_FAILURES = { u: 3, a: 30 } as const;
 const BASE_DELAY_MS = 500;
-const MAX_DELAY_MS = 8000;
+/** The longest wait before a check (the HTTP hooks' brokers must wait longer for an answer: docs/operations.md §7). */
+export const MAX_DELAY_MS = 8000;
 const MAX_WAITING = 16;
 const FORGET_MS = 15 * 60_000;
 const CAPACITY = 100_000;
