@@ -24,7 +24,7 @@ import {
   vernemqSubscribeBody,
 } from '../schemas/broker-hooks.js';
 import { validate } from '../schemas/validator.js';
-import type { RouteSpec } from './types.js';
+import type { Request, RouteSpec } from './types.js';
 
 type Deps = { logins: DeviceLogins };
 
@@ -35,6 +35,30 @@ function deviceOf(username: string | null | undefined, clientId: string | null |
 }
 
 const password = (p: string | null | undefined) => (p ? Buffer.from(p, 'utf8') : undefined);
+
+/**
+ * A client id `<tenant>:<device_id>` belongs to the device it names (docs/credentials.md §3,
+ * "Client ids"; not with MQTT_DEVICE_AUTH=off): another device logging in with it would take
+ * over that device's connection and session (its subscriptions, its queued config messages).
+ * Refused before the registry is asked, logged and not counted, as on the embedded broker.
+ */
+function takesOver(
+  logins: DeviceLogins,
+  device: DeviceRef,
+  clientId: string | null | undefined,
+  address: string | null | undefined,
+  req: Request,
+): boolean {
+  const named = logins.mode === 'off' || !clientId ? undefined : parseDeviceName(clientId);
+  if (!named || sameDevice(named, device)) return false;
+  req.logger().info('device login refused', {
+    tenant: device.tenant,
+    device: device.id,
+    reason: 'the client id belongs to another device',
+    address: address ?? undefined,
+  });
+  return true;
+}
 
 const NOT_ALLOWED = { result: { error: 'not_allowed' } } as const;
 const hook = (name: string) => ({
@@ -63,7 +87,7 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
     description:
       'EMQX 5 `authentication` mechanism `password_based`, backend `http`, method `post`, body `{"clientid": "${clientid}", "username": "${username}", ' +
       '"password": "${password}", "peerhost": "${peerhost}", "cert_common_name": "${cert_common_name}"}`. A device logs in as MQTT_DEVICE_AUTH says; ' +
-      'a username that names no device (and a client id that names none) is `ignore`d.',
+      'a username that names no device (and a client id that names none) is `ignore`d; a client id that names another device than the login is `deny` (it would take over that device’s session).',
     body: { read: 'json', schema: emqxAuthenticateBody },
     responses: {
       200: { description: 'The decision.', schema: emqxAnswer },
@@ -122,6 +146,7 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
       const device = b.username ? parseDeviceName(b.username) : (deviceOf(undefined, b.clientid) ?? certified);
       if (!device) return { status: 200, body: { result: 'ignore' } };
       if (certified && !sameDevice(certified, device)) return { status: 200, body: { result: 'deny' } };
+      if (takesOver(logins, device, b.clientid, b.peerhost, req)) return { status: 200, body: { result: 'deny' } };
       const verdict = await logins.check({
         device,
         password: password(b.password),
@@ -215,7 +240,8 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
   {
     ...hook('auth_on_register'),
     summary: 'VerneMQ webhook auth_on_register',
-    description: 'A device logs in as MQTT_DEVICE_AUTH says; a client that names no device (by username, else client id) is `next`.',
+    description:
+      'A device logs in as MQTT_DEVICE_AUTH says; a client id that names another device than the username is `not_allowed` (it would take over that device’s session); a client that names no device (by username, else client id) is `next`.',
     body: { read: 'json', schema: vernemqRegisterBody },
     responses: {
       200: { description: 'The decision.', schema: vernemqAnswer },
@@ -282,6 +308,7 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
       );
       const device = deviceOf(b.username, b.client_id);
       if (!device) return { status: 200, body: { result: 'next' } };
+      if (takesOver(logins, device, b.client_id, b.peer_addr, req)) return { status: 200, body: NOT_ALLOWED };
       const verdict = await logins.check({
         device,
         password: password(b.password),

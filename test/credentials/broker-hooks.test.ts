@@ -80,6 +80,39 @@ describe('EMQX HTTP authenticator', () => {
     ).toEqual({ result: 'deny' });
   });
 
+  it('a client id naming another device is refused (it would take over that device’s session), as on the embedded broker', async () => {
+    const d = await newDevice(svc, t);
+    const theirs = await newDevice(svc, other);
+    const cred = await newCredential(svc, t, d);
+    const login = (clientid: string, extra: object = {}) =>
+      emqx('authenticate', { clientid, username: `${t.name}:${d}`, password: cred.secret, peerhost: '10.1.0.9', ...extra });
+    expect(await login(`${t.name}:${d}`)).toEqual({ result: 'allow', is_superuser: false });
+    expect(await login(`${other.name}:${theirs}`)).toEqual({ result: 'deny' });
+    expect(await login(`${t.name}:${theirs}`)).toEqual({ result: 'deny' });
+    // By certificate alone.
+    expect(
+      await emqx('authenticate', {
+        clientid: `${other.name}:${theirs}`,
+        username: '',
+        password: '',
+        peerhost: '10.1.0.9',
+        cert_common_name: `${t.name}:${d}`,
+      }),
+    ).toEqual({ result: 'deny' });
+    const reg = (client_id: string) =>
+      verne('auth_on_register', {
+        peer_addr: '10.2.0.9',
+        peer_port: 1,
+        username: `${t.name}:${d}`,
+        password: cred.secret,
+        mountpoint: '',
+        client_id,
+        clean_session: false,
+      });
+    expect(await reg(`${t.name}:${d}`)).toEqual({ result: 'ok' });
+    expect(await reg(`${other.name}:${theirs}`)).toEqual({ result: { error: 'not_allowed' } });
+  });
+
   it('a username naming no device is left to the next authenticator (the service account), even with a device certificate', async () => {
     const d = await newDevice(svc, t);
     expect(
