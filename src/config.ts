@@ -252,6 +252,12 @@ function deviceAuth(env: Env, databaseUrl: string | undefined) {
   }
   const mqttTlsCert = readableFile(env, 'MQTT_TLS_CERT');
   const mqttTlsKey = readableFile(env, 'MQTT_TLS_KEY');
+  // The listeners are the embedded broker's: with an external one they would be ignored silently.
+  const external = value(env, 'MQTT_URL') !== undefined;
+  for (const name of ['MQTT_TLS_CERT', 'MQTT_TLS_KEY', 'MQTT_TLS_CA', 'MQTT_TLS_PORT', 'MQTT_PLAIN']) {
+    if (external && value(env, name) !== undefined)
+      throw new ConfigError(name, "configures the embedded broker's listeners; with MQTT_URL set, configure TLS on that broker");
+  }
   if ((mqttTlsCert === undefined) !== (mqttTlsKey === undefined)) {
     throw new ConfigError(
       mqttTlsCert ? 'MQTT_TLS_KEY' : 'MQTT_TLS_CERT',

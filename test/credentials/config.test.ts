@@ -49,6 +49,15 @@ describe('the TLS listener', () => {
       [{ MQTT_PLAIN: 'sometimes' }, 'MQTT_PLAIN must be true or false, got "sometimes"'],
       [{ MQTT_TLS_CA: cert }, 'MQTT_TLS_CA needs MQTT_TLS_CERT and MQTT_TLS_KEY (client certificates are checked on the TLS listener)'],
       [{ MQTT_DYNAMIC_SECURITY: 'true' }, 'MQTT_DYNAMIC_SECURITY needs MQTT_URL (the Mosquitto whose device accounts it keeps)'],
+      // With an external broker they would be ignored: refused, as a setting that does nothing.
+      [
+        { MQTT_URL: 'mqtt://127.0.0.1:1883', MQTT_TLS_CERT: cert, MQTT_TLS_KEY: key },
+        "MQTT_TLS_CERT configures the embedded broker's listeners; with MQTT_URL set, configure TLS on that broker",
+      ],
+      [
+        { MQTT_URL: 'mqtt://127.0.0.1:1883', MQTT_PLAIN: 'false' },
+        "MQTT_PLAIN configures the embedded broker's listeners; with MQTT_URL set, configure TLS on that broker",
+      ],
     ];
     for (const [env, message] of cases) {
       expect(() => readConfig(env)).toThrow(ConfigError);
