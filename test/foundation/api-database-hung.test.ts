@@ -48,7 +48,7 @@ it('a read on a connection to a frozen database: 503 within the statement timeou
     headers: { authorization: `Bearer ${token}` },
     signal: AbortSignal.timeout(3 * BOUND_MS),
   }).then(
-    async (res) => ({ status: res.status, body: (await res.json()) as unknown }),
+    async (res) => ({ status: res.status, body: await res.json() }),
     (err: Error) => ({ status: 0, body: `no answer within ${3 * BOUND_MS} ms: ${err.message}` }),
   );
   const ms = Date.now() - t0;
