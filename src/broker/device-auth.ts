@@ -39,9 +39,17 @@ type PreConnectDone = (error: Error | null, success: boolean) => void;
 type PublishDone = (error?: Error | null) => void;
 type SubscribeDone = (error: Error | null, subscription?: Subscription | null) => void;
 
-/** The part of aedes' persistence (untyped by aedes) that holds a session's QoS 2 messages awaiting their PUBREL. */
+/** The part of aedes' persistence (untyped by aedes) that holds sessions: subscriptions, QoS 2 messages awaiting their PUBREL. */
 interface SessionStore {
   incomingGetPacket(client: Client, packet: PublishPacket): Promise<unknown>;
+  cleanSubscriptions(client: { id: string }): Promise<void>;
+  cleanIncoming?(client: { id: string }): Promise<void>;
+}
+
+/** What of aedes a client leads to: its sessions, and the connected clients by client id. */
+interface SessionBroker {
+  persistence: SessionStore;
+  clients: Record<string, Client | undefined>;
 }
 
 /** CONNACK return codes (MQTT 3.1.1): 2 identifier rejected, 3 server unavailable, 4 bad user name or password, 5 not authorised. */
@@ -50,6 +58,13 @@ type ReturnCode = 2 | 3 | 4 | 5;
 const REASON_CODE_V5: Record<ReturnCode, number> = { 2: 0x85, 3: 0x88, 4: 0x86, 5: 0x87 };
 /** Client ids whose device is remembered (the oldest is forgotten past it). */
 const OWNERS_CAPACITY = 250_000;
+/**
+ * Persistent sessions a device keeps under client ids that do not name it: aedes keeps a
+ * persistent session (its subscriptions, its QoS 2 messages awaiting PUBREL) forever, so a
+ * device logging in with ever new client ids would grow the broker's memory without bound.
+ * Past it, the sessions of its oldest client ids not connected are dropped.
+ */
+export const SESSIONS_PER_DEVICE = 16;
 const UNSUPPORTED_PROTOCOL_V5 = 0x84;
 
 /** The ack handle of a QoS 1/2 message: lets aedes go on with the publish, which sends its PUBACK. */
@@ -114,6 +129,8 @@ export class DeviceAuthorisation {
   private readonly ownedBy = new Map<string, Set<string>>();
   /** Clients that sent no client id (aedes made one up): nobody else can name it, and it is not kept. */
   private readonly madeUpIds = new WeakSet<Client>();
+  /** The broker the clients belong to (known from the first one). */
+  private broker: SessionBroker | undefined;
 
   constructor(
     private readonly logins: LoginCheck,
@@ -134,6 +151,7 @@ export class DeviceAuthorisation {
 
   /** MQTT 5 CONNECT: aedes would answer "unsupported protocol version" in 3.1.1 terms; the login is decided first and answered in MQTT 5 terms. */
   private preConnect(client: Client, packet: ConnectPacket, done: PreConnectDone): void {
+    this.broker ??= (client as Client & { broker: SessionBroker }).broker;
     if (!packet.clientId) this.madeUpIds.add(client);
     if (packet.protocolVersion !== 5) return done(null, true);
     const presented = { clientId: packet.clientId, username: packet.username, password: packet.password, conn: client.conn };
@@ -220,11 +238,30 @@ export class DeviceAuthorisation {
     const clientId = client.id;
     if (this.mode === 'off' || this.madeUpIds.has(client) || parseDeviceName(clientId)) return;
     this.disown(clientId);
-    if (this.owners.size >= OWNERS_CAPACITY) this.disown(this.owners.keys().next().value!);
+    if (this.owners.size >= OWNERS_CAPACITY) this.dropSession(this.owners.keys().next().value!);
     this.owners.set(clientId, device);
     let ids = this.ownedBy.get(deviceKey(device.tenant, device.id));
     if (!ids) this.ownedBy.set(deviceKey(device.tenant, device.id), (ids = new Set()));
     ids.add(clientId);
+    // Oldest first (a client id logging in again moves to the end).
+    for (const id of [...ids]) {
+      if (ids.size <= SESSIONS_PER_DEVICE) break;
+      if (id !== clientId && !this.broker?.clients[id]) this.dropSession(id);
+    }
+  }
+
+  /** Forgets a client id and drops the session aedes keeps under it (once its connection, if any, is gone). */
+  private dropSession(clientId: string): void {
+    this.disown(clientId);
+    const broker = this.broker;
+    if (!broker) return;
+    const wipe = () => {
+      broker.persistence.cleanSubscriptions({ id: clientId }).catch(() => undefined);
+      broker.persistence.cleanIncoming?.({ id: clientId }).catch(() => undefined);
+    };
+    const holder = broker.clients[clientId];
+    if (holder && !holder.conn.destroyed) holder.conn.once('close', wipe);
+    else wipe();
   }
 
   private disown(clientId: string): void {
@@ -329,8 +366,9 @@ export class DeviceAuthorisation {
       for (const id of event.deviceIds) {
         const key = deviceKey(event.tenant, id);
         this.close(this.sessions.get(key), 'its device was removed');
-        // Its client ids are free for other devices.
-        for (const clientId of [...(this.ownedBy.get(key) ?? [])]) this.disown(clientId);
+        // Its client ids are free for other devices, without its sessions (subscriptions to its
+        // config topic, which a device created again with its id would receive).
+        for (const clientId of [...(this.ownedBy.get(key) ?? []), deviceName({ tenant: event.tenant, id })]) this.dropSession(clientId);
       }
     } else if (event.type === 'credentials.changed') {
       for (const id of event.removedIds) this.close(this.byCredential.get(id), 'the credential it logged in with was deleted');

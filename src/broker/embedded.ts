@@ -7,7 +7,7 @@
 import fs from 'node:fs';
 import net from 'node:net';
 import tls from 'node:tls';
-import { Aedes, type AedesOptions, type Client } from 'aedes';
+import { Aedes, type AedesOptions, type Client, type PublishPacket } from 'aedes';
 import { ConfigError, type DeviceAuthMode } from '../config.js';
 import type { Logger } from '../log.js';
 import type { LoginCheck } from '../registry/credentials/logins.js';
@@ -60,6 +60,21 @@ function capPacketSize(client: Client, limit: number, tooLarge: () => void): voi
     return ok;
   };
 }
+
+/**
+ * aedes delivers a QoS 2 message when it arrives and keeps it until its PUBREL only to know a
+ * resend by its packet id (MQTT-4.3.3-2); kept with its payload, a client withholding PUBRELs
+ * held up to 64 KiB per packet id in memory, and a persistent session keeps them after the
+ * connection ends. They are kept without it.
+ */
+function keepQos2WithoutPayload(aedes: Aedes): void {
+  const { persistence } = aedes as unknown as {
+    persistence: { incomingStorePacket(client: Client, packet: PublishPacket): Promise<void> };
+  };
+  const store = persistence.incomingStorePacket.bind(persistence);
+  persistence.incomingStorePacket = (client, packet) => store(client, { ...packet, payload: EMPTY });
+}
+const EMPTY = Buffer.alloc(0);
 
 /** Reads a PEM file of the TLS settings; a bad one stops the start naming its variable. */
 function pem(file: string, variable: string): Buffer {
@@ -124,6 +139,7 @@ export async function startEmbeddedBroker(opts: {
 }): Promise<EmbeddedBroker> {
   const secure = opts.tls ? tlsOptions(opts.tls) : undefined;
   const aedes = await Aedes.createBroker(opts.hooks ?? {});
+  keepQos2WithoutPayload(aedes);
   const { maxPacketBytes, onTooLarge = () => undefined } = opts;
   const handle = (socket: net.Socket) => {
     const client = aedes.handle(socket);
