@@ -300,6 +300,60 @@ describe('a client that does not read', () => {
   }, 120_000);
 });
 
+describe('an SSE client that does not read', () => {
+  // docs/live.md §3: dropped past what the sockets hold, then `lagged` once it reads again; but
+  // uWebSockets.js ends an HTTP answer that has made no progress for about 10 s (its HTTP
+  // timeout, which the service cannot change), so a client that reads nothing for longer is
+  // cut off, without `lagged`.
+  it('gets {"type":"lagged"} after a short pause; one that stays paused is cut off by uWS, without lagged', async () => {
+    const a = await tenant('sseslow', 1);
+    const id = a.devices[0]!;
+    const sseClients = async () => metric((await http<string>('GET', `${svc.base}/metrics`)).text, 'live_clients{transport="sse"}');
+    const before = await sseClients();
+    const open = async () => {
+      const s = { text: '', ended: false, res: undefined as unknown as import('node:http').IncomingMessage };
+      s.res = await new Promise((resolve, reject) =>
+        nodeHttp
+          .get(`${svc.base}/stream?device=${id}`, { headers: { Accept: 'text/event-stream', Authorization: `Bearer ${a.token}` } }, resolve)
+          .on('error', reject),
+      );
+      s.res.setEncoding('utf8');
+      s.res.on('data', (chunk: string) => (s.text += chunk));
+      s.res.on('close', () => (s.ended = true));
+      await eventually(() => (s.text.includes('"subscribed"') ? true : undefined), 'subscribed');
+      s.res.pause();
+      return s;
+    };
+    const short = await open();
+    const long = await open();
+    const reader = await openWs(wsUrl(`?device=${id}`), { token: a.token });
+    await reader.next((m) => m.type === 'subscribed', 'subscribed');
+    const dropped = async () => metric((await http<string>('GET', `${svc.base}/metrics`)).text, 'live_messages_dropped_total');
+    const droppedBefore = await dropped();
+    const note = 'x'.repeat(8000);
+    const n = 1500;
+    const c = await mqtt.connectAsync(`mqtt://127.0.0.1:${svc.service.mqttPort}`, { username: `${a.name}:${id}`, reconnectPeriod: 0 });
+    for (let i = 0; i < n; i++) c.publish(`${a.name}:${id}/attrs`, JSON.stringify({ humidity: i, note }), { qos: 1 });
+    const attrs = (text: string) => (text.match(/"type":"attrs"/g) ?? []).length;
+    const laggedOf = (text: string) => [...text.matchAll(/"type":"lagged","dropped":(\d+)/g)].reduce((sum, m) => sum + Number(m[1]), 0);
+    // Both choked: messages are dropped; the first one reads again at once.
+    await eventually(async () => ((await dropped()) > droppedBefore ? true : undefined), 'messages dropped');
+    short.res.resume();
+    await reader.next((m) => m.type === 'attrs' && (m.attrs as { humidity: number }).humidity === n - 1, 'the last message', 60_000);
+    await c.endAsync();
+    reader.close();
+    await eventually(() => (attrs(short.text) + laggedOf(short.text) === n ? true : undefined), 'what it got plus lagged is everything');
+    expect(laggedOf(short.text)).toBeGreaterThan(0);
+    // The other one, still not reading: uWS ends it within about 10 s (4 s timer granularity).
+    await eventually(async () => ((await sseClients()) === before + 1 ? true : undefined), 'the paused stream ended by uWS', 30_000);
+    long.res.resume();
+    await eventually(() => (long.ended ? true : undefined), 'the end seen by the client');
+    expect(laggedOf(long.text)).toBe(0);
+    expect(attrs(long.text)).toBeLessThan(n);
+    short.res.destroy();
+  }, 90_000);
+});
+
 describe('an SSE client that paused while the last message was written', () => {
   const big = useService({ MQTT_URL: undefined, MAX_MESSAGE_BYTES: String(16 * 1024 * 1024) });
 
