@@ -156,8 +156,8 @@ export const latestBody = bodySchema({
     devices: {
       type: 'array',
       items: { type: 'string' },
-      maxItems: MAX_LATEST_DEVICES,
-      description: `Device ids (at most ${MAX_LATEST_DEVICES}); ids of no device of the tenant are left out of the answer.`,
+      // (no maxItems: an id repeated counts once, so a longer list may name few enough devices)
+      description: `Device ids (at most ${MAX_LATEST_DEVICES} different ones; an id repeated counts once); ids of no device of the tenant are left out of the answer.`,
     },
     template: { type: 'integer', description: `A template id: all its devices (at most ${MAX_LATEST_DEVICES}).` },
     attrs: {

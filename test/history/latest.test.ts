@@ -107,6 +107,19 @@ describe('POST /history/latest', () => {
     expect(r.body).toEqual({ message: `At most 1000 devices per request; template ${big} has 1001`, status: 400 });
   });
 
+  it('an id repeated counts once: 1000 different ids in 1001 entries answer, and the API description allows them', async () => {
+    const ids = Array.from({ length: 999 }, (_, i) => `x${i}`);
+    const r = await latest({ devices: [...ids, a, a], attrs: ['temperature'] });
+    expect(r.status).toBe(200);
+    expect(byPair(r.body)).toEqual({ [`${a}/temperature`]: 21.5 });
+    // (the document said maxItems 1000: a client that validates its request refused what the service answers)
+    const doc = await http<{ components: { schemas: Record<string, { properties: Record<string, { maxItems?: number }> }> } }>(
+      'GET',
+      `${svc.base}/openapi.json`,
+    );
+    expect(doc.body.components.schemas['history.latest.body']!.properties.devices!.maxItems).toBeUndefined();
+  });
+
   it('two values at the same time: the one the `last` aggregate answers (the larger text), open or closed region alike', async () => {
     // A device that sends two messages with the same `timestamp`. Stored in this order, the
     // index answered the first one stored, where the `last` aggregate of the same rows answers
