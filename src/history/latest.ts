@@ -11,9 +11,7 @@
 //      of daily chunks);
 //   3. only if that finds nothing (retention, a delete by hand: the span is then wider than the
 //      data), the newest row inside the span from the oldest chunk on, pair by pair.
-// Open rows are always newer than closed ones, so the first row found is the latest. Two rows at
-// the same time: the larger text, as the `last` aggregate picks (src/history/aggregate-repo.ts),
-// not whichever the index holds first.
+// Open rows are always newer than closed ones, so the first row found is the latest.
 import type pg from 'pg';
 import { errors } from '../errors.js';
 import { bodySchema } from '../schemas/validator.js';
@@ -72,7 +70,7 @@ export async function latestValues(
              LEFT JOIN LATERAL (
                    SELECT ts, value FROM history
                     WHERE series = k.series AND tenant = $1 AND device_id = k.id AND attr = k.label AND ts >= ${open.sql}
-                    ORDER BY ts DESC, value DESC LIMIT 1) h ON true
+                    ORDER BY ts DESC LIMIT 1) h ON true
             WHERE h.ts IS NOT NULL OR sp.series IS NOT NULL
             ORDER BY k.id, k.label`,
     values,
@@ -113,7 +111,7 @@ async function readClosedLatest(pool: pg.Pool, tenant: string, pairs: Pair[], h:
                      SELECT ts, value FROM history
                       WHERE series = k.series AND tenant = $1 AND device_id = k.id AND attr = k.label
                         AND ts >= $6::timestamptz AND ts < $7::timestamptz AND ts <= 'epoch'::timestamptz + k.last_us * interval '1 microsecond'
-                      ORDER BY ts DESC, value DESC LIMIT 1) h ON true`,
+                      ORDER BY ts DESC LIMIT 1) h ON true`,
       values: [
         tenant,
         group.map((p) => p.series),
@@ -134,7 +132,7 @@ async function readClosedLatest(pool: pg.Pool, tenant: string, pairs: Pair[], h:
     const { rows: newest } = await pool.query<{ ts: string; value: string }>({
       text: `SELECT ${historyTimeSql('ts')} AS ts, value FROM history
               WHERE series = $2::bigint AND tenant = $1 AND device_id = $3 AND attr = $4 AND ts >= $5::timestamptz AND ts <= $6::timestamptz
-              ORDER BY ts DESC, value DESC LIMIT 1`,
+              ORDER BY ts DESC LIMIT 1`,
       values: [tenant, p.series, p.device_id, p.attr, microsToText(Math.max(Number(p.first_us), oldest)), microsToText(Number(p.last_us))],
     });
     if (newest[0]) Object.assign(p, newest[0]);
