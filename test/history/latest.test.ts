@@ -107,7 +107,6 @@ describe('POST /history/latest', () => {
     expect(r.body).toEqual({ message: `At most 1000 devices per request; template ${big} has 1001`, status: 400 });
   });
 
-<<<<<<< HEAD
   it('an id repeated counts once: 1000 different ids in 1001 entries answer, and the API description allows them', async () => {
     const ids = Array.from({ length: 999 }, (_, i) => `x${i}`);
     const r = await latest({ devices: [...ids, a, a], attrs: ['temperature'] });
@@ -121,41 +120,6 @@ describe('POST /history/latest', () => {
     expect(doc.body.components.schemas['history.latest.body']!.properties.devices!.maxItems).toBeUndefined();
   });
 
-  it('two values at the same time: the one the `last` aggregate answers (the larger text), open or closed region alike', async () => {
-    // A device that sends two messages with the same `timestamp`. Stored in this order, the
-    // index answered the first one stored, where the `last` aggregate of the same rows answers
-    // the larger text (docs/messaging.md §6): a dashboard's "current value" and the last point
-    // of its chart disagreed.
-    const pool = svc.service.pool;
-    const d = await createDevice(pool, tenant, [template]);
-    const recent = new Date(Date.now() - 10_000).toISOString();
-    await insertHistory(pool, [
-      { tenant, device: d, attr: 'temperature', ts: recent, value: '1' },
-      { tenant, device: d, attr: 'temperature', ts: recent, value: '2' },
-      { tenant, device: d, attr: 'mode', ts: '2024-01-03T00:00:00Z', value: '"a"' },
-      { tenant, device: d, attr: 'mode', ts: '2024-01-03T00:00:00Z', value: '"b"' },
-    ]);
-    await pool.query(`SELECT history_note_before(now() - interval '2 days'), history_close_before(now() - interval '2 days')`);
-    const last = async (label: string, from: string) =>
-      (
-        await http<Array<{ last: unknown }>>(
-          'GET',
-          `${svc.base}/history/device/${d}/history?attr=${label}&interval=1d&agg=last&dateFrom=${encodeURIComponent(from)}`,
-          { token },
-        )
-      ).body.at(-1)!.last;
-    expect(await last('temperature', recent)).toBe(2);
-    expect(await last('mode', '2024-01-01T00:00:00Z')).toBe('b');
-    expect(byPair((await latest({ devices: [d] })).body)).toEqual({ [`${d}/temperature`]: 2, [`${d}/mode`]: 'b' });
-    const view = await http<{ last_values: Record<string, { value: unknown }> }>('GET', `${svc.base}/device/${d}?lastValues=true`, {
-      token,
-    });
-    expect(view.body.last_values.mode).toEqual({ ts: '2024-01-03T00:00:00.000000Z', value: 'b' });
-    expect(view.body.last_values.temperature!.value).toBe(2);
-  });
-
-=======
->>>>>>> parent of 0c3be03 (POST /history/latest and lastValues: two values at the same time answer the larger text, as the last aggregate does (found by an audit: a device that sent two messages with one timestamp got the value stored first from latest and lastValues, the other from agg=last; docs/messaging.md §6; the raw lastN is unchanged))
   it.each([
     [{ attrs: ['temperature'] }, 'Give exactly one of "devices" and "template"'],
     [{ devices: [], template: 1 }, 'Give exactly one of "devices" and "template"'],
