@@ -33,27 +33,36 @@ async function crash(db: pg.Client): Promise<void> {
   }, 'the postmaster gone');
 }
 
-describe('a COPY in flight when PostgreSQL crashes', () => {
+/**
+ * A describe's own PostgreSQL (it is crashed), the service on it and an admin pool; `restart`
+ * starts the crashed cluster again on its data directory and port.
+ */
+function crashableDatabase(settings?: Record<string, string>) {
+  const world = {} as { cluster: EmbeddedDatabase; svc: TestService; admin: pg.Pool; restart(): Promise<void> };
   let dataDir: string;
   let port: number;
-  let cluster: EmbeddedDatabase;
-  let svc: TestService;
-  let admin: pg.Pool;
-  const tenant = `cx${crypto.randomBytes(3).toString('hex')}`;
-
   beforeAll(async () => {
     dataDir = await tempDir('dr-test-crash-');
     port = await freePort('127.0.0.1');
-    cluster = await startEmbeddedDatabase({ dataDir, port, log });
-    svc = await startTestService({ DATABASE_URL: cluster.url, MQTT_URL: undefined, INGEST_WORKERS: '1' });
-    admin = new pg.Pool({ connectionString: cluster.url, max: 2 });
-    admin.on('error', () => undefined);
+    world.cluster = await startEmbeddedDatabase({ dataDir, port, log, settings });
+    world.svc = await startTestService({ DATABASE_URL: world.cluster.url, MQTT_URL: undefined, INGEST_WORKERS: '1' });
+    world.admin = new pg.Pool({ connectionString: world.cluster.url, max: 2 });
+    world.admin.on('error', () => undefined);
   }, 120_000);
   afterAll(async () => {
-    await svc?.stop();
-    await admin?.end();
-    await cluster?.stop();
+    await world.svc?.stop();
+    await world.admin?.end();
+    await world.cluster?.stop();
   });
+  world.restart = async () => {
+    world.cluster = await startEmbeddedDatabase({ dataDir, port, log, settings });
+  };
+  return world;
+}
+
+describe('a COPY in flight when PostgreSQL crashes', () => {
+  const world = crashableDatabase();
+  const tenant = `cx${crypto.randomBytes(3).toString('hex')}`;
 
   // At once: the id is "in the future" when ingest first asks, and the service's own work soon
   // takes it again (before: lost in this case too). Down 3 s: ingest's retries back off, and the
@@ -64,31 +73,31 @@ describe('a COPY in flight when PostgreSQL crashes', () => {
   ])(
     'is written again after the restart (down $downMs ms, its id taken by another transaction: $takeIds)',
     async ({ downMs, takeIds }) => {
-      const t = await createTemplate(admin, tenant, 'crash', [{ label: 'n', type: 'dynamic', value_type: 'integer' }]);
-      const d = await createDevice(admin, tenant, [t]);
-      const device = await deviceClient(`mqtt://127.0.0.1:${svc.service.mqttPort}`, { username: `${tenant}:${d}` });
+      const t = await createTemplate(world.admin, tenant, 'crash', [{ label: 'n', type: 'dynamic', value_type: 'integer' }]);
+      const d = await createDevice(world.admin, tenant, [t]);
+      const device = await deviceClient(`mqtt://127.0.0.1:${world.svc.service.mqttPort}`, { username: `${tenant}:${d}` });
       try {
         await device.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ n: 1 }), { qos: 1 }); // partitions made, model cached
 
         // The next COPY begins (its transaction id taken) and waits behind a lock: nothing of it is in the WAL.
-        const locker = new pg.Client({ connectionString: cluster.url });
+        const locker = new pg.Client({ connectionString: world.cluster.url });
         locker.on('error', () => undefined);
         await locker.connect();
         await locker.query('BEGIN; LOCK TABLE history IN ACCESS EXCLUSIVE MODE');
         const acked = device.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ n: 2 }), { qos: 1 });
         const xid = await eventually(async () => {
-          const { rows } = await admin.query<{ xid: string }>(
+          const { rows } = await world.admin.query<{ xid: string }>(
             "SELECT backend_xid::text AS xid FROM pg_stat_activity WHERE query LIKE 'COPY history%' AND wait_event_type = 'Lock'",
           );
           return rows[0]?.xid;
         }, 'the COPY waiting for the lock');
         await crash(locker);
         await new Promise((r) => setTimeout(r, downMs));
-        cluster = await startEmbeddedDatabase({ dataDir, port, log });
+        await world.restart();
 
         if (takeIds) {
           // Other work (other shards, other instances) takes transaction ids, that one among them.
-          const other = new pg.Client({ connectionString: cluster.url });
+          const other = new pg.Client({ connectionString: world.cluster.url });
           await other.connect();
           try {
             while (BigInt((await other.query<{ x: string }>('SELECT pg_current_xact_id()::text AS x')).rows[0]!.x) < BigInt(xid));
@@ -99,7 +108,7 @@ describe('a COPY in flight when PostgreSQL crashes', () => {
 
         // The PUBACK: the service says the message is stored.
         await Promise.race([acked, new Promise((_, reject) => setTimeout(() => reject(new Error('no PUBACK within 20 s')), 20_000))]);
-        expect(await historyCount(admin, tenant, d)).toBe(2);
+        expect(await historyCount(world.admin, tenant, d)).toBe(2);
       } finally {
         await device.endAsync();
       }
@@ -109,41 +118,23 @@ describe('a COPY in flight when PostgreSQL crashes', () => {
 });
 
 describe('a COPY acknowledged just before PostgreSQL crashes, on a server with synchronous_commit=off', () => {
-  let dataDir: string;
-  let port: number;
-  let cluster: EmbeddedDatabase;
-  let svc: TestService;
-  let admin: pg.Pool;
+  // A common tuning for ingest: commits return before their WAL is on disk.
+  const world = crashableDatabase({ synchronous_commit: 'off', wal_writer_delay: '10s' });
   const tenant = `cs${crypto.randomBytes(3).toString('hex')}`;
 
-  beforeAll(async () => {
-    dataDir = await tempDir('dr-test-crash-');
-    port = await freePort('127.0.0.1');
-    // A common tuning for ingest: commits return before their WAL is on disk.
-    cluster = await startEmbeddedDatabase({ dataDir, port, log, settings: { synchronous_commit: 'off', wal_writer_delay: '10s' } });
-    svc = await startTestService({ DATABASE_URL: cluster.url, MQTT_URL: undefined, INGEST_WORKERS: '1' });
-    admin = new pg.Pool({ connectionString: cluster.url, max: 2 });
-    admin.on('error', () => undefined);
-  }, 120_000);
-  afterAll(async () => {
-    await svc?.stop();
-    await admin?.end();
-    await cluster?.stop();
-  });
-
   it('is still stored after the restart: ingest commits durably whatever the server default', async () => {
-    const t = await createTemplate(admin, tenant, 'sync', [{ label: 'n', type: 'dynamic', value_type: 'integer' }]);
-    const d = await createDevice(admin, tenant, [t]);
-    const device = await deviceClient(`mqtt://127.0.0.1:${svc.service.mqttPort}`, { username: `${tenant}:${d}` });
+    const t = await createTemplate(world.admin, tenant, 'sync', [{ label: 'n', type: 'dynamic', value_type: 'integer' }]);
+    const d = await createDevice(world.admin, tenant, [t]);
+    const device = await deviceClient(`mqtt://127.0.0.1:${world.svc.service.mqttPort}`, { username: `${tenant}:${d}` });
     try {
-      await admin.query('CHECKPOINT'); // the schema and the device on disk
+      await world.admin.query('CHECKPOINT'); // the schema and the device on disk
       await device.publishAsync(`${tenant}:${d}/attrs`, JSON.stringify({ n: 1 }), { qos: 1 }); // acknowledged
-      const c = new pg.Client({ connectionString: cluster.url });
+      const c = new pg.Client({ connectionString: world.cluster.url });
       c.on('error', () => undefined);
       await c.connect();
       await crash(c);
-      cluster = await startEmbeddedDatabase({ dataDir, port, log, settings: { synchronous_commit: 'off' } });
-      expect(await historyCount(admin, tenant, d)).toBe(1);
+      await world.restart();
+      expect(await historyCount(world.admin, tenant, d)).toBe(1);
     } finally {
       await device.endAsync();
     }
