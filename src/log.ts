@@ -84,7 +84,7 @@ function destination(format: LogFormat, opts: LoggerOptions): pino.DestinationSt
     colorize: !process.env.NO_COLOR,
     singleLine: true,
     translateTime: 'SYS:HH:MM:ss.l',
-    ignore: 'pid,hostname',
+    ignore: 'pid,hostname,service',
     messageFormat: (log, messageKey) => {
       const msg = log[messageKey];
       return escapeControl(typeof msg === 'string' ? msg : '');
@@ -93,10 +93,13 @@ function destination(format: LogFormat, opts: LoggerOptions): pino.DestinationSt
   return { write: (line: string) => out.write(prettify(line)) };
 }
 
+/** The field every line of every thread carries, so that a log pipeline can tell the service's lines apart. */
+const SERVICE_FIELD = { service: 'device-registry' } as const;
+
 function pinoOptions(level: LogLevel, format: LogFormat, base: LogFields): pino.LoggerOptions {
   return {
     level,
-    base,
+    base: { ...SERVICE_FIELD, ...base },
     redact: { paths: [...REDACT_PATHS], censor: REDACTED },
     serializers: { error: serializeError, err: serializeError },
     // JSON: the shape these lines have always had (`ts` ISO 8601, `level` by name), so that log

@@ -27,7 +27,7 @@ try {
   }
   fail(format, err);
 }
-const log = createLogger(config.logLevel, { service: 'device-registry' }, { format: config.logFormat });
+const log = createLogger(config.logLevel, {}, { format: config.logFormat });
 // Process-wide, so before any thread starts.
 applyHeapGrowing(config.v8HeapGrowingPercent);
 

@@ -1,5 +1,5 @@
 // The log format: every output line of a real process is one JSON object with ts, level and msg,
-// at the default level and at LOG_LEVEL=warn.
+// at the default level and at LOG_LEVEL=warn; every line of every thread names the service.
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { freePort } from '../../src/net.js';
@@ -38,6 +38,9 @@ describe('log format', () => {
     }
     // The default level is info: no debug lines.
     expect(entries.filter((e) => e.level === 'debug')).toEqual([]);
+    // Every thread's lines name the service (the router thread's too: it hosts the embedded broker).
+    expect(msgs).toContain('embedded MQTT broker listening');
+    expect(entries.filter((e) => e.service !== 'device-registry')).toEqual([]);
   }, 120_000);
 
   it('LOG_LEVEL=warn: warnings are written, info lines are not', async () => {
