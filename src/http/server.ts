@@ -418,6 +418,8 @@ function send(ex: Exchange, reply: Reply, closing = false): number {
     res.writeHeader('X-Request-Id', ex.requestId);
     if (reply.headers) for (const [k, v] of Object.entries(reply.headers)) res.writeHeader(k, v);
     if (payload === undefined) {
+      // A streamed answer asked with HEAD: the GET's media type, no length (it is not known).
+      if (reply.contentType) res.writeHeader('Content-Type', reply.contentType);
       // No arguments: an explicit `undefined` length is sent as Content-Length 2^63, which
       // breaks the client's keep-alive connection; with none, a 204 carries no length at all.
       // (So a 204 does not close its connection during shutdown: it is closed once idle.)

@@ -174,6 +174,26 @@ describe('GET /history/export', () => {
     });
   });
 
+  it("HEAD: the GET's status and media type, no body (the endpoint and the history endpoint's streamed answers)", async () => {
+    const range = 'dateFrom=2024-05-01T00:00:00Z&dateTo=2024-05-02T00:00:00Z';
+    for (const [url, headers, type] of [
+      [`${svc.base}/history/export?${range}&format=csv`, {}, 'text/csv; charset=utf-8'],
+      [`${svc.base}/history/export?${range}`, {}, 'application/x-ndjson'],
+      [`${svc.base}/history/device/${device}/history`, { accept: 'text/csv' }, 'text/csv; charset=utf-8'],
+      [`${svc.base}/history/device/${device}/history`, { accept: 'application/x-ndjson' }, 'application/x-ndjson'],
+    ] as const) {
+      const get = await http('GET', url, { token, headers });
+      const head = await http('HEAD', url, { token, headers });
+      expect({ url, status: head.status, type: head.headers.get('content-type'), text: head.text }).toEqual({
+        url,
+        status: 200,
+        type,
+        text: '',
+      });
+      expect(get.headers.get('content-type')).toBe(type);
+    }
+  });
+
   it('a blank devices= or attr= is an absent one (every device, every label), as on the history endpoint', async () => {
     const range = 'dateFrom=2024-05-01T00:00:00Z&dateTo=2024-05-02T00:00:00Z&format=csv';
     const all = (await http('GET', `${svc.base}/history/export?${range}`, { token })).text;
