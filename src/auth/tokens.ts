@@ -25,6 +25,19 @@ export interface Claims {
 
 const CACHE_MAX = 10_000;
 
+const BASE64URL = /^[A-Za-z0-9_-]+$/;
+
+/**
+ * Three segments of base64url as RFC 7515 §2 defines it (no padding, no other characters, the
+ * unused bits of the last character zero), as RFC 7519 §7.2 requires before any check. jose
+ * decodes leniently: a trailing `=`, or a last character that differs only in its unused bits,
+ * would give one signature several accepted spellings.
+ */
+function isCanonicalCompact(token: string): boolean {
+  const segments = token.split('.');
+  return segments.length === 3 && segments.every((s) => BASE64URL.test(s) && Buffer.from(s, 'base64url').toString('base64url') === s);
+}
+
 export class Tokens {
   private readonly cache = new Map<string, Claims>();
 
@@ -53,6 +66,7 @@ export class Tokens {
       this.cache.delete(token);
       return undefined;
     }
+    if (!isCanonicalCompact(token)) return undefined;
     let payload: Record<string, unknown>;
     try {
       ({ payload } = await jwtVerify(token, this.key, {

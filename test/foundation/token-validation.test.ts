@@ -107,6 +107,30 @@ describe('token validation (JWT_SECRET set: tokens forged with the service key)'
         return `${header}.${payload}.${signature}`;
       },
     ],
+    // RFC 7515 §2 / RFC 7519 §7.2: base64url without padding, nothing else; the token must be
+    // refused, not decoded leniently (the same signature must not have several spellings).
+    ['a valid token with `=` padding appended to its signature', async () => `${await sign(fullClaims())}=`],
+    [
+      'a valid token whose signature ends in another spelling of the same bytes (non-zero unused bits)',
+      async () => {
+        const jwt = await sign(fullClaims());
+        const signature = jwt.slice(jwt.lastIndexOf('.') + 1);
+        const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+        // 32 bytes are 43 characters: the last one carries 4 bits of the signature and 2 unused bits.
+        const last = alphabet.indexOf(signature.at(-1)!);
+        const other = alphabet[(last & ~3) | ((last + 1) & 3)]!;
+        const respelled = signature.slice(0, -1) + other;
+        expect(Buffer.from(respelled, 'base64url').equals(Buffer.from(signature, 'base64url'))).toBe(true);
+        return jwt.slice(0, jwt.lastIndexOf('.') + 1) + respelled;
+      },
+    ],
+    [
+      'a valid token with `=` padding in its payload segment',
+      async () => {
+        const [header, payload, signature] = (await sign(fullClaims())).split('.');
+        return `${header}.${payload}=.${signature}`;
+      },
+    ],
   ];
 
   it.each(cases)('%s: 401 "Invalid authentication token" on a route and on an unknown route', async (_name, make) => {
