@@ -42,6 +42,9 @@ export class Router {
   }
 
   match(method: string, path: string): Match {
+    // An empty segment (`/device/`, `/device//x`) names no route: were it skipped, a client
+    // building `/device/${id}` with an empty id would reach DELETE /device, every device.
+    if (path !== '/' && path.slice(1).split('/').includes('')) return { kind: 'none' };
     const segs = split(path);
     const params: Record<string, string> = {};
     const found = walk(this.root, segs, 0, params);

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import pg from 'pg';
 import type { DevicesCreated, ErrorBody, UserAnswer } from '../helpers/api.js';
 import { countOf } from '../helpers/db.js';
+import { createDevice, createTemplate } from '../helpers/registry-fixtures.js';
 import { http, useService } from '../helpers/service.js';
 
 const svc = useService({ MAX_BODY_BYTES: '2048' });
@@ -13,6 +14,31 @@ describe('routing', () => {
     expect(res.status).toBe(404);
     expect(res.body).toEqual({ message: 'Invalid endpoint requested', status: 404 });
     expect(res.headers.get('content-type')).toBe('application/json');
+  });
+
+  it('an empty path segment names no route: DELETE /device/ (an id left empty) removes nothing', async () => {
+    const { tenant, token } = await svc.freshTenant('slash');
+    const pool = svc.service.pool;
+    const template = await createTemplate(pool, tenant, 'thing', [{ label: 'n', type: 'dynamic', value_type: 'integer' }]);
+    const device = await createDevice(pool, tenant, [template]);
+    for (const [method, path] of [
+      ['DELETE', '/device/'],
+      ['DELETE', '/device//'],
+      ['DELETE', `/device//${device}`],
+      ['GET', `/device/${device}/`],
+      ['GET', `/template/${template}/`],
+      ['DELETE', '/template/'],
+    ] as const) {
+      const res = await http(method, `${svc.base}${path}`, { token });
+      expect({ method, path, status: res.status, body: res.body }).toEqual({
+        method,
+        path,
+        status: 404,
+        body: { message: 'Invalid endpoint requested', status: 404 },
+      });
+    }
+    expect((await http('GET', `${svc.base}/device/${device}`, { token })).status).toBe(200);
+    expect((await http('GET', `${svc.base}/template/${template}`, { token })).status).toBe(200);
   });
 
   it('unknown route without a token: 401 (auth comes before routing)', async () => {
