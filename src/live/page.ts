@@ -52,7 +52,7 @@ const BASE = location.pathname.replace(/\/live\/?$/, "/");
 
 async function api(path) {
   const res = await fetch(BASE + path, { headers: { Authorization: "Bearer " + state.token } });
-  if (!res.ok) throw new Error(path + ": " + res.status);
+  if (!res.ok) throw Object.assign(new Error(path + ": " + res.status), { status: res.status });
   return res.json();
 }
 
@@ -72,10 +72,25 @@ $("login").addEventListener("submit", async (e) => {
   connect();
 });
 
+// Every device of the tenant, page after page: 1,000 a page, or the API's default page size
+// where MAX_PAGE_SIZE is below 1,000 (a page_size above it is a 400).
 async function loadDevices() {
-  const page = await api("device?withStatus&page_size=1000&sortBy=label");
+  const all = [];
+  let size = "&page_size=1000";
+  for (let num = 1; ; ) {
+    let page;
+    try {
+      page = await api("device?withStatus&sortBy=label" + size + "&page_num=" + num);
+    } catch (err) {
+      if (err.status === 400 && size && num === 1) { size = ""; continue; }
+      throw err;
+    }
+    all.push(...page.devices);
+    if (!page.pagination || !page.pagination.has_next) break;
+    num = page.pagination.next_page;
+  }
   state.devices.clear();
-  for (const d of page.devices) state.devices.set(d.id, d);
+  for (const d of all) state.devices.set(d.id, d);
   renderDevices();
 }
 
