@@ -123,6 +123,7 @@ async function choose(id) {
   const since = new Date(Date.now() - WINDOW_MS).toISOString();
   try {
     const history = await api("history/device/" + encodeURIComponent(id) + "/history?dateFrom=" + since);
+    if (state.chosen !== id) return; // another device was chosen meanwhile
     for (const [label, records] of Object.entries(history)) {
       for (const r of [...records].reverse()) add(label, r.value, r.ts);
     }
@@ -131,9 +132,18 @@ async function choose(id) {
   renderChart();
 }
 
+// A value, live or from history (history may answer after live messages came): the newest one
+// is shown, and the chart's points stay in time order, each once.
 function add(label, value, ts) {
-  state.values[label] = { value, ts };
-  if (typeof value === "number") (state.points[label] ||= []).push({ t: Date.parse(ts), v: value });
+  const t = Date.parse(ts);
+  const current = state.values[label];
+  if (!current || Date.parse(current.ts) <= t) state.values[label] = { value, ts };
+  if (typeof value !== "number") return;
+  const points = (state.points[label] ||= []);
+  let i = points.length;
+  while (i > 0 && points[i - 1].t > t) i--;
+  if (i > 0 && points[i - 1].t === t && points[i - 1].v === value) return;
+  points.splice(i, 0, { t, v: value });
 }
 
 function renderAttrs() {

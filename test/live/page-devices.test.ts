@@ -1,13 +1,17 @@
-// The /live page lists every device of the tenant (issue 23: "lists a tenant's devices with their
-// status"), whatever the API's page limits: it read one page of page_size=1000, so a tenant of
+// The /live page's device list and chosen device (issue 23: "lists a tenant's devices with their
+// status", "shows the chosen device's attributes updating as messages arrive"). The list holds
+// every device of the tenant, whatever the API's page limits: it read one page of page_size=1000, so a tenant of
 // more devices saw only the first 1,000, and with MAX_PAGE_SIZE below 1,000 (the request a 400)
-// the page listed none. Here MAX_PAGE_SIZE=100 and 150 devices: every one is listed. Debian's
+// the page listed none. Here MAX_PAGE_SIZE=100 and 150 devices: every one is listed. And a live
+// value that arrives while the chosen device's history is being read stays the one shown (history
+// overwrote it with an older value, and drew the chart's line back in time). Debian's
 // chromium driven by playwright-core, as in page.test.ts (without the browser the test fails).
 import crypto from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { chromium, type Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';
+import { deviceClient, eventually } from '../helpers/registry-fixtures.js';
 import { http, tenantToken, useService } from '../helpers/service.js';
 
 const CHROMIUM = ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find((p) => existsSync(p));
@@ -55,6 +59,57 @@ describe('the /live page device list', () => {
       expect(listed.sort()).toEqual(d.body.devices.map((x) => x.id).sort());
       expect(await page.textContent('#conn')).toBe('open');
     } finally {
+      await page.close();
+    }
+  }, 120_000);
+
+  it('a live value that arrives before the history answer stays shown, and the chart stays in time order', async () => {
+    const tenant = `race${crypto.randomBytes(3).toString('hex')}`;
+    const token = await tenantToken(svc.base, svc.token, tenant);
+    await http('POST', `${svc.base}/auth/user`, {
+      token: svc.token,
+      body: { username: `${tenant}-viewer`, passwd: 'secret-pass', service: tenant, email: `${tenant}@example.com`, profile: 'user' },
+    });
+    const t = await http<TemplateCreated>('POST', `${svc.base}/template`, {
+      token,
+      body: { label: 'thermo', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }] },
+    });
+    const d = await http<DevicesCreated>('POST', `${svc.base}/device`, {
+      token,
+      body: { label: 'cellar', templates: [t.body.template.id] },
+    });
+    const id = d.body.devices[0]!.id;
+    const mqtt = await deviceClient(`mqtt://127.0.0.1:${svc.service.mqttPort}`, { username: `${tenant}:${id}` });
+    const page = await browser.newPage();
+    try {
+      // An older value, in history before the page opens.
+      await mqtt.publishAsync(`${tenant}:${id}/attrs`, JSON.stringify({ temperature: 10 }), { qos: 1 });
+      await eventually(async () => {
+        const h = await http<unknown[]>('GET', `${svc.base}/history/device/${id}/history?lastN=1&attr=temperature`, { token });
+        return h.status === 200 && h.body.length === 1 ? true : undefined;
+      }, 'the first value stored');
+      await page.goto(`${svc.base}/live`);
+      await page.fill('#username', `${tenant}-viewer`);
+      await page.fill('#passwd', 'secret-pass');
+      await page.click('button[type=submit]');
+      await page.waitForFunction(`document.getElementById('conn')?.textContent === 'open'`);
+      // The history answer (the older value only) reaches the page after a newer live value did.
+      await page.route('**/history/device/**', async (route) => {
+        const answer = await route.fetch();
+        await mqtt.publishAsync(`${tenant}:${id}/attrs`, JSON.stringify({ temperature: 99 }), { qos: 1 });
+        await page.waitForFunction(`document.querySelector('#attrs tr[data-attr="temperature"] td:nth-child(2)')?.textContent === '99'`);
+        await route.fulfill({ response: answer });
+      });
+      await page.click(`#devices li[data-id="${id}"]`);
+      await page.waitForFunction(`document.getElementById('chart')?.dataset.points === '2'`);
+      expect(await page.textContent('#attrs tr[data-attr="temperature"] td:nth-child(2)')).toBe('99');
+      // The line goes forward in time: M x1 y1 L x2 y2 with x1 < x2.
+      const line = (await page.getAttribute('#series-line', 'd')) ?? '';
+      const xs = [...line.matchAll(/[ML]([\d.]+) /g)].map((m) => Number(m[1]));
+      expect(xs).toHaveLength(2);
+      expect(xs[0]!).toBeLessThan(xs[1]!);
+    } finally {
+      await mqtt.endAsync();
       await page.close();
     }
   }, 120_000);
