@@ -165,4 +165,20 @@ describe('lastValues on the device views', () => {
     expect(lv[b]).toEqual({ temperature: { ts: '2024-01-02T00:00:00.000000Z', value: 6 } });
     expect(lv[a]!.temperature!.value).toBe(21.5);
   });
+
+  it('GET /device/template/{id}: the same flag, the same values; without it unchanged', async () => {
+    const url = `${svc.base}/device/template/${template}?page_size=50`;
+    const plain = await http('GET', url, { token });
+    const on = await http<{ devices: Array<{ id: string; last_values: Record<string, { value: unknown }> }> }>('GET', `${url}&lastValues`, {
+      token,
+    });
+    const stripped = { ...on.body, devices: on.body.devices.map(({ last_values: _, ...d }) => d) };
+    expect(stripped).toEqual(plain.body);
+    expect(plain.text).not.toContain('last_values');
+    const lv = Object.fromEntries(on.body.devices.map((d) => [d.id, d.last_values]));
+    expect(Object.keys(lv).sort()).toEqual([a, b, quiet].sort());
+    expect(lv[b]).toEqual({ temperature: { ts: '2024-01-02T00:00:00.000000Z', value: 6 } });
+    expect(lv[a]!.mode!.value).toBe('eco');
+    expect(lv[quiet]).toEqual({});
+  });
 });

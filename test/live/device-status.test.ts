@@ -77,6 +77,28 @@ describe('device status', () => {
       const offline = await http<{ devices: StatusView[] }>('GET', `${svc.base}/device?status=offline`, { token });
       expect(offline.body.devices.map((d) => d.id).sort()).toEqual([quick, never].sort());
       expect((await http<string[]>('GET', `${svc.base}/device?status=online&idsOnly`, { token })).body).toEqual([slow]);
+      // A template's devices take the filter too: of the short template's two, the one never seen.
+      const ofShort = async (q: string) =>
+        http<{ devices: StatusView[]; pagination: { total: number } }>(
+          'GET',
+          `${svc.base}/device/template/${short.body.template.id}?${q}`,
+          {
+            token,
+          },
+        );
+      expect((await ofShort('status=offline')).body.devices.map((d) => [d.id, d.status]).sort()).toEqual(
+        [
+          [quick, 'offline'],
+          [never, 'offline'],
+        ].sort(),
+      );
+      expect((await ofShort('status=online')).body).toMatchObject({ devices: [], pagination: { total: 0 } });
+      expect(
+        (
+          await http<{ devices: StatusView[] }>('GET', `${svc.base}/device/template/${long.body.template.id}?status=online`, { token })
+        ).body.devices.map((d) => d.id),
+      ).toEqual([slow]);
+      expect((await ofShort('status=asleep')).body).toEqual({ message: 'status must be online or offline, got "asleep"', status: 400 });
       // A registry change in the tenant (a new template, a device updated) has every timeout read
       // again: meanwhile the one read before holds, never the default (2 s here), which would
       // show the hour-long device offline for a moment.

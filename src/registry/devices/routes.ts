@@ -392,13 +392,17 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
     method: 'GET',
     path: '/device/template/:template_id',
     summary: 'List the devices of a template',
-    description: 'An unknown template is an empty page.',
+    description: 'An unknown template is an empty page. `status`, `withStatus` and `lastValues` as on GET /device.',
     tag: 'devices',
     params: { template_id: templateIdParam },
-    query: (l) => ({ type: 'object', properties: { ...pageParams(l), withStatus: withStatusParam }, 'x-error-order': PAGE_ERRORS }),
+    query: (l) => ({
+      type: 'object',
+      properties: { ...pageParams(l), status: statusParam, withStatus: withStatusParam, lastValues },
+      'x-error-order': [...PAGE_ERRORS, 'badQuery'],
+    }),
     responses: {
       200: { description: 'One page.', schema: 'DeviceList' },
-      400: { description: 'Bad paging parameters, checked in this order.', errors: PAGE_ERRORS },
+      400: { description: 'Bad paging parameters, checked in this order, or a bad status.', errors: [...PAGE_ERRORS, 'badQuery'] },
     },
     exampleParams: { template_id: T },
     examples: [
@@ -412,12 +416,14 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
       },
       { name: 'pageSizeZero', summary: 'page_size 0', query: { page_size: 0 }, status: 400, response: err('pageSizeTooSmall') },
     ],
-    async handler(req, { devices }) {
+    async handler(req, { devices, pool }) {
       const page = pageOf(req.values);
       const templateId = parseTemplateId(req.params.template_id!);
       // An unknown (or malformed) template id is an empty page, not an error.
       if (templateId === undefined) return { status: 200, body: { devices: [], pagination: pagination(page, 0) } };
-      return publicPage(devices, req.tenant, { filters: noFilters(), templateId, withStatus: req.values.withStatus === true }, page);
+      const status = await devices.statusQuery(req.values.status as string | undefined);
+      const q = { filters: noFilters(), templateId, status, withStatus: req.values.withStatus === true };
+      return publicPage(devices, req.tenant, q, page, req.values.lastValues === true ? pool : undefined);
     },
   },
 ];
