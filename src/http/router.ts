@@ -42,9 +42,11 @@ export class Router {
   }
 
   match(method: string, path: string): Match {
-    // An empty segment (`/device/`, `/device//x`) names no route: were it skipped, a client
-    // building `/device/${id}` with an empty id would reach DELETE /device, every device.
-    if (path !== '/' && path.slice(1).split('/').includes('')) return { kind: 'none' };
+    // An empty segment names no route (`/device//x`; `DELETE /device/`: were it skipped, a client
+    // building `/device/${id}` with an empty id would remove every device), except a trailing
+    // slash on a read (GET, HEAD: a browser's `/live/`).
+    const inner = method === 'GET' || method === 'HEAD' ? path.slice(1, path.endsWith('/') ? -1 : undefined) : path.slice(1);
+    if (path !== '/' && inner.split('/').includes('')) return { kind: 'none' };
     const segs = split(path);
     const params: Record<string, string> = {};
     const found = walk(this.root, segs, 0, params);

@@ -10,6 +10,7 @@ export const LIVE_PAGE = String.raw`<!doctype html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>device-registry live</title>
+<link rel="icon" href="data:,">
 <style>
   body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
   h1 { font-size: 1.3em; }

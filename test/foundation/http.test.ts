@@ -16,7 +16,7 @@ describe('routing', () => {
     expect(res.headers.get('content-type')).toBe('application/json');
   });
 
-  it('an empty path segment names no route: DELETE /device/ (an id left empty) removes nothing', async () => {
+  it('an empty path segment names no route, but for a trailing slash on a read: DELETE /device/ (an id left empty) removes nothing', async () => {
     const { tenant, token } = await svc.freshTenant('slash');
     const pool = svc.service.pool;
     const template = await createTemplate(pool, tenant, 'thing', [{ label: 'n', type: 'dynamic', value_type: 'integer' }]);
@@ -25,8 +25,11 @@ describe('routing', () => {
       ['DELETE', '/device/'],
       ['DELETE', '/device//'],
       ['DELETE', `/device//${device}`],
-      ['GET', `/device/${device}/`],
-      ['GET', `/template/${template}/`],
+      ['DELETE', `/device/${device}/`],
+      ['PUT', `/device/${device}/`],
+      ['POST', '/device/'],
+      ['GET', `/device//${device}`],
+      ['GET', '//device'],
       ['DELETE', '/template/'],
     ] as const) {
       const res = await http(method, `${svc.base}${path}`, { token });
@@ -39,6 +42,10 @@ describe('routing', () => {
     }
     expect((await http('GET', `${svc.base}/device/${device}`, { token })).status).toBe(200);
     expect((await http('GET', `${svc.base}/template/${template}`, { token })).status).toBe(200);
+    // A read with a trailing slash is the read without it (a browser's /live/ too: test/live/page).
+    const slashed = await http<{ id: string }>('GET', `${svc.base}/device/${device}/`, { token });
+    expect([slashed.status, slashed.body.id]).toEqual([200, device]);
+    expect((await http('HEAD', `${svc.base}/template/${template}/`, { token })).status).toBe(200);
   });
 
   it('unknown route without a token: 401 (auth comes before routing)', async () => {

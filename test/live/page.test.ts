@@ -41,6 +41,11 @@ describe('the /live page', () => {
     const id = d.body.devices[0]!.id;
 
     const page = await browser.newPage();
+    // Every request the page makes succeeds (its API reads, the stream).
+    const failed: string[] = [];
+    page.on('response', (r) => {
+      if (r.status() >= 400) failed.push(`${r.status()} ${r.url()}`);
+    });
     await page.goto(`${svc.base}/live`);
     await page.fill('#username', `${tenant}-viewer`);
     await page.fill('#passwd', 'secret-pass');
@@ -67,6 +72,7 @@ describe('the /live page', () => {
       expect(await page.locator('#chart circle.point').count()).toBe(2);
       const line = await page.getAttribute('#series-line', 'd');
       expect(line).toMatch(/^M[\d.]+ [\d.]+ L[\d.]+ [\d.]+$/);
+      expect(failed).toEqual([]);
     } finally {
       await mqtt.endAsync();
       await page.close();
