@@ -122,6 +122,8 @@ export interface Config {
   deviceStatusFlushMs: number;
   /** Bytes a live stream client may have unsent before its messages are dropped (and counted). */
   liveClientBufferBytes: number;
+  /** Live stream clients (WebSocket and SSE) one tenant may have open on this instance; past it 429. */
+  liveMaxClientsPerTenant: number;
   /** Committed telemetry shared with the other instances by PostgreSQL NOTIFY (docs/live.md); false: this instance's own only. */
   liveFanout: boolean;
 }
@@ -387,6 +389,7 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     deviceOfflineAfterSeconds: integer(env, 'DEVICE_OFFLINE_AFTER_SECONDS', 600, 1, 31_536_000),
     deviceStatusFlushMs: integer(env, 'DEVICE_STATUS_FLUSH_MS', 1000, 50, 60_000),
     liveClientBufferBytes: integer(env, 'LIVE_CLIENT_BUFFER_BYTES', 1024 * 1024, 1024, 1024 * 1024 * 1024),
+    liveMaxClientsPerTenant: integer(env, 'LIVE_MAX_CLIENTS_PER_TENANT', 1000, 1, 1_000_000),
     liveFanout: bool(env, 'LIVE_FANOUT', true),
   };
   return Object.freeze(config);

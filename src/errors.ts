@@ -103,6 +103,13 @@ export const errors = {
   unhealthy: () => plain(503, 'Database unavailable'),
   shuttingDown: () => plain(503, 'The service is shutting down; send the request again'),
   notAcceptable: (mediaType: string) => plain(406, `This resource is only available as ${mediaType}`),
+
+  // Live stream
+  tooManyStreams: (max: number) =>
+    plain(
+      429,
+      `This tenant has ${max} live streams open on this instance, the most allowed (LIVE_MAX_CLIENTS_PER_TENANT); close one first`,
+    ),
 } as const;
 
 /** The name of an error of the registry. */

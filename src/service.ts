@@ -358,6 +358,7 @@ async function startApi(
     metrics: core.metrics,
     log: log.child({ component: 'live' }),
     bufferBytes: config.liveClientBufferBytes,
+    maxClientsPerTenant: config.liveMaxClientsPerTenant,
   });
   messaging.feed.on((b) => live.committed(b));
   messaging.deviceStatus.onChange((s) => live.statusChanged(s));

@@ -52,6 +52,10 @@ export const liveRoutes: RouteSpec<object>[] = [
         description: 'A bad filter or max_messages, or neither a WebSocket upgrade nor `Accept: text/event-stream`.',
         errors: ['badQuery'],
       },
+      429: {
+        description: 'The tenant has `LIVE_MAX_CLIENTS_PER_TENANT` streams (WebSocket and SSE together) open on this instance.',
+        errors: ['tooManyStreams'],
+      },
     },
     examples: [
       {

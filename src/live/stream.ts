@@ -10,6 +10,7 @@ import type pg from 'pg';
 import client from 'prom-client';
 import uWS from 'uWebSockets.js';
 import type { Claims, Tokens } from '../auth/tokens.js';
+import { errors } from '../errors.js';
 import { requestIdFor } from '../http/request-id.js';
 import { NOT_CARRIED, type CommittedBatch } from '../ingest/protocol.js';
 import type { Logger } from '../log.js';
@@ -265,6 +266,8 @@ export interface LiveHubOptions {
   log: Logger;
   /** LIVE_CLIENT_BUFFER_BYTES. */
   bufferBytes: number;
+  /** LIVE_MAX_CLIENTS_PER_TENANT: each client may hold up to bufferBytes, so this bounds a tenant's memory. */
+  maxClientsPerTenant: number;
 }
 
 /**
@@ -327,6 +330,8 @@ export class LiveHub {
    * order they happened (a device created, then removed; its `subscribed` first).
    */
   private readonly turns = new Map<string, Promise<void>>();
+  /** Clients admitted but not yet added (a WebSocket between its upgrade and its open), by tenant: they count toward the limit. */
+  private readonly admitting = new Map<string, number>();
   readonly counters: { sent: client.Counter; dropped: client.Counter };
   private closing = false;
 
@@ -625,7 +630,10 @@ export class LiveHub {
     let aborted = false;
     res.onAborted(() => (aborted = true));
     void this.admit(authorization, query, protocols).then((admitted) => {
-      if (aborted) return;
+      if (aborted) {
+        if (!('error' in admitted)) this.admitted(admitted.claims.service);
+        return;
+      }
       this.answered(request, 'error' in admitted ? admitted.status : 101);
       res.cork(() => {
         if ('error' in admitted) {
@@ -642,6 +650,8 @@ export class LiveHub {
           extensions,
           context,
         );
+        // (uWS opens the socket within upgrade(): the client is counted among the tenant's now.)
+        this.admitted(admitted.claims.service);
       });
     });
   }
@@ -661,6 +671,7 @@ export class LiveHub {
       }
     });
     void this.admit(authorization, query, []).then((admitted) => {
+      if (!('error' in admitted)) this.admitted(admitted.claims.service);
       if (aborted) return;
       if ('error' in admitted) {
         this.answered(request, admitted.status);
@@ -700,19 +711,42 @@ export class LiveHub {
     // The answer names one of the offered subprotocols: ours, never another (the token one would echo the token).
     if (protocols.length > 0 && !protocols.includes(SUBPROTOCOL))
       return { status: 400, error: `A WebSocket that offers subprotocols must offer ${SUBPROTOCOL} (beside bearer.<token>)` };
+    let sub: Subscription;
+    let maxMessages: number | undefined;
     try {
-      return { claims, sub: subscriptionOfQuery(query), maxMessages: maxMessagesOf(query) };
+      sub = subscriptionOfQuery(query);
+      maxMessages = maxMessagesOf(query);
     } catch (err) {
       if (err instanceof BadSubscription) return { status: 400, error: err.message };
       throw err;
     }
+    const tenant = claims.service;
+    const open = (this.byTenant.get(tenant)?.size ?? 0) + (this.admitting.get(tenant) ?? 0);
+    if (open >= this.opts.maxClientsPerTenant) {
+      const e = errors.tooManyStreams(this.opts.maxClientsPerTenant);
+      return { status: e.httpStatus, error: e.message };
+    }
+    this.admitting.set(tenant, (this.admitting.get(tenant) ?? 0) + 1);
+    return { claims, sub, maxMessages };
+  }
+
+  /** An admitted client was added, or will never be (it went away first). */
+  private admitted(tenant: string): void {
+    const n = (this.admitting.get(tenant) ?? 1) - 1;
+    if (n > 0) this.admitting.set(tenant, n);
+    else this.admitting.delete(tenant);
   }
 }
 
 const attrsText = (id: string, tsUs: number, attrs: string) =>
   `{"type":"attrs","device_id":${JSON.stringify(id)},"ts":"${microsToText(tsUs)}","attrs":${attrs}}`;
 
-const STATUS_LINE: Record<number, string> = { 400: '400 Bad Request', 401: '401 Unauthorized', 503: '503 Service Unavailable' };
+const STATUS_LINE: Record<number, string> = {
+  400: '400 Bad Request',
+  401: '401 Unauthorized',
+  429: '429 Too Many Requests',
+  503: '503 Service Unavailable',
+};
 
 function writeError(res: uWS.HttpResponse, status: number, message: string, requestId: string): void {
   res.writeStatus(STATUS_LINE[status] ?? `${status}`);
