@@ -6,57 +6,30 @@
 // value that arrives while the chosen device's history is being read stays the one shown (history
 // overwrote it with an older value, and drew the chart's line back in time). Debian's
 // chromium driven by playwright-core, as in page.test.ts (without the browser the test fails).
-import crypto from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { chromium, type Browser } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';
+import { describe, expect, it } from 'vitest';
 import { deviceClient, eventually } from '../helpers/registry-fixtures.js';
-import { http, tenantToken, useService } from '../helpers/service.js';
+import { http, useService } from '../helpers/service.js';
+import { logIn, thermometers, useBrowser, viewerTenant } from './page-fixtures.js';
 
-const CHROMIUM = ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find((p) => existsSync(p));
 const svc = useService({ MQTT_URL: undefined, MAX_PAGE_SIZE: '100' });
-let browser: Browser;
+const browser = useBrowser();
 const DEVICES = 150;
-
-beforeAll(async () => {
-  if (!CHROMIUM) throw new Error('the /live page test needs chromium: apt-get install -y chromium');
-  browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
-});
-afterAll(() => browser?.close());
 
 describe('the /live page device list', () => {
   it('lists every device of the tenant, over several pages, with MAX_PAGE_SIZE below 1,000', async () => {
-    const tenant = `pages${crypto.randomBytes(3).toString('hex')}`;
-    const token = await tenantToken(svc.base, svc.token, tenant);
-    const user = await http('POST', `${svc.base}/auth/user`, {
-      token: svc.token,
-      body: { username: `${tenant}-viewer`, passwd: 'secret-pass', service: tenant, email: `${tenant}@example.com`, profile: 'user' },
-    });
-    expect(user.status).toBeLessThan(300);
-    const t = await http<TemplateCreated>('POST', `${svc.base}/template`, {
-      token,
-      body: { label: 'thermo', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }] },
-    });
-    const d = await http<DevicesCreated>('POST', `${svc.base}/device?count=${DEVICES}`, {
-      token,
-      body: { label: 'room', templates: [t.body.template.id] },
-    });
-    expect(d.body.devices).toHaveLength(DEVICES);
+    const v = await viewerTenant(svc, 'pages');
+    const ids = await thermometers(svc.base, v, 'room', DEVICES);
 
-    const page = await browser.newPage();
+    const page = await browser().newPage();
     try {
-      await page.goto(`${svc.base}/live`);
-      await page.fill('#username', `${tenant}-viewer`);
-      await page.fill('#passwd', 'secret-pass');
-      await page.click('button[type=submit]');
+      await logIn(page, svc.base, v);
       // The stream is opened once the list is loaded.
       await page
         .waitForFunction(`document.getElementById('conn')?.textContent === 'open'`, null, { timeout: 15_000 })
         .catch(() => undefined);
       // (a page-side expression as text: it runs in the browser, where `document` is)
       const listed = await page.evaluate<string[]>(`[...document.querySelectorAll('#devices li')].map((li) => li.dataset.id)`);
-      expect(listed.sort()).toEqual(d.body.devices.map((x) => x.id).sort());
+      expect(listed.sort()).toEqual(ids.sort());
       expect(await page.textContent('#conn')).toBe('open');
     } finally {
       await page.close();
@@ -64,23 +37,11 @@ describe('the /live page device list', () => {
   }, 120_000);
 
   it('a live value that arrives before the history answer stays shown, and the chart stays in time order', async () => {
-    const tenant = `race${crypto.randomBytes(3).toString('hex')}`;
-    const token = await tenantToken(svc.base, svc.token, tenant);
-    await http('POST', `${svc.base}/auth/user`, {
-      token: svc.token,
-      body: { username: `${tenant}-viewer`, passwd: 'secret-pass', service: tenant, email: `${tenant}@example.com`, profile: 'user' },
-    });
-    const t = await http<TemplateCreated>('POST', `${svc.base}/template`, {
-      token,
-      body: { label: 'thermo', attrs: [{ label: 'temperature', type: 'dynamic', value_type: 'float' }] },
-    });
-    const d = await http<DevicesCreated>('POST', `${svc.base}/device`, {
-      token,
-      body: { label: 'cellar', templates: [t.body.template.id] },
-    });
-    const id = d.body.devices[0]!.id;
+    const v = await viewerTenant(svc, 'race');
+    const { tenant, token } = v;
+    const [id] = await thermometers(svc.base, v, 'cellar');
     const mqtt = await deviceClient(`mqtt://127.0.0.1:${svc.service.mqttPort}`, { username: `${tenant}:${id}` });
-    const page = await browser.newPage();
+    const page = await browser().newPage();
     try {
       // An older value, in history before the page opens.
       await mqtt.publishAsync(`${tenant}:${id}/attrs`, JSON.stringify({ temperature: 10 }), { qos: 1 });
@@ -88,10 +49,7 @@ describe('the /live page device list', () => {
         const h = await http<unknown[]>('GET', `${svc.base}/history/device/${id}/history?lastN=1&attr=temperature`, { token });
         return h.status === 200 && h.body.length === 1 ? true : undefined;
       }, 'the first value stored');
-      await page.goto(`${svc.base}/live`);
-      await page.fill('#username', `${tenant}-viewer`);
-      await page.fill('#passwd', 'secret-pass');
-      await page.click('button[type=submit]');
+      await logIn(page, svc.base, v);
       await page.waitForFunction(`document.getElementById('conn')?.textContent === 'open'`);
       // The history answer (the older value only) reaches the page after a newer live value did.
       await page.route('**/history/device/**', async (route) => {
