@@ -90,11 +90,6 @@ export function microsToTextCached(): (us: number) => string {
   };
 }
 
-/** A JS Date in the history `ts` format. */
-export function historyTime(d: Date): string {
-  return d.toISOString().replace('Z', '000Z');
-}
-
 /** SQL expression rendering a timestamptz column as the contract's history `ts` text. */
 export function historyTimeSql(column: string): string {
   return `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;

@@ -124,12 +124,6 @@ export interface ErrorBody {
   status: number;
 }
 
-/** A body that failed validation (`failed to parse input` / `failed to parse attr`). */
-export interface ValidationErrorBody {
-  message: string;
-  errors: Record<string, unknown>;
-}
-
 export interface TokenAnswer {
   jwt: string;
 }
