@@ -4,7 +4,7 @@ import type { Config } from '../config.js';
 import type { LinkState } from '../broker/link.js';
 import type { DeviceLogin, LoginVerdict } from '../registry/credentials/logins.js';
 import type { DropReason } from './drop-reasons.js';
-import type { LatencyCounts } from './latency.js';
+import { emptyLatency, type LatencyCounts } from './latency.js';
 
 /** A batch of messages for one shard, in arrival order. */
 export interface ShardTask {
@@ -31,6 +31,22 @@ export interface WorkerMetricsDelta {
   commitLatency: LatencyCounts;
   /** Absolute: devices in this worker's cache. */
   cachedDevices: number;
+}
+
+/** Nothing counted yet: a shard worker's start, and the router's (which adds its own counts). */
+export function emptyWorkerMetrics(): WorkerMetricsDelta {
+  return {
+    messagesStored: 0,
+    valuesReceived: 0,
+    valuesStored: 0,
+    dropped: {},
+    cacheHits: 0,
+    cacheMisses: 0,
+    batchRows: [],
+    copySeconds: [],
+    commitLatency: emptyLatency(),
+    cachedDevices: 0,
+  };
 }
 
 /** Everything the router reports to the main thread's metrics registry. */

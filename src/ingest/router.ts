@@ -11,7 +11,7 @@ import type { Logger } from '../log.js';
 import { NO_ACK, type AckHandle, type Inbox, type Unreadable } from '../broker/link.js';
 import { deviceKey } from '../topics.js';
 import type { DropReason } from './drop-reasons.js';
-import type { IngestMetricsDelta, ShardTask, WorkerMetricsDelta } from './protocol.js';
+import { emptyWorkerMetrics, type IngestMetricsDelta, type ShardTask, type WorkerMetricsDelta } from './protocol.js';
 import { addLatency, emptyLatency, observeSince } from './latency.js';
 import { shardFor } from './shard.js';
 
@@ -113,20 +113,11 @@ export class IngestRouter implements Inbox {
 
   static emptyDelta(shards: number): IngestMetricsDelta {
     return {
+      ...emptyWorkerMetrics(),
       messagesReceived: 0,
       messagesAcknowledged: 0,
       messagesCommitted: 0,
       ackLatency: emptyLatency(),
-      commitLatency: emptyLatency(),
-      messagesStored: 0,
-      valuesReceived: 0,
-      valuesStored: 0,
-      dropped: {},
-      cacheHits: 0,
-      cacheMisses: 0,
-      batchRows: [],
-      copySeconds: [],
-      cachedDevices: 0,
       queueDepth: new Array<number>(shards).fill(0),
       cachedDevicesByShard: new Array<number>(shards).fill(0),
     };

@@ -20,8 +20,8 @@ import type { DropReason } from './drop-reasons.js';
 import type { HistoryWriter } from './history-writer.js';
 import type { Logger } from '../log.js';
 import { microsToTextCached } from '../time.js';
-import type { CommittedBatch, ShardTask, WorkerMetricsDelta } from './protocol.js';
-import { emptyLatency, observeSince } from './latency.js';
+import { emptyWorkerMetrics, type CommittedBatch, type ShardTask, type WorkerMetricsDelta } from './protocol.js';
+import { observeSince } from './latency.js';
 
 interface Deferred {
   resolve: () => void;
@@ -66,7 +66,7 @@ export class ShardActor {
   private timer: NodeJS.Timeout | undefined;
   /** Fatal: a payload that is not UTF-8 is refused, not stored with U+FFFD in its place. */
   private readonly decoder = new TextDecoder('utf-8', { fatal: true });
-  private metrics = ShardActor.emptyMetrics();
+  private metrics = emptyWorkerMetrics();
   private readonly tsText = microsToTextCached();
 
   constructor(
@@ -74,21 +74,6 @@ export class ShardActor {
     private readonly writer: HistoryWriter,
     private readonly opts: ShardActorOptions,
   ) {}
-
-  static emptyMetrics(): WorkerMetricsDelta {
-    return {
-      messagesStored: 0,
-      valuesReceived: 0,
-      valuesStored: 0,
-      dropped: {},
-      cacheHits: 0,
-      cacheMisses: 0,
-      batchRows: [],
-      copySeconds: [],
-      commitLatency: emptyLatency(),
-      cachedDevices: 0,
-    };
-  }
 
   /** Handles one batch from the router; resolves with metric deltas once its rows are committed. */
   handle(task: ShardTask): Promise<WorkerMetricsDelta> {
@@ -103,7 +88,7 @@ export class ShardActor {
     m.cacheHits = cache.hits;
     m.cacheMisses = cache.misses;
     m.cachedDevices = cache.size;
-    this.metrics = ShardActor.emptyMetrics();
+    this.metrics = emptyWorkerMetrics();
     return m;
   }
 

@@ -1,8 +1,7 @@
 // The ingest router: batches per shard, acknowledges a message only once its batch is committed
 // (at once when dropped), sends a failed batch again, and pauses / resumes the broker link.
 import { describe, expect, it } from 'vitest';
-import type { WorkerMetricsDelta } from '../../src/ingest/protocol.js';
-import { emptyLatency } from '../../src/ingest/latency.js';
+import { emptyWorkerMetrics, type WorkerMetricsDelta } from '../../src/ingest/protocol.js';
 
 describe('the router', () => {
   const quiet = {
@@ -27,7 +26,7 @@ describe('the router', () => {
       shards: 2,
       run: (shard: number, task: { keys: string }) =>
         new Promise<WorkerMetricsDelta>((resolve, reject) =>
-          calls.push({ shard, keys: task.keys.split('\0'), resolve: () => resolve(ShardActorMetrics()), reject }),
+          calls.push({ shard, keys: task.keys.split('\0'), resolve: () => resolve(emptyWorkerMetrics()), reject }),
         ),
     };
     const router = new IngestRouter(runner, { maxMessageBytes: 100, maxPending: 1000, holdMs: 10, log: quiet, onPressure() {} });
@@ -55,7 +54,7 @@ describe('the router', () => {
       shards: 1,
       run: (_shard: number, task: { keys: string }) =>
         new Promise<WorkerMetricsDelta>((resolve, reject) =>
-          calls.push({ keys: task.keys.split('\0'), resolve: () => resolve(ShardActorMetrics()), reject }),
+          calls.push({ keys: task.keys.split('\0'), resolve: () => resolve(emptyWorkerMetrics()), reject }),
         ),
     };
     const router = new IngestRouter(runner, { maxMessageBytes: 100, maxPending: 1000, holdMs: 1, log: quiet, onPressure() {} });
@@ -82,7 +81,10 @@ describe('the router', () => {
   it('asks the broker link to pause above INGEST_MAX_PENDING and to resume below half of it', async () => {
     const { IngestRouter } = await import('../../src/ingest/router.js');
     const pending: Array<() => void> = [];
-    const runner = { shards: 1, run: () => new Promise<WorkerMetricsDelta>((resolve) => pending.push(() => resolve(ShardActorMetrics()))) };
+    const runner = {
+      shards: 1,
+      run: () => new Promise<WorkerMetricsDelta>((resolve) => pending.push(() => resolve(emptyWorkerMetrics()))),
+    };
     const pressure: boolean[] = [];
     const router = new IngestRouter(runner, {
       maxMessageBytes: 100,
@@ -101,21 +103,6 @@ describe('the router', () => {
     expect(pressure).toEqual([true, false]);
   });
 });
-
-function ShardActorMetrics(): WorkerMetricsDelta {
-  return {
-    messagesStored: 0,
-    valuesReceived: 0,
-    valuesStored: 0,
-    dropped: {},
-    cacheHits: 0,
-    cacheMisses: 0,
-    batchRows: [],
-    copySeconds: [],
-    commitLatency: emptyLatency(),
-    cachedDevices: 0,
-  };
-}
 
 async function eventuallyTrue(cond: () => boolean): Promise<void> {
   for (let i = 0; i < 200 && !cond(); i++) await new Promise((r) => setTimeout(r, 5));
