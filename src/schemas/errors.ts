@@ -41,7 +41,7 @@ const args = (l: ErrorLimits): Partial<Record<ErrorKey, unknown[]>> => ({
 /** The component name of an error body. */
 export const errorSchemaName = (key: ErrorKey) => `Error.${key}`;
 
-/** Every error body schema, by component name; plus `ValidationError` and `FieldErrors`. */
+/** Every error body schema, by component name (the validation body, `Error.validation`, written here); plus `FieldErrors`. */
 export function errorSchemas(l: ErrorLimits): Record<string, object> {
   const out: Record<string, object> = {};
   const special = args(l);
