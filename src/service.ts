@@ -126,8 +126,15 @@ interface Database {
   pool: pg.Pool;
 }
 
+/** What every start step is given: the configuration, the log, and the register of what started. */
+interface StartContext {
+  config: Config;
+  log: Logger;
+  started: Started;
+}
+
 /** The embedded PostgreSQL unless DATABASE_URL, the pool, the migrations and the first admin. */
-async function openDatabase(config: Config, log: Logger, started: Started): Promise<Database> {
+async function openDatabase({ config, log, started }: StartContext): Promise<Database> {
   // Needed for the embedded database and for any key the configuration does not give.
   if (!config.databaseUrl || !config.jwtSecret || !config.pskEncryptionKey) await prepareDataDir(config.dataDir);
   let url = config.databaseUrl;
@@ -169,7 +176,8 @@ interface Messaging {
  * MQTT_URL) with the ingest router and shard workers. Stopped after HTTP: flush, commit,
  * acknowledge, close; the logins after ingest, so its last logins are recorded.
  */
-async function startMessaging(config: Config, db: Database, core: Core, log: Logger, started: Started): Promise<Messaging> {
+async function startMessaging(ctx: StartContext, db: Database, core: Core): Promise<Messaging> {
+  const { config, log, started } = ctx;
   const historyMaintenance = await startHistoryMaintenance({
     pool: db.pool,
     chunkInterval: config.historyChunkInterval,
@@ -192,7 +200,7 @@ async function startMessaging(config: Config, db: Database, core: Core, log: Log
   );
   core.events.on((e) => logins.invalidate(e));
   started.onStop('device logins', () => logins.stop());
-  const { deviceStatus, feed } = await startCommittedFeed(config, db, core, log, started);
+  const { deviceStatus, feed } = await startCommittedFeed(ctx, db, core);
   const ingest = await startIngest({ config, databaseUrl: db.url, metrics: core.metrics, logins, log });
   started.onStop('ingest', (clock) => ingest.stop(clock.drainUntil));
   started.checkpoint();
@@ -203,7 +211,7 @@ async function startMessaging(config: Config, db: Database, core: Core, log: Log
  * Device status and committed telemetry (docs/live.md): listening before ingest starts, and
  * stopped after it, so the last commits are recorded.
  */
-async function startCommittedFeed(config: Config, db: Database, core: Core, log: Logger, started: Started) {
+async function startCommittedFeed({ config, log, started }: StartContext, db: Database, core: Core) {
   const deviceStatus = new DeviceStatusBook(db.pool, core.events, {
     offlineAfterSeconds: config.deviceOfflineAfterSeconds,
     flushMs: config.deviceStatusFlushMs,
@@ -234,7 +242,7 @@ interface Core {
 }
 
 /** Token signing, the metrics registry and the registry's change feed (LISTEN). */
-async function startCore(config: Config, db: Database, log: Logger, started: Started): Promise<Core> {
+async function startCore({ config, log, started }: StartContext, db: Database): Promise<Core> {
   const tokenKey = config.jwtSecret ?? (await loadOrCreateKey(config.dataDir, 'jwt-secret'));
   const tokens = new Tokens(tokenKey, config.jwtIssuer, config.tokenTtlSeconds);
   const metrics = createMetrics();
@@ -247,13 +255,7 @@ async function startCore(config: Config, db: Database, log: Logger, started: Sta
 }
 
 /** MQTT_DYNAMIC_SECURITY: the external Mosquitto's device accounts follow the credentials. */
-async function startBrokerAccounts(
-  config: Config,
-  db: Database,
-  core: Core,
-  log: Logger,
-  started: Started,
-): Promise<DynamicSecurity | undefined> {
+async function startBrokerAccounts({ config, log, started }: StartContext, db: Database, core: Core): Promise<DynamicSecurity | undefined> {
   if (!config.mqttDynamicSecurity || !config.mqttUrl) return undefined;
   const accounts = await DynamicSecurity.start({
     url: config.mqttUrl,
@@ -271,12 +273,8 @@ async function startBrokerAccounts(
 
 /** The registry's services (templates, devices, keys, credentials), their caches bounded in size and age. */
 function registryServices(
-  config: Config,
-  db: Database,
-  core: Core,
-  messaging: Messaging,
-  accounts: DynamicSecurity | undefined,
-  started: Started,
+  { config, started }: StartContext,
+  { db, core, messaging, accounts }: { db: Database; core: Core; messaging: Messaging; accounts: DynamicSecurity | undefined },
 ) {
   const cacheMaxAgeMs = config.registryCacheMaxAgeSeconds * 1000;
   const psk = new PskService(core.events, new KeySealer(messaging.pskKey));
@@ -309,13 +307,8 @@ interface Api {
  * the query checks (compiled by startHttp) use the configured limits; both are made once, at start.
  */
 async function startApi(
-  config: Config,
-  db: Database,
-  core: Core,
-  messaging: Messaging,
-  registry: ReturnType<typeof registryServices>,
-  log: Logger,
-  started: Started,
+  { config, log, started }: StartContext,
+  { db, core, messaging, registry }: { db: Database; core: Core; messaging: Messaging; registry: ReturnType<typeof registryServices> },
 ): Promise<Api> {
   const readiness = new Readiness({
     pool: db.pool,
@@ -397,13 +390,14 @@ async function startApi(
  */
 export async function startService(config: Config, log: Logger, abort?: AbortSignal): Promise<Service> {
   const started = new Started(config, log, abort);
+  const ctx: StartContext = { config, log, started };
   try {
-    const db = await openDatabase(config, log, started);
-    const core = await startCore(config, db, log, started);
-    const messaging = await startMessaging(config, db, core, log, started);
-    const accounts = await startBrokerAccounts(config, db, core, log, started);
-    const registry = registryServices(config, db, core, messaging, accounts, started);
-    const api = await startApi(config, db, core, messaging, registry, log, started);
+    const db = await openDatabase(ctx);
+    const core = await startCore(ctx, db);
+    const messaging = await startMessaging(ctx, db, core);
+    const accounts = await startBrokerAccounts(ctx, db, core);
+    const registry = registryServices(ctx, { db, core, messaging, accounts });
+    const api = await startApi(ctx, { db, core, messaging, registry });
     return {
       config,
       pool: db.pool,
