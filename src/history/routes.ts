@@ -76,6 +76,29 @@ function record(deviceJson: string, r: HistoryRow): string {
   return `{"device_id":${deviceJson},"ts":"${r.ts}","value":${r.value},"attr":${JSON.stringify(r.attr)}}`;
 }
 
+/** The query parameters of GET /history/export; any other is refused (a misspelt filter would export the whole tenant). */
+const EXPORT_PARAMS = {
+  dateFrom: historyBound('dateFrom', 'Inclusive lower bound:'),
+  dateTo: historyBound('dateTo', 'Inclusive upper bound:'),
+  devices: {
+    type: 'array',
+    items: { type: 'string' },
+    description: 'Device ids, comma-separated or repeated; absent: every device.',
+  },
+  template: {
+    type: 'integer',
+    description: 'Only the devices of this template.',
+    'x-error': { type: { error: 'badHistoryQuery', message: 'template must be a template id (an integer), got "{input}"' } },
+  },
+  attr: { type: 'array', items: { type: 'string' }, description: 'Attribute labels, comma-separated or repeated; absent: all.' },
+  format: {
+    type: 'string',
+    enum: ['csv', 'ndjson'],
+    description: 'Wins over Accept.',
+    'x-error': { enum: { error: 'badHistoryQuery', message: 'format must be csv or ndjson, got "{input}"' } },
+  },
+};
+
 /** A streamed export answer. */
 const exportReply = (format: ExportFormat, stream: Reply['stream']): Reply => ({
   status: 200,
@@ -399,31 +422,11 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       'PostgreSQL produces it, with backpressure: unbounded in rows, bounded in memory. Rows come in storage order (by chunk, ' +
       'roughly by time). A client that disconnects stops the query. The format: `format`, else `Accept` (`text/csv` or ' +
       '`application/x-ndjson`), else NDJSON. CSV columns `ts,device_id,attr,value` (`value` the stored JSON text, quoted as CSV ' +
-      'requires); NDJSON one history record per line.',
+      'requires); NDJSON one history record per line. Any other query parameter is refused (400): a misspelt filter would export the whole tenant.',
     tag: 'history',
     query: () => ({
       type: 'object',
-      properties: {
-        dateFrom: historyBound('dateFrom', 'Inclusive lower bound:'),
-        dateTo: historyBound('dateTo', 'Inclusive upper bound:'),
-        devices: {
-          type: 'array',
-          items: { type: 'string' },
-          description: 'Device ids, comma-separated or repeated; absent: every device.',
-        },
-        template: {
-          type: 'integer',
-          description: 'Only the devices of this template.',
-          'x-error': { type: { error: 'badHistoryQuery', message: 'template must be a template id (an integer), got "{input}"' } },
-        },
-        attr: { type: 'array', items: { type: 'string' }, description: 'Attribute labels, comma-separated or repeated; absent: all.' },
-        format: {
-          type: 'string',
-          enum: ['csv', 'ndjson'],
-          description: 'Wins over Accept.',
-          'x-error': { enum: { error: 'badHistoryQuery', message: 'format must be csv or ndjson, got "{input}"' } },
-        },
-      },
+      properties: EXPORT_PARAMS,
       'x-error-order': ['badHistoryQuery'],
     }),
     responses: {
@@ -467,6 +470,11 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       },
     ],
     handler(req, { pool }) {
+      const unknown = [...new URLSearchParams(req.queryString).keys()].find((k) => !Object.hasOwn(EXPORT_PARAMS, k));
+      if (unknown !== undefined)
+        throw errors.badHistoryQuery(
+          `unknown query parameter "${unknown}" (GET /history/export takes ${Object.keys(EXPORT_PARAMS).join(', ')})`,
+        );
       const v = req.values;
       // A blank list is an absent one (every device, every label), as a blank bound is no bound.
       const split = (xs: unknown) => {

@@ -27,6 +27,8 @@ export interface Request {
   readonly values: QueryValues;
   /** Routes with `queryFailure: 'handler'`: the query's first failure, for the handler to answer in its order. */
   readonly queryFailure: QueryFailure | undefined;
+  /** The query string as sent (without `?`): for a route that refuses parameters it does not declare. */
+  readonly queryString: string;
   /** The parsed JSON body of routes with a `body`; undefined otherwise. */
   readonly body: unknown;
   /** `json-deferred` routes: the error a `json` route would have answered for this body. */

@@ -194,6 +194,21 @@ describe('GET /history/export', () => {
     }
   });
 
+  it('a parameter it does not take is refused (a misspelt filter would export the whole tenant): 400 naming it', async () => {
+    for (const q of [`device=${device}`, 'lastN=5', 'interval=1h', 'templates=1']) {
+      const r = await http<ErrorBody>('GET', `${svc.base}/history/export?${q}&format=csv`, { token });
+      const name = q.slice(0, q.indexOf('='));
+      expect({ q, status: r.status, body: r.body }).toEqual({
+        q,
+        status: 400,
+        body: {
+          message: `unknown query parameter "${name}" (GET /history/export takes dateFrom, dateTo, devices, template, attr, format)`,
+          status: 400,
+        },
+      });
+    }
+  });
+
   it('a blank devices= or attr= is an absent one (every device, every label), as on the history endpoint', async () => {
     const range = 'dateFrom=2024-05-01T00:00:00Z&dateTo=2024-05-02T00:00:00Z&format=csv';
     const all = (await http('GET', `${svc.base}/history/export?${range}`, { token })).text;
