@@ -146,21 +146,22 @@ const spanOf = (r: { first_us: number | null; last_us: number | null }): Span | 
  */
 const FIRST_WINDOW_CHUNKS = 4;
 
+/** One series' read: where (pool, key), how (`mode`), what (`q`) and the horizon it splits at. */
+interface SeriesRead {
+  pool: pg.Pool;
+  mode: Mode;
+  key: { tenant: string; id: string; label: string; series: string };
+  q: HistoryQuery;
+  h: Horizon;
+}
+
 /**
  * Up to `need` rows of one series from before the horizon, in the query's order: windows
  * [lo, hi) inside the series' span and the query's range, each planned with its own chunks.
  * The first window is FIRST_WINDOW_CHUNKS intervals long, then each is twice as long, so a
  * series whose rows are far apart costs a few statements, never one per chunk.
  */
-async function readClosed(
-  pool: pg.Pool,
-  mode: Mode,
-  key: { tenant: string; id: string; label: string; series: string },
-  q: HistoryQuery,
-  h: Horizon,
-  span: Span,
-  need: number,
-): Promise<Row[]> {
+async function readClosed({ pool, mode, key, q, h }: SeriesRead, span: Span, need: number): Promise<Row[]> {
   let lo = Math.max(span.firstUs, q.fromUs ?? -Infinity);
   // Not before the oldest chunk: retention may have dropped the span's start. The cached value
   // only says whether to ask; the answer is read afresh (a late row may have made an older chunk).
@@ -188,22 +189,15 @@ async function readClosed(
 }
 
 /** One series' answer from its open-region rows and span: the closed region read as needed. */
-async function completeSeries(
-  pool: pg.Pool,
-  mode: Mode,
-  key: { tenant: string; id: string; label: string; series: string },
-  q: HistoryQuery,
-  h: Horizon,
-  fetched: Row[],
-  span: Span | undefined,
-): Promise<Row[]> {
+async function completeSeries(read: SeriesRead, fetched: Row[], span: Span | undefined): Promise<Row[]> {
+  const { q } = read;
   const open = fetched.slice(0, q.limit); // the statement's LIMIT is openLimit(q.limit)
   if (q.order === 'desc') {
     if (open.length >= q.limit || !span) return open;
-    return open.concat(await readClosed(pool, mode, key, q, h, span, q.limit - open.length));
+    return open.concat(await readClosed(read, span, q.limit - open.length));
   }
   if (!span) return open;
-  const closed = await readClosed(pool, mode, key, q, h, span, q.limit);
+  const closed = await readClosed(read, span, q.limit);
   return closed.length >= q.limit ? closed : closed.concat(open.slice(0, q.limit - closed.length));
 }
 
@@ -237,7 +231,7 @@ export async function readSeries(pool: pg.Pool, tenant: string, id: string, aske
       while (end < rows.length && rows[end]!.label === labels[i]) end++;
       const mine = rows.slice(start, end).filter((r) => r.attr !== null);
       const key = { tenant, id, label: labels[i]!, series: keys[i]! };
-      for (const r of await completeSeries(pool, mode, key, q, h, mine, spanOf(rows[start]!)))
+      for (const r of await completeSeries({ pool, mode, key, q, h }, mine, spanOf(rows[start]!)))
         out.push({ attr: labels[i]!, ts: r.ts, value: r.value, mine: r.mine });
       start = end;
     }
@@ -288,7 +282,7 @@ export async function readOneSeriesOfDevice(
     const first = res.rows[0]!;
     found = first.found;
     if (!first.found || !first.has_attr) return [];
-    return completeSeries(pool, mode, key, q, h, first.attr === null ? [] : res.rows, spanOf(first));
+    return completeSeries({ pool, mode, key, q, h }, first.attr === null ? [] : res.rows, spanOf(first));
   });
   return found ? rows : undefined;
 }

@@ -4,7 +4,7 @@ import { registryTimeSql } from '../../time.js';
 import type { Page } from '../paging.js';
 import { ATTR_COLUMNS, attrFromRow, nestAttrs, type AttrColumns, type AttrRecord } from '../attrs.js';
 import { labelMatchSql, Params } from '../sql.js';
-import type { DeviceQuery, DeviceRecord, OverrideRow } from './types.js';
+import type { DeviceQuery, DeviceRecord, DeviceShape, OverrideRow } from './types.js';
 import { onlineSql } from './status.js';
 
 type Db = pg.Pool | pg.PoolClient;
@@ -222,18 +222,16 @@ export async function templateAttrs(db: Db, tenant: string, ids: number[]): Prom
 }
 
 /**
- * Inserts devices `ids[i]` labelled `<label>_<indexes[i]>`, built from `templates`, with the
- * same overrides each: three set-based statements whatever the count. `ids` must be distinct.
- * Returns the ids that were free (ON CONFLICT DO NOTHING also waits out concurrent inserts).
+ * Inserts devices `ids[i]` labelled `<label>_<indexes[i]>`, built from the shape's templates,
+ * with the same overrides each: three set-based statements whatever the count. `ids` must be
+ * distinct. Returns the ids that were free (ON CONFLICT DO NOTHING also waits out concurrent inserts).
  */
 export async function insertDevices(
   db: Db,
   tenant: string,
   ids: string[],
   indexes: number[],
-  label: string,
-  templates: number[],
-  overrides: OverrideRow[],
+  { label, templates, overrides }: DeviceShape,
 ): Promise<Set<string>> {
   const { rows } = await db.query<{ id: string }>(
     `INSERT INTO devices (tenant, id, label)
@@ -274,14 +272,7 @@ export async function lockDevice(db: Db, tenant: string, id: string): Promise<bo
  * PUT /device: new label, templates and override list. Keys of attributes that are still on
  * the device stay; the others go.
  */
-export async function replaceDevice(
-  db: Db,
-  tenant: string,
-  id: string,
-  label: string,
-  templates: number[],
-  overrides: OverrideRow[],
-): Promise<void> {
+export async function replaceDevice(db: Db, tenant: string, id: string, { label, templates, overrides }: DeviceShape): Promise<void> {
   await db.query('UPDATE devices SET label = $3, updated = now() WHERE tenant = $1 AND id = $2', [tenant, id, label]);
   await db.query('DELETE FROM device_templates WHERE tenant = $1 AND device_id = $2 AND NOT (template_id = ANY($3::bigint[]))', [
     tenant,

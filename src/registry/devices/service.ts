@@ -13,7 +13,7 @@ import { CacheRenewal } from '../cache-renewal.js';
 import type { ViewCacheCounts } from '../cache-metrics.js';
 import { parseDeviceBody } from './input.js';
 import * as repo from './repo.js';
-import type { CreateOptions, DeviceInput, DeviceQuery, DeviceRecord, OverrideRow } from './types.js';
+import type { CreateOptions, DeviceInput, DeviceQuery, DeviceRecord, DeviceShape, OverrideRow } from './types.js';
 import { deviceView } from './views.js';
 import type { DeviceStatusBook } from './status.js';
 
@@ -87,8 +87,8 @@ export class DeviceService {
     // of the tenant came in meanwhile (the stamp then moved by our own event alone).
     const stamp = this.views.stamp(tenant);
     const result = await this.events.change(async (c, announce): Promise<CreateResult> => {
-      const { templates, overrides } = await this.resolve(c, tenant, input);
-      const ids = await this.insertWithIds(c, tenant, input, opts.count, templates, overrides);
+      const shape = await this.resolve(c, tenant, input);
+      const ids = await this.insertWithIds(c, tenant, input.id, opts.count, shape);
       await announce(changedEvent(tenant, ids, 'created'));
       if (opts.verbose) return { verbose: true as const, devices: await repo.getDevices(c, tenant, ids) };
       return { verbose: false as const, devices: ids.map((id, i) => ({ id, label: `${input.label}_${i}` })) };
@@ -245,8 +245,7 @@ export class DeviceService {
     const input = parseDeviceBody(body, false);
     return this.events.change(async (c, announce) => {
       if (id.includes('\0') || !(await repo.lockDevice(c, tenant, id))) throw errors.noSuchDevice(id);
-      const { templates, overrides } = await this.resolve(c, tenant, input);
-      await repo.replaceDevice(c, tenant, id, input.label, templates, overrides);
+      await repo.replaceDevice(c, tenant, id, await this.resolve(c, tenant, input));
       await announce(changedEvent(tenant, [id], 'updated'));
       return (await repo.getDevices(c, tenant, [id]))[0]!;
     });
@@ -277,7 +276,7 @@ export class DeviceService {
    * The device's templates (locked against change until commit) and its overrides, checked in
    * order: unknown templates (404), repeated labels, then the override list.
    */
-  private async resolve(c: pg.PoolClient, tenant: string, input: DeviceInput): Promise<{ templates: number[]; overrides: OverrideRow[] }> {
+  private async resolve(c: pg.PoolClient, tenant: string, input: DeviceInput): Promise<DeviceShape> {
     const wanted = new Map<number, string>();
     for (const raw of input.templates) {
       const id = parseTemplateId(raw);
@@ -320,22 +319,21 @@ export class DeviceService {
         override(meta, m.staticValue);
       }
     }
-    return { templates: templates.sort((a, b) => a - b), overrides };
+    return { label: input.label, templates: templates.sort((a, b) => a - b), overrides };
   }
 
   /** Inserts the devices, drawing ids until each is free (at most ID_TRIES draws per device). */
   private async insertWithIds(
     c: pg.PoolClient,
     tenant: string,
-    input: DeviceInput,
+    id: string | undefined,
     count: number,
-    templates: number[],
-    overrides: OverrideRow[],
+    shape: DeviceShape,
   ): Promise<string[]> {
-    if (input.id !== undefined) {
-      const inserted = await repo.insertDevices(c, tenant, [input.id], [0], input.label, templates, overrides);
-      if (!inserted.has(input.id)) throw errors.deviceIdInUse(input.id);
-      return [input.id];
+    if (id !== undefined) {
+      const inserted = await repo.insertDevices(c, tenant, [id], [0], shape);
+      if (!inserted.has(id)) throw errors.deviceIdInUse(id);
+      return [id];
     }
     const ids = new Array<string>(count);
     let pending = Array.from({ length: count }, (_, i) => i);
@@ -357,7 +355,7 @@ export class DeviceService {
       // In id order: concurrent creations drawing the same ids then wait on each other in one
       // order instead of deadlocking (inTransaction retries a deadlock that still happens).
       sortTogether(batch, indexes);
-      const inserted = await repo.insertDevices(c, tenant, batch, indexes, input.label, templates, overrides);
+      const inserted = await repo.insertDevices(c, tenant, batch, indexes, shape);
       batch.forEach((id, i) => (inserted.has(id) ? (ids[indexes[i]!] = id) : next.push(indexes[i]!)));
       pending = next;
     }

@@ -40,6 +40,13 @@ export interface OverrideRow {
   value: string;
 }
 
+/** What a create or update request makes of a device: label, templates (checked) and overrides. */
+export interface DeviceShape {
+  label: string;
+  templates: number[];
+  overrides: OverrideRow[];
+}
+
 /** Which devices a list request wants. */
 export interface DeviceQuery {
   filters: ListFilters;
