@@ -299,40 +299,45 @@ export function logFormatOf(env: Env = process.env): LogFormat {
   return format as LogFormat;
 }
 
-export function readConfig(env: Env = process.env): Readonly<Config> {
-  const logLevel = (value(env, 'LOG_LEVEL') ?? 'info').toLowerCase();
-  if (!LOG_LEVELS.includes(logLevel as LogLevel)) {
-    throw new ConfigError('LOG_LEVEL', `must be one of ${LOG_LEVELS.join(', ')}, got "${logLevel}"`);
-  }
-  const databaseUrl = url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']);
-  // ADMIN_PASSWORD is only needed when the first admin is created; auth/bootstrap checks it then.
-  const adminPassword = value(env, 'ADMIN_PASSWORD');
-  const pskEncryptionKey = key32(env, 'PSK_ENCRYPTION_KEY');
-  if (databaseUrl && pskEncryptionKey === undefined) {
-    throw new ConfigError('PSK_ENCRYPTION_KEY', 'must be set when DATABASE_URL is set (32 bytes, as 64 hex characters or base64)');
-  }
+/** LOG_LEVEL. */
+function logLevelOf(env: Env): LogLevel {
+  const level = (value(env, 'LOG_LEVEL') ?? 'info').toLowerCase();
+  if (!LOG_LEVELS.includes(level as LogLevel))
+    throw new ConfigError('LOG_LEVEL', `must be one of ${LOG_LEVELS.join(', ')}, got "${level}"`);
+  return level as LogLevel;
+}
+
+const CHUNK_MINUTES: Record<string, number> = { minute: 1, hour: 60, day: 1440, week: 10080 };
+
+/** HISTORY_CHUNK_INTERVAL: stored in the database at the first start, so a zero or absurd interval must never get there. */
+function chunkIntervalOf(env: Env): string {
   const chunk = value(env, 'HISTORY_CHUNK_INTERVAL') ?? '1 day';
-  const chunkParts = /^(\d+)\s*(minute|hour|day|week)s?$/.exec(chunk);
-  const CHUNK_MINUTES: Record<string, number> = { minute: 1, hour: 60, day: 1440, week: 10080 };
-  const chunkMinutes = chunkParts ? Number(chunkParts[1]) * CHUNK_MINUTES[chunkParts[2]!]! : NaN;
-  // Stored in the database at the first start: a zero or absurd interval must never get there.
-  if (!(chunkMinutes >= 1 && chunkMinutes <= 366 * 1440)) {
+  const parts = /^(\d+)\s*(minute|hour|day|week)s?$/.exec(chunk);
+  const minutes = parts ? Number(parts[1]) * CHUNK_MINUTES[parts[2]!]! : NaN;
+  if (!(minutes >= 1 && minutes <= 366 * 1440)) {
     throw new ConfigError(
       'HISTORY_CHUNK_INTERVAL',
       `must be an interval from "1 minute" to "366 days", such as "1 day" or "6 hours", got "${chunk}"`,
     );
   }
+  return chunk;
+}
+
+/** A name of 1 to `max` letters, digits, '.', '_' or '-' (an MQTT client id base, a share group). */
+function mqttName(env: Env, name: string, fallback: string, max: number): string {
+  const v = value(env, name) ?? fallback;
+  if (!new RegExp(`^[A-Za-z0-9_.-]{1,${max}}$`).test(v))
+    throw new ConfigError(name, `must be 1-${max} letters, digits, '.', '_' or '-', got "${v}"`);
+  return v;
+}
+
+export function readConfig(env: Env = process.env): Readonly<Config> {
+  const databaseUrl = url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']);
+  const pskEncryptionKey = key32(env, 'PSK_ENCRYPTION_KEY');
+  if (databaseUrl && pskEncryptionKey === undefined) {
+    throw new ConfigError('PSK_ENCRYPTION_KEY', 'must be set when DATABASE_URL is set (32 bytes, as 64 hex characters or base64)');
+  }
   const cores = Math.max(1, os.availableParallelism());
-  const mqttClientId = value(env, 'MQTT_CLIENT_ID') ?? 'device-registry-ingest';
-  if (!/^[A-Za-z0-9_.-]{1,40}$/.test(mqttClientId)) {
-    throw new ConfigError('MQTT_CLIENT_ID', `must be 1-40 letters, digits, '.', '_' or '-', got "${mqttClientId}"`);
-  }
-  // One group for every instance of a deployment, whatever their client ids (several groups
-  // would each receive, and store, every message).
-  const mqttShareGroup = value(env, 'MQTT_SHARE_GROUP') ?? 'device-registry';
-  if (!/^[A-Za-z0-9_.-]{1,64}$/.test(mqttShareGroup)) {
-    throw new ConfigError('MQTT_SHARE_GROUP', `must be 1-64 letters, digits, '.', '_' or '-', got "${mqttShareGroup}"`);
-  }
   const config: Config = {
     host: host(env, 'HOST', '0.0.0.0'),
     port: integer(env, 'PORT', 8000, 0, 65535),
@@ -348,20 +353,23 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     mqttUrl: url(env, 'MQTT_URL', ['mqtt:', 'mqtts:', 'tcp:', 'ssl:']),
     mqttHost: host(env, 'MQTT_HOST', '0.0.0.0'),
     mqttPort: integer(env, 'MQTT_PORT', 1883, 0, 65535),
-    mqttClientId,
+    mqttClientId: mqttName(env, 'MQTT_CLIENT_ID', 'device-registry-ingest', 40),
     mqttSubscriberConnections: integer(env, 'MQTT_SUBSCRIBER_CONNECTIONS', 8, 1, 256),
-    mqttShareGroup,
+    // One group for every instance of a deployment, whatever their client ids (several groups
+    // would each receive, and store, every message).
+    mqttShareGroup: mqttName(env, 'MQTT_SHARE_GROUP', 'device-registry', 64),
     mqttSessionExpirySeconds: integer(env, 'MQTT_SESSION_EXPIRY_SECONDS', 86400, 1, 0xffffffff),
     mqttSessionLeaseSeconds: integer(env, 'MQTT_SESSION_LEASE_SECONDS', 15, 3, 3600),
     mqttReceiveMaximum: integer(env, 'MQTT_RECEIVE_MAXIMUM', 10000, 1, 65535),
     mqttKeepaliveSeconds: integer(env, 'MQTT_KEEPALIVE_SECONDS', 30, 2, 65535),
     ...deviceAuth(env, databaseUrl),
-    logLevel: logLevel as LogLevel,
+    logLevel: logLevelOf(env),
     logFormat: logFormatOf(env),
     jwtSecret: secret(env, 'JWT_SECRET'),
     jwtIssuer: value(env, 'JWT_ISSUER') ?? 'device-registry',
     tokenTtlSeconds: integer(env, 'TOKEN_TTL_SECONDS', 3600, 1, 365 * 24 * 3600),
-    adminPassword,
+    // Only needed when the first admin is created; auth/bootstrap checks it then.
+    adminPassword: value(env, 'ADMIN_PASSWORD'),
     pskEncryptionKey,
     maxBodyBytes: integer(env, 'MAX_BODY_BYTES', 1024 * 1024, 1, 1024 * 1024 * 1024),
     maxPageSize: integer(env, 'MAX_PAGE_SIZE', 1000, 1, 1_000_000),
@@ -383,7 +391,7 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     historyReadSharePercent: integer(env, 'HISTORY_READ_SHARE_PERCENT', 10, 1, 100),
     ingestStallSeconds: integer(env, 'INGEST_STALL_SECONDS', 30, 1, 86_400),
     actuationTimeoutMs: integer(env, 'ACTUATION_TIMEOUT_MS', 5000, 1, 600_000),
-    historyChunkInterval: chunk,
+    historyChunkInterval: chunkIntervalOf(env),
     historyRetentionDays: optionalInteger(env, 'HISTORY_RETENTION_DAYS', 1, 100_000),
     shutdownTimeoutMs: integer(env, 'SHUTDOWN_TIMEOUT_MS', 8000, 100, 600_000),
     deviceOfflineAfterSeconds: integer(env, 'DEVICE_OFFLINE_AFTER_SECONDS', 600, 1, 31_536_000),
