@@ -18,7 +18,7 @@ interface Node {
 const node = (): Node => ({ statics: new Map(), param: undefined, routes: new Map() });
 
 export type Match =
-  { kind: 'route'; endpoint: Endpoint; params: Record<string, string> } | { kind: 'method'; allowed: Method[] } | { kind: 'none' };
+  { kind: 'route'; endpoint: Endpoint; params: Record<string, string> } | { kind: 'method'; allowed: string[] } | { kind: 'none' };
 
 export class Router {
   private readonly root = node();
@@ -53,7 +53,8 @@ export class Router {
     if (!found) return { kind: 'none' };
     const endpoint = found.routes.get(method as Method);
     if (endpoint) return { kind: 'route', endpoint, params };
-    return { kind: 'method', allowed: [...found.routes.keys()] };
+    // A GET route answers HEAD too (src/http/server.ts): the Allow header says so (RFC 9110 §10.2.1).
+    return { kind: 'method', allowed: [...found.routes.keys()].flatMap((m) => (m === 'GET' ? ['GET', 'HEAD'] : [m])) };
   }
 }
 

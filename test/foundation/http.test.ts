@@ -87,6 +87,13 @@ describe('routing', () => {
     expect(res.headers.get('allow')).toBe('POST');
   });
 
+  it('a 405 names HEAD beside GET: every GET route answers HEAD', async () => {
+    const res = await http<ErrorBody>('PATCH', `${svc.base}/template`, { token: svc.token });
+    expect(res.status).toBe(405);
+    expect(res.headers.get('allow')).toBe('POST, GET, HEAD, DELETE');
+    expect(res.body.message).toBe('Method not allowed; use POST, GET, HEAD, DELETE');
+  });
+
   it('internal-only listener does not serve public routes', async () => {
     expect((await http('POST', `${svc.internal}/auth`, { body: { username: 'admin', passwd: 'admin' } })).status).toBe(401);
   });
