@@ -95,6 +95,15 @@ export function historyTimeSql(column: string): string {
   return `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
 }
 
+/**
+ * historyTimeSql for a bucket start, which may lie before year 1 (the local midnight of
+ * 0001-01-01 in a zone east of UTC, or a fixed-length bucket counted from the epoch): such a
+ * time is 1 BC, written as ISO 8601's year 0000 (to_char's YYYY would write 0001, out of order).
+ */
+export function bucketTimeSql(column: string): string {
+  return `CASE WHEN ${column} < '0001-01-01T00:00:00Z' THEN '0000' || to_char(${column} AT TIME ZONE 'UTC', '-MM-DD"T"HH24:MI:SS.US"Z"') ELSE ${historyTimeSql(column)} END`;
+}
+
 // ---- formatting: registry created/updated ---------------------------------------------------
 
 /** A JS Date in the created/updated format (microseconds are the milliseconds padded). */

@@ -6,7 +6,7 @@
 // Sums and averages are computed in `numeric` from the stored text: exact, so the answer does not
 // depend on the order rows are read in (a float sum would), and the same on both layouts.
 import type pg from 'pg';
-import { historyTimeSql, microsToText } from '../time.js';
+import { bucketTimeSql, historyTimeSql, microsToText } from '../time.js';
 import { horizonOf } from './horizon.js';
 import { bucketSql, NUMERIC_AGGREGATES, type Aggregate, type Bucketing } from './buckets.js';
 import { seriesKey } from './series.js';
@@ -196,7 +196,7 @@ export async function readBuckets(
   const from = fill ? `${sql.series('$5::timestamptz', '$6::timestamptz')} AS g(k) LEFT JOIN b ON b.k = g.k` : 'b';
   const k = fill ? 'g.k' : 'b.k';
   const text = `WITH b AS (${buckets})
-                SELECT ${historyTimeSql(sql.start(k))} AS ts, ${cols}
+                SELECT ${bucketTimeSql(sql.start(k))} AS ts, ${cols}
                   FROM ${from}
                  ORDER BY ${k}`;
   const values = [...rows.values(s), ...(hours ? [hours.from, hours.to] : []), ...z];

@@ -262,6 +262,21 @@ describe('calendar buckets and tz', () => {
     // 2024-05-01 is a Wednesday: its week starts Monday 29 April, 00:00 in Berlin (22:00 UTC the day before)
     expect(r.body).toEqual([{ ts: at('2024-04-28T22:00:00Z'), count: 6 }]);
   });
+
+  it('a bucket that starts before year 1 (1 BC) is written as year 0000, in time order', async () => {
+    // Berlin's local mean time was +0:53:28: local midnight of 0001-01-01 is 23:06:32 UTC the day before.
+    const day = await get('?attr=temperature&interval=1d&tz=Europe/Berlin&agg=count&fill=null&dateFrom=0001-01-01&dateTo=0001-01-02');
+    expect(day.body).toEqual([
+      { ts: '0000-12-31T23:06:32.000000Z', count: 0 },
+      { ts: '0001-01-01T23:06:32.000000Z', count: 0 },
+    ]);
+    // 7-minute buckets counted from the epoch: the first one starts 6 minutes before year 1.
+    const fixed = await get('?attr=temperature&interval=7m&agg=count&fill=null&dateFrom=0001-01-01&dateTo=0001-01-01T00:02:00Z');
+    expect(fixed.body).toEqual([
+      { ts: '0000-12-31T23:54:00.000000Z', count: 0 },
+      { ts: '0001-01-01T00:01:00.000000Z', count: 0 },
+    ]);
+  });
 });
 
 describe('HISTORY_MAX_BUCKETS (100 here)', () => {
