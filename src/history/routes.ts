@@ -442,9 +442,9 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       {
         name: 'csv',
         summary: 'One device, one day, as CSV',
-        query: { devices: ['d4e5f6'], format: 'csv', dateFrom: '2026-05-01T00:00:00Z', dateTo: '2026-05-01T23:59:59Z' },
+        query: { devices: ['a1b2c3'], format: 'csv', dateFrom: '2026-05-01T00:00:00Z', dateTo: '2026-05-01T23:59:59Z' },
         status: 200,
-        response: 'ts,device_id,attr,value\n',
+        response: CSV_EXAMPLE,
       },
       {
         name: 'byTemplate',
