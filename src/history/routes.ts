@@ -116,7 +116,7 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       'before the device: a bad value answers 400 naming the operator (lastN, then firstN, dateFrom, dateTo), whether or not the device exists. ' +
       'With `interval` and `agg`: aggregates per time bucket instead of values. With `Accept: text/csv` or `Accept: application/x-ndjson` ' +
       '(and not application/json, nor with q=0): every value of the range streamed oldest first, as GET /history/export writes them; ' +
-      'with lastN or firstN the same records as the JSON answer, label by label in the same order (CSV or NDJSON lines); not with interval.',
+      'with lastN or firstN the same records as the JSON answer, label by label in the same order (CSV or NDJSON lines); lastN=0 or firstN=0 means all, as absent (every value streamed); not with interval.',
     tag: 'history',
     params: { id: deviceIdParam },
     query: (l) => ({
@@ -300,7 +300,9 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       // The operators were checked against the query schema before the handler (400 before the device's 404).
       const q = historyQueryOf(req.values, historyMaxResults);
       const format = exportFormatOf(req.accept);
-      const counted = req.values.lastN !== undefined || req.values.firstN !== undefined;
+      // lastN/firstN of 0 mean "all", as absent (firstN, even 0, wins over lastN): the stream, uncapped.
+      const n = (req.values.firstN ?? req.values.lastN) as number | undefined;
+      const counted = n !== undefined && n > 0;
       if (format && asksAggregates(req.values))
         throw errors.badHistoryQuery('interval answers JSON only: a CSV or NDJSON answer has the values themselves');
       if (format && !counted) {

@@ -138,6 +138,20 @@ describe('the history endpoint with Accept', () => {
     const empty = await http('GET', url('lastN=5&attr=nothing'), { token, headers: { accept: 'text/csv' } });
     expect(empty.text).toBe(csvHeader + '\n');
   });
+
+  it('lastN=0 or firstN=0 means all, as absent: every value streamed oldest first, not the JSON answer capped at HISTORY_MAX_RESULTS', async () => {
+    const url = (id: string, q: string) => `${svc.base}/history/device/${id}/history?${q}`;
+    const all = (await http('GET', url(device, ''), { token, headers: { accept: 'text/csv' } })).text;
+    for (const q of ['lastN=0', 'firstN=0', 'lastN=2&firstN=0']) {
+      expect((await http('GET', url(device, q), { token, headers: { accept: 'text/csv' } })).text, q).toBe(all);
+    }
+    // 20,000 values of `big` in the range, twice HISTORY_MAX_RESULTS (10,000): all of them.
+    const range = 'dateFrom=2024-06-01T00:00:00Z&dateTo=2024-06-01T05:33:20Z';
+    const nd = await http('GET', url(big, `${range}&lastN=0`), { token, headers: { accept: 'application/x-ndjson' } });
+    const lines = nd.text.trimEnd().split('\n');
+    expect(lines).toHaveLength(20_000);
+    expect((JSON.parse(lines[0]!) as { value: number }).value).toBe(1);
+  });
 });
 
 describe('GET /history/export', () => {
