@@ -408,6 +408,16 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
     examples: [
       { name: 'page', summary: 'Devices of template 1', status: 200, response: { devices: [device()], pagination: page1 } },
       {
+        name: 'lastValues',
+        summary: 'Devices of template 1 with their latest values',
+        query: { lastValues: 'true' },
+        status: 200,
+        response: {
+          devices: [{ ...device(), last_values: { temperature: { ts: '2026-05-01T12:01:00.000000Z', value: 22 } } }],
+          pagination: page1,
+        },
+      },
+      {
         name: 'unknown',
         summary: 'An unknown template: an empty page',
         params: { template_id: 999999 },
