@@ -337,23 +337,31 @@ const metricRoute = (match: Match) =>
   match.kind === 'route' ? match.endpoint.route.path : match.kind === 'method' ? '<method-not-allowed>' : '<unmatched>';
 
 /**
- * A streamed answer: status and headers, then the body as the producer writes it, each chunk
- * corked; `write` returning false is uWS's backpressure, and `drained` waits for `onWritable`.
- * A producer failing after the headers went out cannot change the status: the connection is
- * closed, so the client sees a truncated (chunked) body rather than a complete-looking one.
+ * A streamed answer: status and headers with the first chunk, then the body as the producer
+ * writes it, each chunk corked; `write` returning false is uWS's backpressure, and `drained`
+ * waits for `onWritable`. A producer failing before its first chunk (no pool connection, the
+ * statement refused) is answered as any failing request (503, 500), not as a 200 whose body
+ * the connection's close makes look complete and empty. Failing after the headers went out it
+ * cannot change the status: the connection is closed, so the client sees a truncated (chunked)
+ * body rather than a complete-looking one.
  */
 async function sendStream(ex: Exchange, reply: Reply, produce: (out: StreamOut) => Promise<void>): Promise<number> {
   if (ex.answered) return ex.answeredStatus;
   if (ex.aborted) return reply.status;
+  // Answered from now on (shutdown does not cut a stream off; closing its connection ends it).
   ex.answered = true;
   ex.answeredStatus = reply.status;
   const { res } = ex;
-  res.cork(() => {
+  let started = false;
+  /** Status and headers, once (inside a cork). */
+  const start = () => {
+    if (started) return;
+    started = true;
     res.writeStatus(STATUS_TEXT[reply.status] ?? String(reply.status));
     res.writeHeader('X-Request-Id', ex.requestId);
     if (reply.headers) for (const [k, v] of Object.entries(reply.headers)) res.writeHeader(k, v);
     res.writeHeader('Content-Type', reply.contentType ?? 'application/octet-stream');
-  });
+  };
   let wake: (() => void) | undefined;
   ex.abortListeners.push(() => wake?.());
   const out: StreamOut = {
@@ -361,6 +369,7 @@ async function sendStream(ex: Exchange, reply: Reply, produce: (out: StreamOut) 
       if (ex.aborted) return false;
       let ok = true;
       res.cork(() => {
+        start();
         ok = res.write(chunk);
       });
       return ok;
@@ -386,8 +395,17 @@ async function sendStream(ex: Exchange, reply: Reply, produce: (out: StreamOut) 
   };
   try {
     await produce(out);
-    if (!ex.aborted) res.cork(() => res.end());
+    if (!ex.aborted)
+      res.cork(() => {
+        start();
+        res.end();
+      });
   } catch (err) {
+    if (!started && !ex.aborted) {
+      // Nothing sent yet: the error's own answer.
+      ex.answered = false;
+      return send(ex, errorReply(err, ex));
+    }
     if (!ex.aborted) {
       ex.logger().error('streamed answer failed', {
         method: ex.sentMethod,

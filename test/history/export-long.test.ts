@@ -58,3 +58,27 @@ it(`a client that reads slowly gets every row, though the export runs longer tha
   expect(lines).toHaveLength(ROWS + 1);
   expect(lines.at(-1)).toBe(`2024-06-03T07:33:20.000000Z,${device},temperature,${ROWS}`);
 });
+
+it('an export that gets no pool connection (every one busy) answers 503 like any read, not a 200 that looks complete and empty', async () => {
+  const pool = svc.service.pool;
+  const held = await Promise.all(Array.from({ length: pool.options.max }, () => pool.connect()));
+  try {
+    // The pool's wait for a connection (10 s) runs out before any row was written.
+    const res = await fetch(`${svc.base}/history/export?devices=${device}&format=csv`, { headers: { authorization: `Bearer ${token}` } });
+    expect(res.status).toBe(503);
+    expect(await res.json()).toEqual({ message: 'Database unavailable', status: 503 });
+  } finally {
+    for (const c of held) c.release();
+  }
+  const again = await fetch(`${svc.base}/history/export?devices=${device}&format=csv&dateTo=2024-06-01T00:00:02Z`, {
+    headers: { authorization: `Bearer ${token}` },
+  });
+  expect(again.status).toBe(200);
+  expect(await again.text()).toBe(
+    'ts,device_id,attr,value\n2024-06-01T00:00:01.000000Z,' +
+      device +
+      ',temperature,1\n2024-06-01T00:00:02.000000Z,' +
+      device +
+      ',temperature,2\n',
+  );
+});
