@@ -20,7 +20,7 @@ type Deps = { devices: DeviceService; pool: pg.Pool };
 
 const lastValues = flag(
   'Add `last_values`: each attribute\'s latest value and its time (`{label: {"ts", "value"}}`, labels without a value left out), ' +
-    'read in one query for the whole page.',
+    'read in one query (for a list: one for the whole page).',
 );
 
 /** Views with `"last_values"` added before their closing brace (one query for all of them). */
