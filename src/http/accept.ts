@@ -1,17 +1,24 @@
 // `Accept` (RFC 9110 §12.5.1), for the operations routes, which answer one media type each: a
-// client that sends Accept and allows neither that type, its `type/*`, nor `*/*` gets 406.
+// client that sends Accept and allows neither that type, its `type/*`, nor `*/*` gets 406; the most
+// specific of those it names decides (`application/json;q=0, */*` refuses JSON).
 import { errors } from '../errors.js';
 import type { Reply } from './types.js';
 
 export function accepts(header: string, mediaType: string): boolean {
   if (header.trim() === '') return true;
   const [type] = mediaType.split('/');
-  return header.split(',').some((range) => {
+  // The most specific range that matches decides (RFC 9110 §12.5.1): `application/json;q=0, */*`
+  // refuses JSON although `*/*` allows anything.
+  let best: { specificity: number; q: number } | undefined;
+  for (const range of header.split(',')) {
     const [name, ...params] = range.split(';').map((s) => s.trim().toLowerCase());
+    const specificity = name === mediaType ? 3 : name === `${type}/*` ? 2 : name === '*/*' ? 1 : 0;
+    if (specificity === 0) continue;
     const q = params.find((p) => p.startsWith('q='));
-    if (q !== undefined && !(Number(q.slice(2)) > 0)) return false;
-    return name === '*/*' || name === `${type}/*` || name === mediaType;
-  });
+    const weight = q === undefined ? 1 : Number(q.slice(2));
+    if (best === undefined || specificity > best.specificity) best = { specificity, q: weight };
+  }
+  return best !== undefined && best.q > 0;
 }
 
 /** The 406 answer when `accept` excludes `mediaType`, else undefined. */

@@ -61,6 +61,10 @@ describe('over HTTP, on both listeners', () => {
       expect((await http('GET', `${svc.base}${p}`, { headers: { accept: 'text/html,*/*;q=0.8' } })).status).toBe(200);
     }
     expect((await http('GET', `${svc.base}/metrics`, { headers: { accept: 'application/json' } })).status).toBe(406);
+    // The most specific range decides: an explicit q=0 refuses the type although */* allows anything.
+    expect((await http('GET', `${svc.base}/health/live`, { headers: { accept: 'application/json;q=0, */*' } })).status).toBe(406);
+    expect((await http('GET', `${svc.base}/metrics`, { headers: { accept: 'text/*;q=0, */*' } })).status).toBe(406);
+    expect((await http('GET', `${svc.base}/health/ready`, { headers: { accept: '*/*;q=0, application/json' } })).status).toBe(200);
     expect(
       (
         await http('GET', `${svc.base}/metrics`, {
