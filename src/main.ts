@@ -1,8 +1,9 @@
 // Entry point: `npm start`. Reads the configuration, starts the service, and shuts it down
 // gracefully on SIGINT/SIGTERM, within SHUTDOWN_TIMEOUT_MS.
+import { earlySignals } from './early-signals.js';
 import { ConfigError, logFormatOf, readConfig, type Config } from './config.js';
 import { createLogger, writeStartFailure, type LogFormat } from './log.js';
-import { startService, StartAborted, type Service } from './service.js';
+import type { Service } from './service.js';
 import { applyHeapGrowing } from './v8-heap.js';
 
 /** How much longer than SHUTDOWN_TIMEOUT_MS the process may take before it is ended with code 1. */
@@ -66,10 +67,12 @@ const shutdown = (signal: string) => {
     },
   );
 };
-process.on('SIGINT', () => shutdown('SIGINT'));
-process.on('SIGTERM', () => shutdown('SIGTERM'));
+earlySignals.handler = shutdown;
+if (earlySignals.received !== undefined) shutdown(earlySignals.received);
 
 const started = Date.now();
+// Loaded only now (most of the modules): a signal while they load is handled, not fatal.
+const { startService, StartAborted } = await import('./service.js');
 running.service = await startService(config, log, aborter.signal).catch((err: unknown) => {
   if (err instanceof StartAborted) {
     log.info('stopped before ready');

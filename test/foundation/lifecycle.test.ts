@@ -105,6 +105,23 @@ describe('zero-setup start', { timeout: 90_000 }, () => {
     await stopCleanly(next.svc);
   });
 
+  it('SIGTERM while the modules still load (before any of its handlers could run) stops cleanly, code 0', async () => {
+    // A loader hook sends the process SIGTERM at the moment it loads src/service.js (and with it
+    // most of the modules): before main.ts held signals from its first import, that killed it (143).
+    const dir = await tempDir();
+    await fs.writeFile(
+      path.join(dir, 'hooks.mjs'),
+      `export async function load(url, context, next) {
+        if (url.endsWith('/dist/src/service.js')) { process.kill(process.pid, 'SIGTERM'); await new Promise((r) => setTimeout(r, 300)); }
+        return next(url, context);
+      }`,
+    );
+    await fs.writeFile(path.join(dir, 'register.mjs'), `import { register } from 'node:module'; register('./hooks.mjs', import.meta.url);`);
+    const svc = spawnOnFreePorts({ DATA_DIR: path.join(dir, 'data'), NODE_OPTIONS: `--import=${path.join(dir, 'register.mjs')}` });
+    expect(await svc.exited).toBe(0);
+    expect(svc.output.some((l) => l.includes('stopped before ready'))).toBe(true);
+  });
+
   it('a second instance on the same DATA_DIR is refused and leaves the running one alone', async () => {
     const dataDir = await tempDir();
     const first = await start({ DATA_DIR: dataDir });
