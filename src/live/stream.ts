@@ -452,8 +452,11 @@ export class LiveHub {
     for (const tenant of tenants)
       this.inTurn(tenant, async () => {
         const clients = [...(this.byTenant.get(tenant) ?? [])];
+        // A device that an update takes out of a client's template filter is named to it too.
+        const before =
+          e.type === 'devices.changed' ? new Map(clients.map((c) => [c, new Set(e.deviceIds.filter((id) => c.wants(id)))])) : undefined;
         if (moves) await this.resolveTemplates(tenant, clients);
-        for (const c of clients) this.deliverChange(c, e);
+        for (const c of clients) this.deliverChange(c, e, before?.get(c));
       });
   }
   /** Ends every stream (shutdown). */
@@ -468,12 +471,12 @@ export class LiveHub {
     this.telemetry.clear();
   }
 
-  private deliverChange(c: Client, e: RegistryEvent): void {
+  private deliverChange(c: Client, e: RegistryEvent, wantedBefore?: Set<string>): void {
     if (!c.ready || c.closed) return;
     switch (e.type) {
       case 'devices.changed':
       case 'devices.removed': {
-        const ids = e.deviceIds.filter((id) => c.wants(id));
+        const ids = e.deviceIds.filter((id) => c.wants(id) || wantedBefore?.has(id));
         if (e.type === 'devices.removed') for (const id of e.deviceIds) c.templateDevices?.delete(id);
         if (ids.length === 0) return;
         const action = e.type === 'devices.removed' ? 'removed' : (e.action ?? 'updated');

@@ -439,3 +439,24 @@ describe('many clients filtering by template', () => {
     }
   }, 60_000);
 });
+
+describe('a device that an update takes out of a template', () => {
+  it('is named in an updated message to the clients filtering by that template', async () => {
+    const a = await tenant('leave', 1);
+    const other = await http<TemplateCreated>('POST', `${svc.base}/template`, {
+      token: a.token,
+      body: { label: 'other', attrs: [{ label: 'x', type: 'dynamic', value_type: 'float' }] },
+    });
+    const id = a.devices[0]!;
+    const c = await openWs(wsUrl(`?template=${a.templateId}`), { token: a.token });
+    await c.next((m) => m.type === 'subscribed', 'subscribed');
+    const moved = await http('PUT', `${svc.base}/device/${id}`, {
+      token: a.token,
+      body: { label: 'dev', templates: [other.body.template.id] },
+    });
+    expect(moved.status).toBe(200);
+    await c.next((m) => m.type === 'device' && m.action === 'updated' && (m.device_ids as string[]).includes(id), 'the device leaving');
+    // From then on its telemetry no longer reaches the client.
+    c.close();
+  });
+});
