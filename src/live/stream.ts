@@ -454,7 +454,9 @@ export class LiveHub {
         const clients = [...(this.byTenant.get(tenant) ?? [])];
         // A device that an update takes out of a client's template filter is named to it too.
         const before =
-          e.type === 'devices.changed' ? new Map(clients.map((c) => [c, new Set(e.deviceIds.filter((id) => c.wants(id)))])) : undefined;
+          e.type === 'devices.changed'
+            ? new Map(clients.filter((c) => c.sub.templates).map((c) => [c, new Set(e.deviceIds.filter((id) => c.wants(id)))]))
+            : undefined;
         if (moves) await this.resolveTemplates(tenant, clients);
         for (const c of clients) this.deliverChange(c, e, before?.get(c));
       });
