@@ -39,7 +39,12 @@ export const credentialCreateBody = bodySchema({
       ]),
     },
   },
-  'x-error': bad('The body must be a JSON object such as {"type": "password"}', ['type']),
+  // A misspelt field is refused, not ignored: {"expiresAt": …} would make a credential that never expires.
+  additionalProperties: false,
+  'x-error': {
+    ...bad('The body must be a JSON object such as {"type": "password"}', ['type']),
+    additionalProperties: { error: 'credentialBadInput', message: 'Unknown field {property}: the body takes type, expires_at and secret' },
+  },
   'x-error-order': ['credentialBadInput'],
 });
 

@@ -131,7 +131,7 @@ type SchemaNode = { properties?: Record<string, { 'x-error'?: ErrorSpec }>; 'x-e
 
 interface Mapped {
   key: ErrorKey;
-  /** A message template: `{value}` the value as checked (after conversion), `{input}` the parameter's text as sent, `{limit}` the keyword's limit. */
+  /** A message template: `{value}` the value as checked (after conversion), `{input}` the parameter's text as sent, `{limit}` the keyword's limit, `{property}` the field `additionalProperties` refused. */
   message: string | undefined;
 }
 
@@ -172,8 +172,9 @@ function contractError(m: Mapped, e: ErrorObject, input?: string): ApiError {
       value: () => asText(e.data),
       input: () => input ?? asText(e.data),
       limit: () => String(e.params.limit),
+      property: () => JSON.stringify(e.params.additionalProperty),
     };
-    return make(m.message.replace(/\{(value|input|limit)\}/g, (_, name: string) => vars[name]!()));
+    return make(m.message.replace(/\{(value|input|limit|property)\}/g, (_, name: string) => vars[name]!()));
   }
   return make(e.keyword === 'maximum' || e.keyword === 'minimum' ? e.params.limit : e.data);
 }

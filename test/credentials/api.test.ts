@@ -71,6 +71,9 @@ describe('POST /device/{id}/credentials', () => {
       [{ type: 'password', secret: 'too-short' }, 'secret must be 16 to 256 printable ASCII characters without spaces'],
       [{ type: 'password', secret: 'has spaces in it, sixteen+' }, 'secret must be 16 to 256 printable ASCII characters without spaces'],
       [{ type: 'password', secret: 1234567890123456 }, 'secret must be 16 to 256 printable ASCII characters without spaces'],
+      // A misspelt field is refused, not ignored (an expiry under another name made a credential that never expires).
+      [{ type: 'password', expiresAt: '2099-01-01T00:00:00Z' }, 'Unknown field "expiresAt": the body takes type, expires_at and secret'],
+      [{ type: 'password', Secret: 'my-own-secret-0123' }, 'Unknown field "Secret": the body takes type, expires_at and secret'],
     ];
     for (const [body, message] of cases) {
       for (const device of [d, 'ffffff']) {
