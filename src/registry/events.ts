@@ -47,6 +47,32 @@ const ENVELOPE_BYTES = 64;
 /** Whether `event` goes to the other instances as it is (a larger one goes as `tenant.changed`). */
 export const fitsOneNotification = (event: RegistryEvent): boolean =>
   Buffer.byteLength(JSON.stringify(event)) + ENVELOPE_BYTES <= MAX_NOTIFY_BYTES;
+/**
+ * The notifications that tell other instances of `event`. A `devices.removed` too large for one
+ * goes as several, each with part of the ids: a tenant-wide event would drop their caches but
+ * not close those devices' MQTT connections on their embedded brokers (docs/credentials.md §3).
+ * Any other event too large goes as `tenant.changed` (`payload`).
+ */
+function notifications(event: RegistryEvent): RegistryEvent[] {
+  if (event.type !== 'devices.removed' || fitsOneNotification(event)) return [event];
+  const parts: RegistryEvent[] = [];
+  const room = MAX_NOTIFY_BYTES - ENVELOPE_BYTES - Buffer.byteLength(JSON.stringify({ ...event, deviceIds: [] }));
+  let ids: string[] = [];
+  let bytes = 0;
+  for (const id of event.deviceIds) {
+    const size = Buffer.byteLength(JSON.stringify(id)) + 1;
+    if (ids.length > 0 && bytes + size > room) {
+      parts.push({ ...event, deviceIds: ids });
+      ids = [];
+      bytes = 0;
+    }
+    ids.push(id);
+    bytes += size;
+  }
+  if (ids.length > 0) parts.push({ ...event, deviceIds: ids });
+  return parts;
+}
+
 /** How often the listening connection is asked to answer, and how long it has to. */
 const LISTEN_CHECK_MS = 5000;
 const LISTEN_ANSWER_MS = 5000;
@@ -102,7 +128,7 @@ export class RegistryEvents {
     const result = await inTransaction(this.pool, async (client) => {
       announced = []; // a transaction run again (deadlock) announces afresh
       return fn(client, async (event) => {
-        await client.query('SELECT pg_notify($1, $2)', [NOTIFY_CHANNEL, this.payload(event)]);
+        for (const part of notifications(event)) await client.query('SELECT pg_notify($1, $2)', [NOTIFY_CHANNEL, this.payload(part)]);
         announced.push(event);
       });
     });
@@ -116,7 +142,7 @@ export class RegistryEvents {
    */
   async publish(event: RegistryEvent): Promise<void> {
     this.committed(event);
-    await this.pool.query('SELECT pg_notify($1, $2)', [NOTIFY_CHANNEL, this.payload(event)]);
+    for (const part of notifications(event)) await this.pool.query('SELECT pg_notify($1, $2)', [NOTIFY_CHANNEL, this.payload(part)]);
   }
 
   /** A change of this instance, committed: this process's listeners, then the local-only ones. */

@@ -10,11 +10,13 @@ import crypto from 'node:crypto';
 import net from 'node:net';
 import mqtt from 'mqtt';
 import mqttPacket from 'mqtt-packet';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SESSIONS_PER_DEVICE } from '../../src/broker/device-auth.js';
 import { startEmbeddedBroker, type EmbeddedBroker } from '../../src/broker/embedded.js';
 import { createLogger } from '../../src/log.js';
-import { http, useService } from '../helpers/service.js';
+import { RegistryEvents, type RegistryEvent } from '../../src/registry/events.js';
+import { freshDatabase, http, useService } from '../helpers/service.js';
 import { newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
 
 /** Logs in, subscribes to `topic` when given, hangs up; resolves the CONNACK's session present flag. */
@@ -100,5 +102,32 @@ describe('QoS 2 messages awaiting their PUBREL', () => {
     };
     expect((await persistence.incomingGetPacket({ id: 'q2' }, { messageId: 7 })).payload.length).toBe(0);
     s.destroy();
+  });
+});
+
+describe('a bulk device removal heard by other instances (found by an audit)', () => {
+  // Their embedded brokers close the MQTT connections of exactly the devices named by
+  // `devices.removed`; one too large for a NOTIFY (more than about 700 ids) went to them as a
+  // tenant-wide event, which drops caches but closes nothing: those devices stayed connected.
+  it('goes as several devices.removed notifications, together naming every device', async () => {
+    const databaseUrl = await freshDatabase();
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: 2 });
+    const here = new RegistryEvents(pool, databaseUrl, createLogger('silent'));
+    const there = new RegistryEvents(pool, databaseUrl, createLogger('silent'));
+    try {
+      const heard: RegistryEvent[] = [];
+      there.on((e) => heard.push(e));
+      await there.start();
+      const ids = Array.from({ length: 3000 }, (_, i) => i.toString(16).padStart(6, '0'));
+      await here.change(async (_c, announce) => announce({ type: 'devices.removed', tenant: 'acme', deviceIds: ids }));
+      await new Promise((r) => setTimeout(r, 1000));
+      expect(heard.filter((e) => e.type !== 'devices.removed')).toEqual([]);
+      expect(heard.length).toBeGreaterThan(1);
+      expect(heard.flatMap((e) => (e.type === 'devices.removed' && e.tenant === 'acme' ? e.deviceIds : []))).toEqual(ids);
+    } finally {
+      await here.close();
+      await there.close();
+      await pool.end();
+    }
   });
 });
