@@ -25,7 +25,7 @@ import mqttPacket from 'mqtt-packet';
 import type { DeviceAuthMode } from '../config.js';
 import type { Logger } from '../log.js';
 import type { RegistryEvent } from '../registry/events.js';
-import type { LoginCheck, LoginVerdict } from '../registry/credentials/logins.js';
+import type { DeviceLogin, LoginCheck, LoginVerdict } from '../registry/credentials/logins.js';
 import { NO_ACK, type AckHandle, type Inbox } from './link.js';
 import { HeldKeepalives } from './held-keepalive.js';
 import { attrsTopic, configTopic, mayPublish, maySubscribe } from './topic-rules.js';
@@ -99,6 +99,14 @@ interface Presented {
 type Decision =
   { accept: true; device: DeviceRef | undefined; verdict: LoginVerdict & { ok: true } } | { accept: false; code: ReturnCode; why: string };
 
+/** A login being checked, and what the registry removed meanwhile. */
+interface Checking {
+  deviceRemoved: boolean;
+  removedCredentials: Set<string>;
+  /** (optional mode) The device got a credential: a login without one is outdated. */
+  credentialAdded: boolean;
+}
+
 /** A logged-in client: its device, the credential it used, the timer of that credential's expiry. */
 interface Session {
   device: DeviceRef;
@@ -129,6 +137,12 @@ export class DeviceAuthorisation {
   private readonly ownedBy = new Map<string, Set<string>>();
   /** Clients that sent no client id (aedes made one up): nobody else can name it, and it is not kept. */
   private readonly madeUpIds = new WeakSet<Client>();
+  /**
+   * Logins being checked, by device: what the registry removes meanwhile (a slow hash takes tens
+   * of milliseconds) would close nothing, the client not being bound yet, so it is applied to
+   * the verdict when it arrives.
+   */
+  private readonly checking = new Map<string, Set<Checking>>();
   /** The broker the clients belong to (known from the first one). */
   private broker: SessionBroker | undefined;
 
@@ -199,7 +213,7 @@ export class DeviceAuthorisation {
     if (owner && !device) device = owner;
     else if (owner && device && !sameDevice(owner, device))
       return this.refusedBefore('the client id belongs to another device', p, device, undefined, 2);
-    const verdict = await this.logins.check({
+    const verdict = await this.checked({
       device,
       password: p.password,
       certificate: certified !== undefined && device !== undefined && sameDevice(certified, device),
@@ -363,6 +377,14 @@ export class DeviceAuthorisation {
   /** Registry events: the connections a change ends are closed. */
   registryChanged(event: RegistryEvent): void {
     if (event.type === 'devices.removed') {
+      for (const id of event.deviceIds) for (const c of this.checking.get(deviceKey(event.tenant, id)) ?? []) c.deviceRemoved = true;
+    } else if (event.type === 'credentials.changed') {
+      for (const c of this.checking.get(deviceKey(event.tenant, event.deviceId)) ?? []) {
+        for (const id of event.removedIds) c.removedCredentials.add(id);
+        if (event.removedIds.length === 0) c.credentialAdded = true;
+      }
+    }
+    if (event.type === 'devices.removed') {
       for (const id of event.deviceIds) {
         const key = deviceKey(event.tenant, id);
         this.close(this.sessions.get(key), 'its device was removed');
@@ -391,7 +413,7 @@ export class DeviceAuthorisation {
 
   /** A client that named no device at CONNECT: the first legacy topic it uses names it, and its login is checked for that device. */
   private async nameByTopic(client: Client, topic: DeviceRef): Promise<boolean> {
-    const verdict = await this.logins.check({
+    const verdict = await this.checked({
       device: { tenant: topic.tenant, id: topic.id },
       password: this.unnamed.get(client),
       address: remoteAddress(client.conn),
@@ -405,6 +427,40 @@ export class DeviceAuthorisation {
     this.unnamed.delete(client);
     this.bind(client, { tenant: topic.tenant, id: topic.id }, verdict);
     return true;
+  }
+
+  /**
+   * The registry's verdict on a login, refused when what it accepted was removed while it was
+   * checked: its device, the credential it matched, or (optional mode) a device without
+   * credentials got its first one. The connection would otherwise last with it, closed by nothing.
+   */
+  private async checked(login: DeviceLogin): Promise<LoginVerdict> {
+    const device = login.device;
+    if (!device) return this.logins.check(login);
+    const key = deviceKey(device.tenant, device.id);
+    const pending: Checking = { deviceRemoved: false, removedCredentials: new Set(), credentialAdded: false };
+    let set = this.checking.get(key);
+    if (!set) this.checking.set(key, (set = new Set()));
+    set.add(pending);
+    let verdict: LoginVerdict;
+    try {
+      verdict = await this.logins.check(login);
+    } finally {
+      set.delete(pending);
+      if (set.size === 0 && this.checking.get(key) === set) this.checking.delete(key);
+    }
+    if (!verdict.ok) return verdict;
+    const bare = !verdict.credentialId && !login.certificate;
+    const why = pending.deviceRemoved
+      ? 'its device was removed while the login was checked'
+      : verdict.credentialId && pending.removedCredentials.has(verdict.credentialId)
+        ? 'the credential it presented was deleted while the login was checked'
+        : this.mode === 'optional' && bare && pending.credentialAdded
+          ? 'its device got a credential while the login was checked'
+          : undefined;
+    if (why === undefined) return verdict;
+    this.log.info('device login refused', { tenant: device.tenant, device: device.id, reason: why, address: login.address });
+    return { ok: false, reason: pending.deviceRemoved ? 'unknown_device' : 'wrong' };
   }
 
   private bind(client: Client, device: DeviceRef, verdict: LoginVerdict & { ok: true }): void {

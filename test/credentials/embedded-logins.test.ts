@@ -110,6 +110,27 @@ describe('MQTT_DEVICE_AUTH=required', () => {
     await withNext.endAsync();
   });
 
+  it('a login checked while its credential is deleted does not outlive it (found by an audit)', async () => {
+    // A client-chosen secret costs a slow hash: a deletion committed meanwhile closed nothing
+    // (the client was not bound yet), and the connection then lasted with the deleted credential.
+    const d = await newDevice(svc, t);
+    for (let i = 0; i < 5; i++) {
+      const secret = `a-secret-i-chose-${i}-${Date.now()}`;
+      const cred = await newCredential(svc, t, d, { type: 'password', secret });
+      const login = connect(url, { username: as(d), password: secret }).then(
+        (c) => c,
+        () => undefined,
+      );
+      await new Promise((r) => setTimeout(r, 5));
+      expect((await deleteCredential(svc, t, d, cred.id)).status).toBe(200);
+      const c = await login;
+      if (!c) continue; // refused: the deletion came first
+      await new Promise((r) => setTimeout(r, 1000));
+      expect({ attempt: i, connected: c.connected }).toEqual({ attempt: i, connected: false });
+      c.end(true);
+    }
+  });
+
   it('a connection ends when the credential it logged in with expires', async () => {
     const d = await newDevice(svc, t);
     const cred = await newCredential(svc, t, d, { type: 'password', expires_at: new Date(Date.now() + 1500).toISOString() });
