@@ -2,7 +2,14 @@
 // what gets in, what is refused and how (CONNACK 4, MQTT 5 0x86, a metric by reason), legacy
 // layouts with credentials, rotation, and the connections a deletion, an expiry or a device
 // removal ends.
+import crypto from 'node:crypto';
+import type pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../../src/log.js';
+import { createMetrics } from '../../src/metrics.js';
+import { CredentialHasher } from '../../src/registry/credentials/hashing.js';
+import { DeviceLogins } from '../../src/registry/credentials/logins.js';
+import { LoginMetrics } from '../../src/registry/credentials/metrics.js';
 import { http, useService } from '../helpers/service.js';
 import { closedByPeer, eventually, historyCount } from '../helpers/registry-fixtures.js';
 import { connackCode, connect, deleteCredential, metricValue, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
@@ -259,5 +266,41 @@ describe('MQTT_DEVICE_AUTH=off: as before, credentials are not asked for', () =>
     expect(await connackCode(url, { username: `${t.name}:${d}` })).toBe(0);
     expect(await connackCode(url, { username: `${t.name}:${d}`, password: 'anything' })).toBe(0);
     expect(await connackCode(url, { username: `${t.name}:ffffff` })).toBe(5);
+  });
+});
+
+describe('a login checked after a deletion (found by an audit)', () => {
+  // A lookup of the device's credentials under way when the deletion was announced was shared
+  // with the logins that came after it: read before the deletion committed, it let the deleted
+  // credential in (for every broker: the embedded one, whose connection then lasted, and the hooks).
+  it('is not answered by a lookup that started before it', async () => {
+    const hasher = new CredentialHasher(crypto.randomBytes(32));
+    const place = { tenant: 'acme', deviceId: 'a1b2c3', credentialId: crypto.randomUUID() };
+    const secret = 'Zq3xV9kR2mT7wY4bN8cL1dF6gH0jK5pS';
+    const row = { tenant: 'acme', device_id: 'a1b2c3', id: place.credentialId, secret_hash: hasher.keyed(place, secret), expires_ms: null };
+    const answers: Array<(rows: unknown[]) => void> = [];
+    let held = true; // the lookups wait for the test's answers; after it, every query is answered at once
+    const pool = {
+      query: () =>
+        held ? new Promise((resolve) => answers.push((rows) => resolve({ rows }))) : Promise.resolve({ rows: [], rowCount: 0 }),
+    } as unknown as pg.Pool;
+    const logins = new DeviceLogins(pool, hasher, 'required', new LoginMetrics(createMetrics()), createLogger('silent'), 60_000);
+    try {
+      const login = { device: { tenant: 'acme', id: 'a1b2c3' }, password: Buffer.from(secret), address: '10.0.0.1' };
+      const before = logins.check(login);
+      await eventually(() => (answers.length === 1 ? true : undefined), 'the first lookup');
+      logins.invalidate({ type: 'credentials.changed', tenant: 'acme', deviceId: 'a1b2c3', removedIds: [place.credentialId] });
+      const after = logins.check(login);
+      await new Promise((r) => setTimeout(r, 50));
+      answers[0]!([row]); // read before the deletion committed
+      expect((await before).ok).toBe(true);
+      expect(answers).toHaveLength(2); // the later login looked again
+      answers[1]!([{ ...row, id: null, secret_hash: null }]); // the device, without the credential
+      expect(await after).toEqual({ ok: false, reason: 'no_credential' });
+    } finally {
+      held = false;
+      for (const answer of answers) answer([]);
+      await logins.stop();
+    }
   });
 });

@@ -68,6 +68,8 @@ interface Waiting {
   key: string;
   resolve(r: Record): void;
   reject(err: unknown): void;
+  /** The lookup's promise: `loading` holds it until it ends, unless an event dropped it. */
+  loaded(): Promise<Record>;
 }
 
 export class DeviceLogins implements LoginCheck {
@@ -131,21 +133,29 @@ export class DeviceLogins implements LoginCheck {
     return this.refuse(login, verdict.reason);
   }
 
-  /** Registry events: drop what they make stale (a lookup under way is not cached). */
+  /**
+   * Registry events: drop what they make stale. A lookup under way is neither cached nor shared
+   * with later logins (it may have read the registry before the change: a login checked after
+   * a credential's deletion must not be accepted with it).
+   */
   invalidate(event: RegistryEvent): void {
     this.generation++;
+    const drop = (key: string) => {
+      this.records.delete(key);
+      this.loading.delete(key);
+    };
     switch (event.type) {
       case 'devices.changed':
       case 'devices.removed':
-        for (const id of event.deviceIds) this.records.delete(repo.recordKey(event.tenant, id));
+        for (const id of event.deviceIds) drop(repo.recordKey(event.tenant, id));
         break;
       case 'credentials.changed':
-        this.records.delete(repo.recordKey(event.tenant, event.deviceId));
+        drop(repo.recordKey(event.tenant, event.deviceId));
         for (const id of event.removedIds) this.remembered.delete(id);
         break;
       case 'tenant.changed':
-        if (event.tenant === '*') this.records.clear();
-        else for (const key of this.records.keys()) if (key.startsWith(repo.recordKey(event.tenant, ''))) this.records.delete(key);
+        for (const map of [this.records, this.loading])
+          for (const key of map.keys()) if (event.tenant === '*' || key.startsWith(repo.recordKey(event.tenant, ''))) map.delete(key);
         break;
     }
   }
@@ -236,11 +246,11 @@ export class DeviceLogins implements LoginCheck {
     if (hit !== undefined && Date.now() - hit.readAt <= this.maxAgeMs) return Promise.resolve(hit.record);
     let p = this.loading.get(key);
     if (!p) {
-      p = new Promise<Record>((resolve, reject) => {
+      const loaded = new Promise<Record>((resolve, reject) => {
         if (this.queue.length === 0) setImmediate(() => void this.loadQueued());
-        this.queue.push({ tenant, deviceId, key, resolve, reject });
+        this.queue.push({ tenant, deviceId, key, resolve, reject, loaded: () => loaded });
       });
-      this.loading.set(key, p);
+      this.loading.set(key, (p = loaded));
     }
     return p;
   }
@@ -256,7 +266,7 @@ export class DeviceLogins implements LoginCheck {
         const found = await repo.loginRecords(this.pool, batch);
         for (const w of batch) {
           const record = found.get(w.key) ?? null;
-          this.loading.delete(w.key);
+          if (this.loading.get(w.key) === w.loaded()) this.loading.delete(w.key);
           if (gen === this.generation) {
             // Re-read records go to the back: the map's order stays the order of age.
             this.records.delete(w.key);
@@ -267,7 +277,7 @@ export class DeviceLogins implements LoginCheck {
         }
       } catch (err) {
         for (const w of batch) {
-          this.loading.delete(w.key);
+          if (this.loading.get(w.key) === w.loaded()) this.loading.delete(w.key);
           w.reject(err);
         }
       }
