@@ -254,9 +254,7 @@ export class DeviceAuthorisation {
     this.disown(clientId);
     if (this.owners.size >= OWNERS_CAPACITY) this.dropSession(this.owners.keys().next().value!);
     this.owners.set(clientId, device);
-    let ids = this.ownedBy.get(deviceKey(device.tenant, device.id));
-    if (!ids) this.ownedBy.set(deviceKey(device.tenant, device.id), (ids = new Set()));
-    ids.add(clientId);
+    const ids = addTo(this.ownedBy, deviceKey(device.tenant, device.id), clientId);
     // Oldest first (a client id logging in again moves to the end).
     for (const id of [...ids]) {
       if (ids.size <= SESSIONS_PER_DEVICE) break;
@@ -282,10 +280,7 @@ export class DeviceAuthorisation {
     const device = this.owners.get(clientId);
     if (!device) return;
     this.owners.delete(clientId);
-    const key = deviceKey(device.tenant, device.id);
-    const ids = this.ownedBy.get(key);
-    ids?.delete(clientId);
-    if (ids?.size === 0) this.ownedBy.delete(key);
+    removeFrom(this.ownedBy, deviceKey(device.tenant, device.id), clientId);
   }
 
   /** PUBLISH: only to the client's own attrs topic (a legacy one may name it); anything else closes the connection. */
@@ -377,22 +372,20 @@ export class DeviceAuthorisation {
   /** Registry events: the connections a change ends are closed. */
   registryChanged(event: RegistryEvent): void {
     if (event.type === 'devices.removed') {
-      for (const id of event.deviceIds) for (const c of this.checking.get(deviceKey(event.tenant, id)) ?? []) c.deviceRemoved = true;
-    } else if (event.type === 'credentials.changed') {
-      for (const c of this.checking.get(deviceKey(event.tenant, event.deviceId)) ?? []) {
-        for (const id of event.removedIds) c.removedCredentials.add(id);
-        if (event.removedIds.length === 0) c.credentialAdded = true;
-      }
-    }
-    if (event.type === 'devices.removed') {
       for (const id of event.deviceIds) {
         const key = deviceKey(event.tenant, id);
+        // Logins still being checked are refused when their verdict arrives (see `checked`).
+        for (const c of this.checking.get(key) ?? []) c.deviceRemoved = true;
         this.close(this.sessions.get(key), 'its device was removed');
         // Its client ids are free for other devices, without its sessions (subscriptions to its
         // config topic, which a device created again with its id would receive).
         for (const clientId of [...(this.ownedBy.get(key) ?? []), deviceName({ tenant: event.tenant, id })]) this.dropSession(clientId);
       }
     } else if (event.type === 'credentials.changed') {
+      for (const c of this.checking.get(deviceKey(event.tenant, event.deviceId)) ?? []) {
+        for (const id of event.removedIds) c.removedCredentials.add(id);
+        if (event.removedIds.length === 0) c.credentialAdded = true;
+      }
       for (const id of event.removedIds) this.close(this.byCredential.get(id), 'the credential it logged in with was deleted');
       // A device that gets its first credential must use it from now on (optional mode).
       if (this.mode === 'optional' && event.removedIds.length === 0) {
@@ -439,15 +432,12 @@ export class DeviceAuthorisation {
     if (!device) return this.logins.check(login);
     const key = deviceKey(device.tenant, device.id);
     const pending: Checking = { deviceRemoved: false, removedCredentials: new Set(), credentialAdded: false };
-    let set = this.checking.get(key);
-    if (!set) this.checking.set(key, (set = new Set()));
-    set.add(pending);
+    addTo(this.checking, key, pending);
     let verdict: LoginVerdict;
     try {
       verdict = await this.logins.check(login);
     } finally {
-      set.delete(pending);
-      if (set.size === 0 && this.checking.get(key) === set) this.checking.delete(key);
+      removeFrom(this.checking, key, pending);
     }
     if (!verdict.ok) return verdict;
     const bare = !verdict.credentialId && !login.certificate;
@@ -514,15 +504,18 @@ function remoteAddress(conn: unknown): string | undefined {
   return (conn as { remoteAddress?: string } | undefined)?.remoteAddress;
 }
 
-function addTo(map: Map<string, Set<Client>>, key: string, client: Client): void {
+/** Adds `item` to the set under `key` (made when missing); returns that set. */
+function addTo<T>(map: Map<string, Set<T>>, key: string, item: T): Set<T> {
   let set = map.get(key);
   if (!set) map.set(key, (set = new Set()));
-  set.add(client);
+  set.add(item);
+  return set;
 }
 
-function removeFrom(map: Map<string, Set<Client>>, key: string, client: Client): void {
+/** Removes `item` from the set under `key`, and the set once empty. */
+function removeFrom<T>(map: Map<string, Set<T>>, key: string, item: T): void {
   const set = map.get(key);
-  set?.delete(client);
+  set?.delete(item);
   if (set && set.size === 0) map.delete(key);
 }
 
