@@ -105,6 +105,11 @@ export const errors = {
   notAcceptable: (mediaType: string) => plain(406, `This resource is only available as ${mediaType}`),
 
   // Live stream
+  notAStream: () => plain(400, 'GET /stream is a WebSocket (Upgrade) or Server-Sent Events (Accept: text/event-stream)'),
+  streamSubprotocol: (subprotocol: string) =>
+    plain(400, `A WebSocket that offers subprotocols must offer ${subprotocol} (beside bearer.<token>)`),
+  /** A stream refused at shutdown (its text is shorter than `shuttingDown`'s, as it always was). */
+  streamShuttingDown: () => plain(503, 'The service is shutting down'),
   tooManyStreams: (max: number) =>
     plain(
       429,

@@ -77,7 +77,7 @@ export const liveRoutes: RouteSpec<object>[] = [
       },
     ],
     handler() {
-      throw errors.badQuery('GET /stream is a WebSocket (Upgrade) or Server-Sent Events (Accept: text/event-stream)');
+      throw errors.notAStream();
     },
   },
   {

@@ -10,7 +10,7 @@ import type pg from 'pg';
 import client from 'prom-client';
 import uWS from 'uWebSockets.js';
 import type { Claims, Tokens } from '../auth/tokens.js';
-import { errors } from '../errors.js';
+import { errors, type ApiError } from '../errors.js';
 import { requestIdFor } from '../http/request-id.js';
 import { NOT_CARRIED, type CommittedBatch } from '../ingest/protocol.js';
 import type { Logger } from '../log.js';
@@ -685,9 +685,8 @@ export class LiveHub {
       }
       if (!accept.includes('text/event-stream')) {
         this.answered(request, 400);
-        res.cork(() =>
-          writeError(res, 400, 'GET /stream is a WebSocket (Upgrade) or Server-Sent Events (Accept: text/event-stream)', request.id),
-        );
+        const e = errors.notAStream();
+        res.cork(() => writeError(res, e.httpStatus, e.message, request.id));
         return;
       }
       this.answered(request, 200);
@@ -708,14 +707,12 @@ export class LiveHub {
     query: URLSearchParams,
     protocols: string[],
   ): Promise<{ claims: Claims; sub: Subscription; maxMessages: number | undefined } | { status: number; error: string }> {
-    if (this.closing) return { status: 503, error: 'The service is shutting down' };
-    if (!authorization && !query.has('token') && !protocols.some((p) => p.startsWith('bearer.')))
-      return { status: 401, error: 'No authorization token has been supplied' };
+    if (this.closing) return refusal(errors.streamShuttingDown());
+    if (!authorization && !query.has('token') && !protocols.some((p) => p.startsWith('bearer.'))) return refusal(errors.noToken());
     const claims = await this.claimsOf(authorization, query, protocols);
-    if (!claims) return { status: 401, error: 'Invalid authentication token' };
+    if (!claims) return refusal(errors.invalidToken());
     // The answer names one of the offered subprotocols: ours, never another (the token one would echo the token).
-    if (protocols.length > 0 && !protocols.includes(SUBPROTOCOL))
-      return { status: 400, error: `A WebSocket that offers subprotocols must offer ${SUBPROTOCOL} (beside bearer.<token>)` };
+    if (protocols.length > 0 && !protocols.includes(SUBPROTOCOL)) return refusal(errors.streamSubprotocol(SUBPROTOCOL));
     let sub: Subscription;
     let maxMessages: number | undefined;
     try {
@@ -727,10 +724,7 @@ export class LiveHub {
     }
     const tenant = claims.service;
     const open = (this.byTenant.get(tenant)?.size ?? 0) + (this.admitting.get(tenant) ?? 0);
-    if (open >= this.opts.maxClientsPerTenant) {
-      const e = errors.tooManyStreams(this.opts.maxClientsPerTenant);
-      return { status: e.httpStatus, error: e.message };
-    }
+    if (open >= this.opts.maxClientsPerTenant) return refusal(errors.tooManyStreams(this.opts.maxClientsPerTenant));
     this.admitting.set(tenant, (this.admitting.get(tenant) ?? 0) + 1);
     return { claims, sub, maxMessages };
   }
@@ -745,6 +739,9 @@ export class LiveHub {
 
 const attrsText = (id: string, tsUs: number, attrs: string) =>
   `{"type":"attrs","device_id":${JSON.stringify(id)},"ts":"${microsToText(tsUs)}","attrs":${attrs}}`;
+
+/** A refused stream request, as `admit` answers it. */
+const refusal = (e: ApiError) => ({ status: e.httpStatus, error: e.message });
 
 const STATUS_LINE: Record<number, string> = {
   400: '400 Bad Request',
