@@ -20,6 +20,7 @@ import type { QueryLimits } from '../schemas/queries.js';
 import type { QueryCheck, QueryFailure, QueryValues } from '../schemas/validator.js';
 import { parseJson, readBody } from './body.js';
 import { requestIdFor } from './request-id.js';
+import { statusLine } from './status-line.js';
 import { operationKey, queryChecks } from './route.js';
 import { Router, type Endpoint, type Match } from './router.js';
 import type { BodyDecl, Listener, Method, Reply, Request, Route, StreamOut } from './types.js';
@@ -27,21 +28,6 @@ import type { BodyDecl, Listener, Method, Reply, Request, Route, StreamOut } fro
 /** uWS's LIBUS_LISTEN_EXCLUSIVE_PORT (exported at runtime, missing from its types). */
 const LISTEN_EXCLUSIVE_PORT = (uWS as unknown as { LIBUS_LISTEN_EXCLUSIVE_PORT: number }).LIBUS_LISTEN_EXCLUSIVE_PORT;
 
-const STATUS_TEXT: Record<number, string> = {
-  200: '200 OK',
-  201: '201 Created',
-  204: '204 No Content',
-  400: '400 Bad Request',
-  401: '401 Unauthorized',
-  403: '403 Forbidden',
-  404: '404 Not Found',
-  405: '405 Method Not Allowed',
-  409: '409 Conflict',
-  406: '406 Not Acceptable',
-  413: '413 Payload Too Large',
-  500: '500 Internal Server Error',
-  503: '503 Service Unavailable',
-};
 /**
  * Shutdown: connections are closed once no request has begun or ended for this long. A client
  * that keeps a connection busy gets \`Connection: close\` on its next answer and leaves cleanly;
@@ -357,9 +343,7 @@ async function sendStream(ex: Exchange, reply: Reply, produce: (out: StreamOut) 
   const start = () => {
     if (started) return;
     started = true;
-    res.writeStatus(STATUS_TEXT[reply.status] ?? String(reply.status));
-    res.writeHeader('X-Request-Id', ex.requestId);
-    if (reply.headers) for (const [k, v] of Object.entries(reply.headers)) res.writeHeader(k, v);
+    writeHead(ex, reply);
     res.writeHeader('Content-Type', reply.contentType ?? 'application/octet-stream');
   };
   let wake: (() => void) | undefined;
@@ -432,9 +416,7 @@ function send(ex: Exchange, reply: Reply, closing = false): number {
   // A 413 is answered before the body was read: close the connection so the rest is not parsed as a request.
   const close = closing || reply.status === 413;
   res.cork(() => {
-    res.writeStatus(STATUS_TEXT[reply.status] ?? String(reply.status));
-    res.writeHeader('X-Request-Id', ex.requestId);
-    if (reply.headers) for (const [k, v] of Object.entries(reply.headers)) res.writeHeader(k, v);
+    writeHead(ex, reply);
     if (payload === undefined) {
       // A streamed answer asked with HEAD: the GET's media type, no length (it is not known).
       if (reply.contentType) res.writeHeader('Content-Type', reply.contentType);
@@ -452,6 +434,13 @@ function send(ex: Exchange, reply: Reply, closing = false): number {
     }
   });
   return reply.status;
+}
+
+/** The status line, the request's id and the reply's own headers (inside the caller's cork). */
+function writeHead(ex: Exchange, reply: Reply): void {
+  ex.res.writeStatus(statusLine(reply.status));
+  ex.res.writeHeader('X-Request-Id', ex.requestId);
+  if (reply.headers) for (const [k, v] of Object.entries(reply.headers)) ex.res.writeHeader(k, v);
 }
 
 function errorReply(err: unknown, ex: Exchange): Reply {

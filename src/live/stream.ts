@@ -12,6 +12,7 @@ import uWS from 'uWebSockets.js';
 import type { Claims, Tokens } from '../auth/tokens.js';
 import { errors, type ApiError } from '../errors.js';
 import { requestIdFor } from '../http/request-id.js';
+import { statusLine } from '../http/status-line.js';
 import { NOT_CARRIED, type CommittedBatch } from '../ingest/protocol.js';
 import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
@@ -691,7 +692,7 @@ export class LiveHub {
       }
       this.answered(request, 200);
       res.cork(() => {
-        res.writeStatus('200 OK');
+        res.writeStatus(statusLine(200));
         res.writeHeader('X-Request-Id', request.id);
         res.writeHeader('Content-Type', 'text/event-stream');
         res.writeHeader('Cache-Control', 'no-cache');
@@ -743,15 +744,8 @@ const attrsText = (id: string, tsUs: number, attrs: string) =>
 /** A refused stream request, as `admit` answers it. */
 const refusal = (e: ApiError) => ({ status: e.httpStatus, error: e.message });
 
-const STATUS_LINE: Record<number, string> = {
-  400: '400 Bad Request',
-  401: '401 Unauthorized',
-  429: '429 Too Many Requests',
-  503: '503 Service Unavailable',
-};
-
 function writeError(res: uWS.HttpResponse, status: number, message: string, requestId: string): void {
-  res.writeStatus(STATUS_LINE[status] ?? `${status}`);
+  res.writeStatus(statusLine(status));
   res.writeHeader('X-Request-Id', requestId);
   res.writeHeader('Content-Type', 'application/json');
   res.end(JSON.stringify({ message, status }));
