@@ -190,14 +190,14 @@ async function startMessaging(ctx: StartContext, db: Database, core: Core): Prom
   // Device logins, decided here for the embedded broker (which asks from its thread) and for
   // external brokers (internal listener).
   const hasher = config.deviceCredentialKey ? new CredentialHasher(config.deviceCredentialKey) : CredentialHasher.derivedFrom(pskKey);
-  const logins = new DeviceLogins(
-    db.pool,
+  const logins = new DeviceLogins({
+    pool: db.pool,
     hasher,
-    config.mqttDeviceAuth,
-    new LoginMetrics(core.metrics),
-    log.child({ component: 'logins' }),
-    config.registryCacheMaxAgeSeconds * 1000,
-  );
+    mode: config.mqttDeviceAuth,
+    metrics: new LoginMetrics(core.metrics),
+    log: log.child({ component: 'logins' }),
+    maxAgeMs: config.registryCacheMaxAgeSeconds * 1000,
+  });
   core.events.on((e) => logins.invalidate(e));
   started.onStop('device logins', () => logins.stop());
   const { deviceStatus, feed } = await startCommittedFeed(ctx, db, core);

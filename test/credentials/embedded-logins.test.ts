@@ -284,7 +284,14 @@ describe('a login checked after a deletion (found by an audit)', () => {
       query: () =>
         held ? new Promise((resolve) => answers.push((rows) => resolve({ rows }))) : Promise.resolve({ rows: [], rowCount: 0 }),
     } as unknown as pg.Pool;
-    const logins = new DeviceLogins(pool, hasher, 'required', new LoginMetrics(createMetrics()), createLogger('silent'), 60_000);
+    const logins = new DeviceLogins({
+      pool,
+      hasher,
+      mode: 'required',
+      metrics: new LoginMetrics(createMetrics()),
+      log: createLogger('silent'),
+      maxAgeMs: 60_000,
+    });
     try {
       const login = { device: { tenant: 'acme', id: 'a1b2c3' }, password: Buffer.from(secret), address: '10.0.0.1' };
       const before = logins.check(login);

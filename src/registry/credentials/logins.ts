@@ -13,6 +13,7 @@
 import type pg from 'pg';
 import type { DeviceAuthMode } from '../../config.js';
 import type { Logger } from '../../log.js';
+import type { DeviceRef } from '../../topics.js';
 import type { RegistryEvent } from '../events.js';
 import type { CredentialHasher } from './hashing.js';
 import type { LoginMetrics } from './metrics.js';
@@ -23,7 +24,7 @@ import { LoginThrottle } from './throttle.js';
 /** What a client presented. */
 export interface DeviceLogin {
   /** The device it names (username, client id, certificate); absent: not known yet (a legacy client, named later by its first topic). */
-  device?: { tenant: string; id: string };
+  device?: DeviceRef;
   /** The MQTT password. */
   password?: Uint8Array;
   /** The broker verified a client certificate naming this device. */
@@ -47,6 +48,17 @@ export type LoginVerdict =
 /** How a broker asks. */
 export interface LoginCheck {
   check(login: DeviceLogin): Promise<LoginVerdict>;
+}
+
+export interface DeviceLoginsOptions {
+  pool: pg.Pool;
+  hasher: CredentialHasher;
+  /** MQTT_DEVICE_AUTH. */
+  mode: DeviceAuthMode;
+  metrics: LoginMetrics;
+  log: Logger;
+  /** REGISTRY_CACHE_MAX_AGE_SECONDS in ms: a record missed by its event (another instance's) is read again past it. */
+  maxAgeMs: number;
 }
 
 const RECORD_CAPACITY = 500_000;
@@ -84,16 +96,20 @@ export class DeviceLogins implements LoginCheck {
   private readonly slowChecks = new Map<string, Promise<boolean>>();
   private readonly used = new Map<string, { tenant: string; deviceId: string; id: string }>();
   private readonly usedTimer: NodeJS.Timeout;
+  private readonly pool: pg.Pool;
+  private readonly hasher: CredentialHasher;
+  readonly mode: DeviceAuthMode;
+  private readonly metrics: LoginMetrics;
+  private readonly log: Logger;
+  private readonly maxAgeMs: number;
 
-  constructor(
-    private readonly pool: pg.Pool,
-    private readonly hasher: CredentialHasher,
-    readonly mode: DeviceAuthMode,
-    private readonly metrics: LoginMetrics,
-    private readonly log: Logger,
-    /** REGISTRY_CACHE_MAX_AGE_SECONDS in ms: a record missed by its event (another instance's) is read again past it. */
-    private readonly maxAgeMs: number,
-  ) {
+  constructor({ pool, hasher, mode, metrics, log, maxAgeMs }: DeviceLoginsOptions) {
+    this.pool = pool;
+    this.hasher = hasher;
+    this.mode = mode;
+    this.metrics = metrics;
+    this.log = log;
+    this.maxAgeMs = maxAgeMs;
     this.usedTimer = setInterval(() => void this.flushUsed(), LAST_USED_FLUSH_MS);
     this.usedTimer.unref();
   }
@@ -172,12 +188,12 @@ export class DeviceLogins implements LoginCheck {
    * failures of names without a device (one tried before it was created, or many behind one
    * NAT) must not slow it.
    */
-  private async hasCredentials(device: { tenant: string; id: string }): Promise<boolean> {
+  private async hasCredentials(device: DeviceRef): Promise<boolean> {
     const credentials = await this.load(device.tenant, device.id);
     return credentials !== null && credentials.length > 0;
   }
 
-  private async decide(device: { tenant: string; id: string }, login: DeviceLogin): Promise<LoginVerdict> {
+  private async decide(device: DeviceRef, login: DeviceLogin): Promise<LoginVerdict> {
     const credentials = await this.load(device.tenant, device.id);
     if (credentials === null) return { ok: false, reason: 'unknown_device' };
     if (this.mode === 'off' || login.certificate) return { ok: true };
@@ -199,12 +215,7 @@ export class DeviceLogins implements LoginCheck {
     return { ok: false, reason: expiredMatch ? 'expired' : 'wrong' };
   }
 
-  private async matches(
-    device: { tenant: string; id: string },
-    c: repo.StoredCredential,
-    secret: string,
-    address: string,
-  ): Promise<boolean> {
+  private async matches(device: DeviceRef, c: repo.StoredCredential, secret: string, address: string): Promise<boolean> {
     const place = { tenant: device.tenant, deviceId: device.id, credentialId: c.id };
     if (this.hasher.isKeyed(c.secretHash)) return this.hasher.matches(c.secretHash, place, secret);
     const digest = this.hasher.remembered(place, secret);
@@ -266,7 +277,7 @@ export class DeviceLogins implements LoginCheck {
         const found = await repo.loginRecords(this.pool, batch);
         for (const w of batch) {
           const record = found.get(w.key) ?? null;
-          if (this.loading.get(w.key) === w.loaded()) this.loading.delete(w.key);
+          this.lookupEnded(w);
           if (gen === this.generation) {
             // Re-read records go to the back: the map's order stays the order of age.
             this.records.delete(w.key);
@@ -277,11 +288,16 @@ export class DeviceLogins implements LoginCheck {
         }
       } catch (err) {
         for (const w of batch) {
-          if (this.loading.get(w.key) === w.loaded()) this.loading.delete(w.key);
+          this.lookupEnded(w);
           w.reject(err);
         }
       }
     }
+  }
+
+  /** Its lookup is no longer shared (unless an event dropped it already, and a newer one is). */
+  private lookupEnded(w: Waiting): void {
+    if (this.loading.get(w.key) === w.loaded()) this.loading.delete(w.key);
   }
 
   private async flushUsed(): Promise<void> {
