@@ -12,7 +12,7 @@ const DATABASE_TIMEOUT_MS = 2000;
 /** SQLSTATE of a missing table: no migration was ever applied to this database. */
 const UNDEFINED_TABLE = '42P01';
 
-export const CHECKS = ['database', 'migrations', 'broker', 'ingest'] as const;
+const CHECKS = ['database', 'migrations', 'broker', 'ingest'] as const;
 export type CheckName = (typeof CHECKS)[number];
 
 export interface ReadinessReport {

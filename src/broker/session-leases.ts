@@ -19,7 +19,7 @@ import type pg from 'pg';
 import { inTransaction } from '../db/pool.js';
 
 /** The prefix of a slot's client ids. */
-export const slotPrefix = (base: string, slot: number): string => (slot === 0 ? base : `${base}.${slot}`);
+const slotPrefix = (base: string, slot: number): string => (slot === 0 ? base : `${base}.${slot}`);
 
 export interface LeaseOptions {
   /** MQTT_CLIENT_ID. */

@@ -80,7 +80,7 @@ export class ProtocolRefused extends Error {
   }
 }
 
-export class ConnectRefused extends Error {
+class ConnectRefused extends Error {
   constructor(readonly code: number) {
     super(`the broker refused the connection (code ${code})`);
     this.name = 'ConnectRefused';

@@ -18,7 +18,7 @@ const ending = new WeakMap<pg.Pool, Promise<void>>();
  * closed, so without a lifetime the statements of every past horizon piled up in its backend
  * (~50 kB each). An hour bounds them at one hour's worth; the reconnect is unnoticeable.
  */
-export const CONNECTION_LIFETIME_SECONDS = 3600;
+const CONNECTION_LIFETIME_SECONDS = 3600;
 
 export function createPool(
   url: string,

@@ -92,7 +92,7 @@ export function bucketSql(b: Bucketing, z: string) {
 }
 
 /** The aggregates, in the order a bucket shows them. */
-export const AGGREGATES = ['avg', 'min', 'max', 'sum', 'count', 'first', 'last'] as const;
+const AGGREGATES = ['avg', 'min', 'max', 'sum', 'count', 'first', 'last'] as const;
 export type Aggregate = (typeof AGGREGATES)[number];
 const AGG_NAME = `(${AGGREGATES.join('|')})`;
 /** One `agg` value: aggregates separated by commas (blanks around them allowed). */

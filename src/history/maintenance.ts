@@ -17,7 +17,7 @@ import { forgetHorizon } from './horizon.js';
 import { checkChunkSizing } from './sizing.js';
 
 /** How long after an hour ends it is rolled up: rows of devices whose clocks lag arrive first. */
-export const ROLLUP_LAG_MINUTES = 5;
+const ROLLUP_LAG_MINUTES = 5;
 const ROLLUP_EVERY_MS = 5 * 60_000;
 /** Most hours per transaction when a long history is rolled up the first time. */
 const ROLLUP_STEP = '1 day';

@@ -30,7 +30,7 @@ export interface SizingAdvice {
 }
 
 /** Seconds as an interval text HISTORY_CHUNK_INTERVAL accepts: `1 day`, `6 hours`, `90 minutes`, `45 seconds`. */
-export function intervalText(seconds: number): string {
+function intervalText(seconds: number): string {
   for (const [unit, secs] of [
     ['day', 86400],
     ['hour', 3600],

@@ -22,14 +22,14 @@ import { microsToText } from '../time.js';
 import { atTime, type WallTimer } from '../wall-timer.js';
 
 /** WebSocket close codes of the stream. */
-export const CLOSE_TOKEN_EXPIRED = 4001;
-export const CLOSE_SHUTDOWN = 1001;
+const CLOSE_TOKEN_EXPIRED = 4001;
+const CLOSE_SHUTDOWN = 1001;
 /** RFC 6455: a message too big to process. */
-export const CLOSE_TOO_BIG = 1009;
+const CLOSE_TOO_BIG = 1009;
 /** The largest client message (a `subscribe`) read. */
 const MAX_MESSAGE_BYTES = 64 * 1024;
 /** The subprotocol the server selects; a browser offers it beside `bearer.<token>`. */
-export const SUBPROTOCOL = 'device-registry.live.v1';
+const SUBPROTOCOL = 'device-registry.live.v1';
 const MAX_FILTER_ENTRIES = 10_000;
 const SSE_KEEPALIVE_MS = 25_000;
 
@@ -43,7 +43,7 @@ export interface Subscription {
 class BadSubscription extends Error {}
 
 /** A subscription from `{devices, templates, attrs}` (arrays; absent or null: no filter). */
-export function parseSubscription(input: { devices?: unknown; templates?: unknown; attrs?: unknown }): Subscription {
+function parseSubscription(input: { devices?: unknown; templates?: unknown; attrs?: unknown }): Subscription {
   // Template ids may be written as numbers, as the API answers them; device ids and labels are strings.
   const list = (name: string, v: unknown, numbers = false): string[] | undefined => {
     if (v === undefined || v === null) return undefined;

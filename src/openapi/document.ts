@@ -304,7 +304,7 @@ function referenced(paths: object, schemas: Record<string, unknown>): Record<str
  * in messages). `urls`: the listeners' base URLs as a client reaches them; without, the
  * listeners are named by their settings (server variables).
  */
-export function buildOpenApi(routes: readonly RouteDecl[], limits: DocumentLimits, urls?: ServerUrls): Record<string, unknown> {
+function buildOpenApi(routes: readonly RouteDecl[], limits: DocumentLimits, urls?: ServerUrls): Record<string, unknown> {
   const paths: Record<string, Record<string, object>> = {};
   const bodies: BodyComponents = new Map();
   const checks = queryChecks(routes, limits);

@@ -3,7 +3,7 @@
 // validates against this schema before it looks the device up.
 import { bodySchema } from './validator.js';
 
-export const MIN_CHOSEN_SECRET = 16;
+const MIN_CHOSEN_SECRET = 16;
 const MAX_CHOSEN_SECRET = 256;
 
 /** The same `{message, status}` 400 for every failing keyword of a field. */
@@ -63,7 +63,7 @@ const metadata = {
 };
 
 /** One credential's metadata: never its secret or hash. */
-export const credentialView = {
+const credentialView = {
   type: 'object',
   required: ['id', 'type', 'created_at', 'expires_at', 'last_used_at'],
   properties: {

@@ -46,7 +46,7 @@ export const FILTER_ERRORS: ErrorKey[] = ['attrFilterWithoutValue', 'badQuery'];
  * condition the planner joins; PostgreSQL's plan search grows so fast with them that a few
  * hundred ran a backend out of memory (measured: 48 take ~0.2 s, 500 exhaust 18 GB).
  */
-export const MAX_FILTERS = 16;
+const MAX_FILTERS = 16;
 
 const tooManyFilters = (name: string) => ({
   maxItems: { error: 'badQuery', message: `At most {limit} ${name} filters are allowed in one request` },

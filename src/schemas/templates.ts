@@ -4,7 +4,7 @@ import { bodySchema } from './validator.js';
 
 // Lengths and the label rule: decisions.md "Common" / "Templates". The label's length and
 // pattern are separate subschemas so that each failure gets its own text.
-export const attrLabelSchema = {
+const attrLabelSchema = {
   type: 'string',
   allOf: [{ maxLength: 128 }, { pattern: '^[A-Za-z0-9_-]+$', 'x-message': 'Labels must contain letters, numbers or dashes(-_)' }],
 };

@@ -14,7 +14,7 @@ import { ApiError, errors, type ErrorKey, type FieldErrors } from '../errors.js'
 import { queryFormats } from './queries.js';
 
 /** Our annotations (see src/schemas/queries.ts); ajv ignores them, strict mode knows them. */
-export const ANNOTATIONS = ['x-message', 'x-error', 'x-error-order', 'x-lenient', 'x-ignores'] as const;
+const ANNOTATIONS = ['x-message', 'x-error', 'x-error-order', 'x-lenient', 'x-ignores'] as const;
 
 const TYPE_TEXT: Record<string, string> = {
   string: 'Not a valid string.',
@@ -93,7 +93,7 @@ function text(e: ErrorObject): string {
 }
 
 /** Adds `text` at `path` (`["metadata", "0", "label"]`), nesting objects like marshmallow. */
-export function addFieldError(out: FieldErrors, path: string[], text: string): void {
+function addFieldError(out: FieldErrors, path: string[], text: string): void {
   let node = out as Record<string, unknown>;
   for (const seg of path.slice(0, -1)) {
     const next = node[seg];

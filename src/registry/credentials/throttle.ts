@@ -13,7 +13,7 @@
 // Counts are forgotten FORGET_MS after a key's last failure.
 
 /** Failures without a wait: per key kind, by the key's prefix (`u:` device name, `a:` address). */
-export const FREE_FAILURES = { u: 3, a: 30 } as const;
+const FREE_FAILURES = { u: 3, a: 30 } as const;
 const BASE_DELAY_MS = 500;
 /** The longest wait before a check (the HTTP hooks' brokers must wait longer for an answer: docs/operations.md §7). */
 export const MAX_DELAY_MS = 8000;
