@@ -90,6 +90,9 @@ export function microsToTextCached(): (us: number) => string {
   };
 }
 
+/** The history `ts` text as a JSON Schema pattern (the answers' schemas). */
+export const HISTORY_TIME_PATTERN = '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$';
+
 /** SQL expression rendering a timestamptz column as the contract's history `ts` text. */
 export function historyTimeSql(column: string): string {
   return `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
@@ -110,6 +113,14 @@ export function bucketTimeSql(column: string): string {
 export function registryTime(d: Date): string {
   return d.toISOString().replace('Z', '000+00:00');
 }
+
+/** Microseconds since the epoch in the created/updated format (a device's `last_seen`). */
+export function microsToRegistryTime(us: number): string {
+  return microsToText(us).replace('Z', '+00:00');
+}
+
+/** The created/updated text as a JSON Schema pattern (the answers' schemas). */
+export const REGISTRY_TIME_PATTERN = '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}\\+00:00$';
 
 /** SQL expression rendering a timestamptz column as the contract's created/updated text. */
 export function registryTimeSql(column: string): string {

@@ -1,6 +1,7 @@
 // POST /device/{id}/credentials and the credential answers (docs/credentials.md). Every body
 // failure is a `{message, status}` 400 naming the field; src/registry/credentials/service.ts
 // validates against this schema before it looks the device up.
+import { REGISTRY_TIME_PATTERN } from '../time.js';
 import { bodySchema } from './validator.js';
 
 const MIN_CHOSEN_SECRET = 16;
@@ -48,7 +49,7 @@ export const credentialCreateBody = bodySchema({
   'x-error-order': ['credentialBadInput'],
 });
 
-const time = { type: 'string', pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}\\+00:00$' };
+const time = { type: 'string', pattern: REGISTRY_TIME_PATTERN };
 const nullableTime = { type: ['string', 'null'], pattern: time.pattern };
 
 const metadata = {

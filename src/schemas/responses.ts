@@ -4,13 +4,14 @@
 // Tight where the contract is exact: required fields, `additionalProperties: false`, the
 // template id (integer in create/get/list answers, a string in update/delete answers), the
 // actuation key with its leading space. Error bodies: src/schemas/errors.ts.
+import { HISTORY_TIME_PATTERN, REGISTRY_TIME_PATTERN } from '../time.js';
 
 export const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 
 /** `created` / `updated`: UTC with six fractional digits and `+00:00`. */
 const registryTime = {
   type: 'string',
-  pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}\\+00:00$',
+  pattern: REGISTRY_TIME_PATTERN,
   examples: ['2026-05-01T12:00:00.000000+00:00'],
 };
 
@@ -134,7 +135,7 @@ export const responseSchemas = {
         type: 'object',
         description: '`lastValues=true`: attribute label -> its latest value and time; labels without a value are left out.',
         additionalProperties: object(['ts', 'value'], {
-          ts: { type: 'string', pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$' },
+          ts: { type: 'string', pattern: HISTORY_TIME_PATTERN },
           value: { description: 'The value as the device sent it (its JSON type kept).' },
         }),
       },
@@ -151,14 +152,14 @@ export const responseSchemas = {
   }),
   HistoryRecord: object(['device_id', 'ts', 'value', 'attr'], {
     device_id: { type: 'string' },
-    ts: { type: 'string', pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$', examples: ['2026-05-01T12:00:00.000000Z'] },
+    ts: { type: 'string', pattern: HISTORY_TIME_PATTERN, examples: ['2026-05-01T12:00:00.000000Z'] },
     value: { description: 'The value as the device sent it (its JSON type kept).' },
     attr: { type: 'string' },
   }),
   HistoryBucket: object(['ts'], {
     ts: {
       type: 'string',
-      pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}\\.\\d{6}Z$',
+      pattern: HISTORY_TIME_PATTERN,
       description: 'The bucket start (UTC).',
       examples: ['2026-05-01T12:00:00.000000Z'],
     },

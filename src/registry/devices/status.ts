@@ -10,7 +10,7 @@
 // it is read again, the one read before holds).
 import type pg from 'pg';
 import type { Logger } from '../../log.js';
-import { microsToText } from '../../time.js';
+import { microsToRegistryTime } from '../../time.js';
 import type { RegistryEvent, RegistryEvents } from '../events.js';
 
 export type DeviceStatus = 'online' | 'offline';
@@ -48,8 +48,6 @@ interface Entry {
 }
 
 const key = (tenant: string, id: string) => `${tenant}\u0000${id}`;
-/** µs as the registry's time text (`created`, `updated`). */
-export const statusTime = (us: number): string => microsToText(us).replace('Z', '+00:00');
 
 export class DeviceStatusBook {
   private readonly entries = new Map<string, Entry>();
@@ -120,7 +118,7 @@ export class DeviceStatusBook {
   fields(tenant: string, id: string): { last_seen: string | null; status: DeviceStatus } {
     const e = this.entries.get(key(tenant, id));
     if (!e) return { last_seen: null, status: 'offline' };
-    return { last_seen: statusTime(e.lastSeenUs), status: this.isOnline(e, Date.now() * 1000) ? 'online' : 'offline' };
+    return { last_seen: microsToRegistryTime(e.lastSeenUs), status: this.isOnline(e, Date.now() * 1000) ? 'online' : 'offline' };
   }
 
   /** The view's JSON text with `last_seen` and `status` added at the end. */
@@ -175,7 +173,7 @@ export class DeviceStatusBook {
       tenant: e.tenant,
       deviceId: e.id,
       status: e.online ? 'online' : 'offline',
-      lastSeen: statusTime(e.lastSeenUs),
+      lastSeen: microsToRegistryTime(e.lastSeenUs),
     };
     for (const l of this.listeners) {
       try {
