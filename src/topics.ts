@@ -33,6 +33,11 @@ export function parseDeviceName(name: string): DeviceRef | undefined {
   return { tenant, id };
 }
 
+/** A device's name, `<tenant>:<id>` (what parseDeviceName reads). */
+export function deviceName(tenant: string, id: string): string {
+  return `${tenant}:${id}`;
+}
+
 export function parseDeviceTopic(topic: string): DeviceTopic | undefined {
   if (topic.charCodeAt(0) === 47 /* '/' */) {
     const parts = topic.split('/');

@@ -29,7 +29,7 @@ import type { DeviceLogin, LoginCheck, LoginVerdict } from '../registry/credenti
 import { NO_ACK, type AckHandle, type Inbox } from './link.js';
 import { HeldKeepalives } from './held-keepalive.js';
 import { attrsTopic, configTopic, mayPublish, maySubscribe } from './topic-rules.js';
-import { deviceKey, parseDeviceName, sameDevice, type DeviceRef } from '../topics.js';
+import { deviceKey, deviceName, parseDeviceName, sameDevice, type DeviceRef } from '../topics.js';
 import { atTime, type WallTimer } from '../wall-timer.js';
 
 // The hooks' callbacks (aedes does not export their types).
@@ -236,7 +236,7 @@ export class DeviceAuthorisation {
     this.log.info('device login refused', {
       ...(device ? { tenant: device.tenant, device: device.id } : {}),
       reason: why,
-      ...(certified ? { certificate: deviceName(certified) } : {}),
+      ...(certified ? { certificate: deviceName(certified.tenant, certified.id) } : {}),
       address: remoteAddress(p.conn),
     });
     return { accept: false, code, why };
@@ -291,12 +291,12 @@ export class DeviceAuthorisation {
     const session = this.identity.get(client);
     if (session) {
       if (!mayPublish(session.device, packet.topic))
-        return done(new Error(`${deviceName(session.device)} may not publish to ${packet.topic}`));
+        return done(new Error(`${deviceName(session.device.tenant, session.device.id)} may not publish to ${packet.topic}`));
       return this.handOver(client, topic, packet, done);
     }
     if (!topic.legacy) return done(new Error('default-mode topics need the username <tenant>:<device id>'));
     this.nameByTopic(client, topic).then(
-      (ok) => (ok ? this.handOver(client, topic, packet, done) : done(new Error(`not allowed as ${deviceName(topic)}`))),
+      (ok) => (ok ? this.handOver(client, topic, packet, done) : done(new Error(`not allowed as ${deviceName(topic.tenant, topic.id)}`))),
       (err: Error) => done(err),
     );
   }
@@ -379,7 +379,7 @@ export class DeviceAuthorisation {
         this.close(this.sessions.get(key), 'its device was removed');
         // Its client ids are free for other devices, without its sessions (subscriptions to its
         // config topic, which a device created again with its id would receive).
-        for (const clientId of [...(this.ownedBy.get(key) ?? []), deviceName({ tenant: event.tenant, id })]) this.dropSession(clientId);
+        for (const clientId of [...(this.ownedBy.get(key) ?? []), deviceName(event.tenant, id)]) this.dropSession(clientId);
       }
     } else if (event.type === 'credentials.changed') {
       for (const c of this.checking.get(deviceKey(event.tenant, event.deviceId)) ?? []) {
@@ -517,8 +517,4 @@ function removeFrom<T>(map: Map<string, Set<T>>, key: string, item: T): void {
   const set = map.get(key);
   set?.delete(item);
   if (set && set.size === 0) map.delete(key);
-}
-
-function deviceName(ref: DeviceRef): string {
-  return `${ref.tenant}:${ref.id}`;
 }

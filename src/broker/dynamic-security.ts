@@ -19,7 +19,7 @@ import type { Logger } from '../log.js';
 import * as repo from '../registry/credentials/repo.js';
 import type { BrokerAccounts } from '../registry/credentials/service.js';
 import type { RegistryEvent } from '../registry/events.js';
-import { parseDeviceName } from '../topics.js';
+import { deviceName, parseDeviceName } from '../topics.js';
 
 const COMMANDS = '$CONTROL/dynamic-security/v1';
 const RESPONSES = `${COMMANDS}/response`;
@@ -146,7 +146,7 @@ export class DynamicSecurity implements BrokerAccounts {
   }
 
   private async setSecret(tenant: string, deviceId: string, secret: string): Promise<void> {
-    const username = `${tenant}:${deviceId}`;
+    const username = deviceName(tenant, deviceId);
     const [role, client] = await this.send([
       { command: 'createRole', rolename: roleOf(username), acls: legacyAcls(tenant, deviceId) },
       { command: 'createClient', username, password: secret, roles: [{ rolename: roleOf(username) }] },
@@ -159,7 +159,7 @@ export class DynamicSecurity implements BrokerAccounts {
   }
 
   private async removeAccount(tenant: string, deviceId: string): Promise<void> {
-    const answers = await this.send(removal(`${tenant}:${deviceId}`));
+    const answers = await this.send(removal(deviceName(tenant, deviceId)));
     for (const a of answers) this.check(a, notFound);
   }
 
@@ -168,7 +168,7 @@ export class DynamicSecurity implements BrokerAccounts {
     if (event.type !== 'devices.removed') return;
     void (async () => {
       for (let i = 0; i < event.deviceIds.length; i += REMOVAL_BATCH) {
-        const usernames = event.deviceIds.slice(i, i + REMOVAL_BATCH).map((id) => `${event.tenant}:${id}`);
+        const usernames = event.deviceIds.slice(i, i + REMOVAL_BATCH).map((id) => deviceName(event.tenant, id));
         const answers = await this.send(usernames.flatMap(removal));
         for (const a of answers) this.check(a, notFound);
       }
@@ -196,7 +196,7 @@ export class DynamicSecurity implements BrokerAccounts {
     this.check(roles);
     const present = new Set((clients!.data?.clients ?? []).filter((u) => parseDeviceName(u) !== undefined));
     const wanted = await repo.brokerAccounts(this.opts.pool);
-    const held = new Set(wanted.filter((w) => w.in_broker).map((w) => `${w.tenant}:${w.device_id}`));
+    const held = new Set(wanted.filter((w) => w.in_broker).map((w) => deviceName(w.tenant, w.device_id)));
     const removed = [...present].filter((u) => !held.has(u));
     const orphanRoles = (roles!.data?.roles ?? []).filter(
       (r) => r.startsWith(ROLE_PREFIX) && !held.has(r.slice(ROLE_PREFIX.length)) && !removed.includes(r.slice(ROLE_PREFIX.length)),
@@ -210,14 +210,14 @@ export class DynamicSecurity implements BrokerAccounts {
         accounts: removed.length,
         first: removed.slice(0, 20),
       });
-    const lost = wanted.filter((w) => w.in_broker && !present.has(`${w.tenant}:${w.device_id}`));
+    const lost = wanted.filter((w) => w.in_broker && !present.has(deviceName(w.tenant, w.device_id)));
     await repo.clearInBroker(
       this.opts.pool,
       lost.map((w) => ({ tenant: w.tenant, deviceId: w.device_id })),
     );
     const missing = wanted
-      .filter((w) => !w.in_broker || !present.has(`${w.tenant}:${w.device_id}`))
-      .map((w) => `${w.tenant}:${w.device_id}`);
+      .filter((w) => !w.in_broker || !present.has(deviceName(w.tenant, w.device_id)))
+      .map((w) => deviceName(w.tenant, w.device_id));
     if (missing.length > 0) {
       this.opts.log.warn(
         'the broker lacks the accounts of devices with credentials: create a new credential for each (POST /device/{id}/credentials)',
