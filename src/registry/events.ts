@@ -39,12 +39,13 @@ export const REGISTRY_CHANNEL = 'device-registry:registry-events';
 const NOTIFY_CHANNEL = 'registry_events';
 /** The listening connection's name in pg_stat_activity. */
 export const LISTEN_APPLICATION_NAME = 'device-registry-listen';
-// NOTIFY payloads must stay under 8000 bytes; larger events degrade to tenant-wide ones.
+// NOTIFY payloads must stay under 8000 bytes: a larger devices.removed is split (notifications),
+// any other larger event degrades to a tenant-wide one (payload).
 const MAX_NOTIFY_BYTES = 7000;
 /** Room for the envelope around an event: `{"origin":"<uuid>","event":...}`. */
 const ENVELOPE_BYTES = 64;
 
-/** Whether `event` goes to the other instances as it is (a larger one goes as `tenant.changed`). */
+/** Whether `event` goes to the other instances as it is, in one notification (see `notifications` for a larger one). */
 export const fitsOneNotification = (event: RegistryEvent): boolean =>
   Buffer.byteLength(JSON.stringify(event)) + ENVELOPE_BYTES <= MAX_NOTIFY_BYTES;
 /**
