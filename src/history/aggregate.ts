@@ -7,6 +7,7 @@ import { errors } from '../errors.js';
 import type { QueryValues } from '../schemas/validator.js';
 import { readBuckets, spanOf, type BucketRow } from './aggregate-repo.js';
 import {
+  AGGREGATE_LIST,
   aggregatesOf,
   bucketingOf,
   isZoneName,
@@ -29,6 +30,7 @@ export interface AggregateQuery {
 }
 
 const bad = errors.badHistoryQuery;
+const noAgg = () => bad(`interval needs agg: any of ${AGGREGATE_LIST}`);
 const notAZone = (tz: string) => bad(`tz must be an IANA time zone name (e.g. Europe/Berlin), got "${tz}"`);
 
 /** Whether the request asks for aggregates (any of the aggregate parameters present). */
@@ -43,10 +45,10 @@ export function aggregateQueryOf(v: QueryValues): AggregateQuery {
   if (v.interval === undefined) throw bad('agg, tz and fill need interval (e.g. interval=1h&agg=avg)');
   if (v.lastN !== undefined || v.firstN !== undefined)
     throw bad('lastN and firstN cannot be used with interval: choose the buckets with dateFrom and dateTo');
-  if (v.agg === undefined) throw bad('interval needs agg: any of avg, min, max, sum, count, first, last');
+  if (v.agg === undefined) throw noAgg();
   const asked = aggregatesOf(v.agg as string[]);
-  if ('unknown' in asked) throw bad(`agg must be any of avg, min, max, sum, count, first, last, got "${asked.unknown}"`);
-  if (asked.aggs.length === 0) throw bad('interval needs agg: any of avg, min, max, sum, count, first, last');
+  if ('unknown' in asked) throw bad(`agg must be any of ${AGGREGATE_LIST}, got "${asked.unknown}"`);
+  if (asked.aggs.length === 0) throw noAgg();
   const tz = ((v.tz as string | undefined) ?? 'UTC').trim();
   if (!isZoneName(tz)) throw notAZone(tz);
   const bucketing = bucketingOf(v.interval as string, tz);

@@ -94,6 +94,8 @@ export function bucketSql(b: Bucketing, z: string) {
 /** The aggregates, in the order a bucket shows them. */
 const AGGREGATES = ['avg', 'min', 'max', 'sum', 'count', 'first', 'last'] as const;
 export type Aggregate = (typeof AGGREGATES)[number];
+/** The aggregates as the error texts list them: `avg, min, …, last`. */
+export const AGGREGATE_LIST = AGGREGATES.join(', ');
 const AGG_NAME = `(${AGGREGATES.join('|')})`;
 /** One `agg` value: aggregates separated by commas (blanks around them allowed). */
 export const AGG_LIST_PATTERN = `^\\s*${AGG_NAME}(\\s*,\\s*${AGG_NAME})*\\s*$`;

@@ -8,7 +8,7 @@ import { DEV, err } from '../openapi/examples.js';
 import { deviceIdParam } from '../schemas/params.js';
 import { ref } from '../schemas/responses.js';
 import { aggregateQueryOf, answerAggregates, asksAggregates } from './aggregate.js';
-import { AGG_LIST_PATTERN, INTERVAL_PATTERN } from './buckets.js';
+import { AGG_LIST_PATTERN, AGGREGATE_LIST, INTERVAL_PATTERN } from './buckets.js';
 import { latestBody, latestJson, latestRequestOf, latestValues, MAX_LATEST_DEVICES, templateDeviceCount } from './latest.js';
 import { CSV_HEADER, csvLine, EXPORT_CONTENT_TYPES, exportFormatOf, streamExport, type ExportFormat } from './export.js';
 import { historyQueryOf } from './query.js';
@@ -160,7 +160,7 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
             type: 'string',
             pattern: AGG_LIST_PATTERN,
             'x-error': {
-              pattern: { error: 'badHistoryQuery', message: 'agg must be any of avg, min, max, sum, count, first, last, got "{input}"' },
+              pattern: { error: 'badHistoryQuery', message: `agg must be any of ${AGGREGATE_LIST}, got "{input}"` },
             },
           },
           description:
