@@ -35,7 +35,7 @@ import mqtt from 'mqtt';
 import pg from 'pg';
 import { projectRoot } from '../src/paths.js';
 import { subscriberClientId } from '../src/broker/external.js';
-import { benchServiceEnv } from './lib/harness.js';
+import { benchServiceEnv, benchUserToken, readyAddress } from './lib/harness.js';
 import type { LoadConfig, LoadProgress } from './ingest-load.js';
 import type { SinkConfig } from './ingest-sink.js';
 
@@ -166,37 +166,8 @@ async function startService(databaseUrl: string): Promise<Service> {
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  let out = '';
-  const base = await new Promise<string>((resolve, reject) => {
-    let address: string | undefined;
-    proc.stdout.on('data', (d: Buffer) => {
-      out += d.toString();
-      for (const line of out.split('\n')) {
-        if (line.includes('public HTTP API listening')) address = (JSON.parse(line) as { address: string }).address;
-        if (line.includes('"msg":"ready"') && address) resolve(address);
-        if (line.includes('"level":"warn"') || line.includes('"level":"error"')) process.stderr.write('  service: ' + line + '\n');
-      }
-      out = out.slice(out.lastIndexOf('\n') + 1);
-    });
-    proc.once('exit', (code) => reject(new Error(`service exited with ${code}`)));
-  });
-  const auth = async (username: string, passwd: string) =>
-    (
-      (await (
-        await fetch(`${base}/auth`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ username, passwd }),
-        })
-      ).json()) as { jwt: string }
-    ).jwt;
-  // A user of the bench tenant, for history queries.
-  await fetch(`${base}/auth/user`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${await auth('admin', 'admin')}` },
-    body: JSON.stringify({ username: 'bench-user', passwd: 'bench-pass', service: tenant, profile: 'user' }),
-  });
-  const token = await auth('bench-user', 'bench-pass');
+  const base = await readyAddress(proc);
+  const token = await benchUserToken(base, tenant);
   return {
     proc,
     base,

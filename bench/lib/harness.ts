@@ -51,6 +51,47 @@ export function benchServiceEnv(): Record<string, string> {
   );
 }
 
+/**
+ * The public API's address of a service process (stdout piped), once it logged `ready`; its
+ * warnings and errors are shown on stderr meanwhile. Rejects if the process exits first.
+ */
+export function readyAddress(proc: ChildProcess): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    let buf = '';
+    let address: string | undefined;
+    proc.stdout!.on('data', (d: Buffer) => {
+      buf += d.toString();
+      for (const line of buf.split('\n')) {
+        if (line.includes('public HTTP API listening')) address = (JSON.parse(line) as { address: string }).address;
+        if (line.includes('"msg":"ready"') && address) resolve(address);
+        if (line.includes('"level":"warn"') || line.includes('"level":"error"')) process.stderr.write('  service: ' + line + '\n');
+      }
+      buf = buf.slice(buf.lastIndexOf('\n') + 1);
+    });
+    proc.once('exit', (code) => reject(new Error(`service exited with ${code}`)));
+  });
+}
+
+/** A token of `bench-user`, a user of `tenant` made with the admin's token (a 409 when it exists already is fine). */
+export async function benchUserToken(base: string, tenant: string): Promise<string> {
+  const auth = async (username: string, passwd: string) =>
+    (
+      (await (
+        await fetch(`${base}/auth`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ username, passwd }),
+        })
+      ).json()) as { jwt: string }
+    ).jwt;
+  await fetch(`${base}/auth/user`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${await auth('admin', 'admin')}` },
+    body: JSON.stringify({ username: 'bench-user', passwd: 'bench-pass', service: tenant, profile: 'user' }),
+  });
+  return auth('bench-user', 'bench-pass');
+}
+
 /** `nodeArgs`: extra node flags for the service process, e.g. `--cpu-prof` to profile it. */
 export async function startBenchService(env: Record<string, string> = {}, nodeArgs: string[] = []): Promise<BenchService> {
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'dr-bench-'));

@@ -14,7 +14,7 @@ import { readConfig } from '../../src/config.js';
 import { startEmbeddedDatabase } from '../../src/db/embedded.js';
 import { createLogger } from '../../src/log.js';
 import { projectRoot } from '../../src/paths.js';
-import { benchServiceEnv } from './harness.js';
+import { benchServiceEnv, benchUserToken, readyAddress } from './harness.js';
 import { load, type LoadResult } from './load.js';
 
 export const tenant = 'bench';
@@ -107,39 +107,11 @@ export async function startService(databaseUrl: string, env: Record<string, stri
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  const base = await new Promise<string>((resolve, reject) => {
-    let buf = '';
-    let address: string | undefined;
-    proc.stdout.on('data', (d: Buffer) => {
-      buf += d.toString();
-      for (const line of buf.split('\n')) {
-        if (line.includes('public HTTP API listening')) address = (JSON.parse(line) as { address: string }).address;
-        if (line.includes('"msg":"ready"') && address) resolve(address);
-        if (line.includes('"level":"warn"') || line.includes('"level":"error"')) process.stderr.write('  service: ' + line + '\n');
-      }
-      buf = buf.slice(buf.lastIndexOf('\n') + 1);
-    });
-    proc.once('exit', (code) => reject(new Error(`service exited with ${code}`)));
-  });
-  const auth = async (username: string, passwd: string) =>
-    (
-      (await (
-        await fetch(`${base}/auth`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ username, passwd }),
-        })
-      ).json()) as { jwt: string }
-    ).jwt;
-  // 409 when the user exists (a service started again on the same database): fine.
-  await fetch(`${base}/auth/user`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', authorization: `Bearer ${await auth('admin', 'admin')}` },
-    body: JSON.stringify({ username: 'bench-user', passwd: 'bench-pass', service: tenant, profile: 'user' }),
-  });
+  const base = await readyAddress(proc);
+  const token = await benchUserToken(base, tenant);
   return {
     base,
-    token: await auth('bench-user', 'bench-pass'),
+    token,
     proc,
     async stop() {
       if (proc.exitCode === null && proc.signalCode === null) {
