@@ -6,7 +6,7 @@
 // (src/openapi/examples.ts, docs/api.md); template id 1 in path parameters and in `templates`
 // of request bodies stands for the fixture template's id.
 import { beforeAll, describe, expect, it } from 'vitest';
-import { CREDENTIAL_ID } from '../../src/openapi/examples.js';
+import { CREDENTIAL_ID, thermometerBody } from '../../src/openapi/examples.js';
 import { insertHistory } from '../helpers/registry-fixtures.js';
 import type { TemplateCreated } from '../helpers/api.js';
 import { http, tenantToken, useService, type ApiResponse } from '../helpers/service.js';
@@ -43,22 +43,7 @@ async function fixture(kind: string | undefined): Promise<Fixture> {
   const created = await ok(
     http<TemplateCreated>('POST', `${svc.base}/template`, {
       token,
-      body: {
-        label: 'Thermometer',
-        attrs: [
-          { label: 'temperature', type: 'dynamic', value_type: 'float' },
-          {
-            label: 'serial',
-            type: 'static',
-            value_type: 'string',
-            static_value: 'SN-0',
-            metadata: [{ label: 'unit', type: 'static', value_type: 'string', static_value: 'C' }],
-          },
-          { label: 'led', type: 'actuator', value_type: 'bool' },
-          { label: 'key', type: 'static', value_type: 'psk' },
-          { label: 'spare', type: 'static', value_type: 'psk' },
-        ],
-      },
+      body: thermometerBody,
     }),
     'template',
   );
