@@ -1,6 +1,22 @@
-// Small pieces shared by the registry's SQL: numbered parameters and the label filter.
-// Values always travel as parameters; only fixed SQL text is concatenated.
+// Small pieces shared by the registry's SQL: numbered parameters, the label filter, the device
+// check of the per-device endpoints. Values always travel as parameters; only fixed SQL text is
+// concatenated.
+import type pg from 'pg';
+import { errors } from '../errors.js';
 import type { ListFilters } from './paging.js';
+
+/**
+ * Throws the contract's 404 unless the tenant has device `id`; `lock`: the row is locked FOR
+ * UPDATE until commit (the device's changes one at a time). An id with a NUL names no device
+ * (PostgreSQL text cannot hold one).
+ */
+export async function requireDevice(db: pg.Pool | pg.PoolClient, tenant: string, id: string, lock: boolean): Promise<void> {
+  if (!id.includes('\0')) {
+    const { rowCount } = await db.query(`SELECT 1 FROM devices WHERE tenant = $1 AND id = $2${lock ? ' FOR UPDATE' : ''}`, [tenant, id]);
+    if (rowCount === 1) return;
+  }
+  throw errors.noSuchDevice(id);
+}
 
 /** Collects parameter values and hands out their `$n` placeholders. */
 export class Params {

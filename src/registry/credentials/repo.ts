@@ -23,17 +23,6 @@ export interface StoredCredential {
 
 const VIEW = `id::text AS id, type, ${registryTimeSql('created')} AS created_at, ${registryTimeSql('expires')} AS expires_at, ${registryTimeSql('last_used')} AS last_used_at`;
 
-/** Locks the device row (credentials of one device change one at a time); false when there is none. */
-export async function lockDevice(c: pg.PoolClient, tenant: string, deviceId: string): Promise<boolean> {
-  const { rowCount } = await c.query('SELECT 1 FROM devices WHERE tenant = $1 AND id = $2 FOR UPDATE', [tenant, deviceId]);
-  return rowCount === 1;
-}
-
-export async function deviceExists(db: Db, tenant: string, deviceId: string): Promise<boolean> {
-  const { rowCount } = await db.query('SELECT 1 FROM devices WHERE tenant = $1 AND id = $2', [tenant, deviceId]);
-  return rowCount === 1;
-}
-
 export async function countOf(db: Db, tenant: string, deviceId: string): Promise<number> {
   const { rows } = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM device_credentials WHERE tenant = $1 AND device_id = $2', [
     tenant,

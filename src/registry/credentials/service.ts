@@ -11,6 +11,7 @@ import { credentialCreateBody } from '../../schemas/credentials.js';
 import { validate } from '../../schemas/validator.js';
 import { microsToText, parseTimestamp } from '../../time.js';
 import type { RegistryEvents } from '../events.js';
+import { requireDevice } from '../sql.js';
 import { CredentialHasher, generateSecret } from './hashing.js';
 import * as repo from './repo.js';
 
@@ -73,7 +74,7 @@ export class CredentialService {
     // The slow hash is computed before the device row is locked.
     const secretHash = input.secret === undefined ? this.hasher.keyed(place, secret) : await this.hasher.salted(secret);
     const row = await this.events.change(async (c, announce) => {
-      if (deviceId.includes('\0') || !(await repo.lockDevice(c, tenant, deviceId))) throw errors.noSuchDevice(deviceId);
+      await requireDevice(c, tenant, deviceId, true);
       if ((await repo.countOf(c, tenant, deviceId)) >= this.maxPerDevice) throw errors.credentialLimit(this.maxPerDevice);
       const created = await repo.insert(c, { tenant, deviceId, id, type: input.type, secretHash, expires });
       if (this.accounts) {
@@ -89,14 +90,14 @@ export class CredentialService {
 
   /** GET /device/{id}/credentials: metadata, oldest first. */
   async list(tenant: string, deviceId: string): Promise<repo.CredentialRow[]> {
-    if (deviceId.includes('\0') || !(await repo.deviceExists(this.pool, tenant, deviceId))) throw errors.noSuchDevice(deviceId);
+    await requireDevice(this.pool, tenant, deviceId, false);
     return repo.list(this.pool, tenant, deviceId);
   }
 
   /** DELETE /device/{id}/credentials/{credId}: the device (404), the credential (404). */
   async remove(tenant: string, deviceId: string, credentialId: string): Promise<repo.CredentialRow> {
     const removed = await this.events.change(async (c, announce) => {
-      if (deviceId.includes('\0') || !(await repo.lockDevice(c, tenant, deviceId))) throw errors.noSuchDevice(deviceId);
+      await requireDevice(c, tenant, deviceId, true);
       const row = UUID.test(credentialId) ? await repo.remove(c, tenant, deviceId, credentialId) : undefined;
       if (!row) throw errors.noSuchCredential(credentialId);
       if (row.in_broker && this.accounts) await this.accounts.accountRemoved(tenant, deviceId).catch(brokerFailed);

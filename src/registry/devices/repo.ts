@@ -262,12 +262,6 @@ async function insertOverrides(db: Db, tenant: string, deviceIds: string[], over
   );
 }
 
-/** Locks the device row; false when it does not exist. */
-export async function lockDevice(db: Db, tenant: string, id: string): Promise<boolean> {
-  const { rowCount } = await db.query('SELECT 1 FROM devices WHERE tenant = $1 AND id = $2 FOR UPDATE', [tenant, id]);
-  return rowCount === 1;
-}
-
 /**
  * PUT /device: new label, templates and override list. Keys of attributes that are still on
  * the device stay; the others go.

@@ -7,7 +7,7 @@ import { errors } from '../../errors.js';
 import type { Page } from '../paging.js';
 import type { AttrRecord } from '../attrs.js';
 import type { RegistryEvent, RegistryEvents } from '../events.js';
-import { filtersCanMatch, parseTemplateId } from '../sql.js';
+import { filtersCanMatch, parseTemplateId, requireDevice } from '../sql.js';
 import { countKey, ListCache, TenantCache } from '../tenant-cache.js';
 import { CacheRenewal } from '../cache-renewal.js';
 import type { ViewCacheCounts } from '../cache-metrics.js';
@@ -244,7 +244,7 @@ export class DeviceService {
   async update(tenant: string, id: string, body: unknown): Promise<DeviceRecord> {
     const input = parseDeviceBody(body, false);
     return this.events.change(async (c, announce) => {
-      if (id.includes('\0') || !(await repo.lockDevice(c, tenant, id))) throw errors.noSuchDevice(id);
+      await requireDevice(c, tenant, id, true);
       await repo.replaceDevice(c, tenant, id, await this.resolve(c, tenant, input));
       await announce(changedEvent(tenant, [id], 'updated'));
       return (await repo.getDevices(c, tenant, [id]))[0]!;
@@ -253,7 +253,7 @@ export class DeviceService {
 
   async remove(tenant: string, id: string): Promise<DeviceRecord> {
     return this.events.change(async (c, announce) => {
-      if (id.includes('\0') || !(await repo.lockDevice(c, tenant, id))) throw errors.noSuchDevice(id);
+      await requireDevice(c, tenant, id, true);
       const d = (await repo.getDevices(c, tenant, [id]))[0]!;
       await repo.deleteDevice(c, tenant, id);
       await announce(removedEvent(tenant, [id]));

@@ -20,14 +20,6 @@ export async function deviceAttrs(db: Db, tenant: string, deviceId: string): Pro
   return rows;
 }
 
-export async function deviceExists(db: Db, tenant: string, deviceId: string, lock: boolean): Promise<boolean> {
-  const { rowCount } = await db.query(`SELECT 1 FROM devices WHERE tenant = $1 AND id = $2${lock ? ' FOR UPDATE' : ''}`, [
-    tenant,
-    deviceId,
-  ]);
-  return rowCount === 1;
-}
-
 export async function sealedKey(db: Db, tenant: string, deviceId: string, attrId: number): Promise<Buffer | undefined> {
   const { rows } = await db.query<{ sealed: Buffer }>(
     'SELECT sealed FROM device_psks WHERE tenant = $1 AND device_id = $2 AND attr_id = $3',

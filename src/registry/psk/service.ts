@@ -6,6 +6,7 @@ import crypto from 'node:crypto';
 import type pg from 'pg';
 import { ApiError, errors } from '../../errors.js';
 import type { RegistryEvents } from '../events.js';
+import { requireDevice } from '../sql.js';
 import * as repo from './repo.js';
 import type { KeyPlace, KeySealer } from './sealer.js';
 
@@ -34,7 +35,7 @@ export class PskService {
    */
   async generate(tenant: string, deviceId: string, keyLength: number | ApiError, labels: string[] | undefined): Promise<GeneratedKey[]> {
     return this.events.change(async (c, announce) => {
-      if (deviceId.includes('\0') || !(await repo.deviceExists(c, tenant, deviceId, true))) throw errors.noSuchDevice(deviceId);
+      await requireDevice(c, tenant, deviceId, true);
       if (keyLength instanceof ApiError) throw keyLength;
       const n = keyLength;
       const attrs = await repo.deviceAttrs(c, tenant, deviceId);
@@ -74,7 +75,7 @@ export class PskService {
 
   /** The device (404), then its attribute `label` (404), which must be a psk one (400). */
   private async pskAttr(c: pg.PoolClient, tenant: string, deviceId: string, label: string, lock: boolean): Promise<repo.DeviceAttr> {
-    if (deviceId.includes('\0') || !(await repo.deviceExists(c, tenant, deviceId, lock))) throw errors.noSuchDevice(deviceId);
+    await requireDevice(c, tenant, deviceId, lock);
     const attr = (await repo.deviceAttrs(c, tenant, deviceId)).find((a) => a.label === label);
     if (!attr) throw errors.copyAttrNotFound(label);
     if (attr.valueType !== PSK) throw errors.copyAttrNotPsk(label);
