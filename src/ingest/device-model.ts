@@ -45,7 +45,7 @@ export interface DeviceModel {
 
 /** Attribute types whose values are stored from messages. */
 const STORED_TYPES = new Set(['dynamic', 'actuator']);
-export const TRANSLATOR_TYPE = 'meta-translator';
+const TRANSLATOR_TYPE = 'meta-translator';
 const OPS = new Set(['add', 'remove', 'replace', 'move', 'copy', 'test']);
 
 /** COPY text format: backslash, tab, newline and carriage return are escaped. */

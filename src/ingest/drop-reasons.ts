@@ -9,7 +9,7 @@ interface DropReasonInfo {
   note?: string;
 }
 
-export const DROP_REASONS = {
+const DROP_REASONS = {
   oversized: { counts: 'message' },
   bad_topic: { counts: 'message' },
   unknown_device: { counts: 'message' },

@@ -22,7 +22,7 @@ import { INGEST_CONFIG_KEYS, type IngestSettings, type MainToRouter, type Router
 /** How long the router thread may take after its drain to end the broker sessions and stop its workers. */
 const CLOSE_MS = 1000;
 
-export const ROUTER_THREAD_FILE = path.join(projectRoot, 'dist/src/ingest/router-thread.js');
+const ROUTER_THREAD_FILE = path.join(projectRoot, 'dist/src/ingest/router-thread.js');
 
 /** What readiness needs to know of ingest (src/health.ts). */
 export interface IngestStatus {
@@ -50,7 +50,7 @@ export interface Ingest {
   stop(drainUntil: number): Promise<void>;
 }
 
-export function ingestSettings(config: Config, databaseUrl: string): IngestSettings {
+function ingestSettings(config: Config, databaseUrl: string): IngestSettings {
   const picked = Object.fromEntries(INGEST_CONFIG_KEYS.map((key) => [key, config[key]])) as Pick<
     Config,
     (typeof INGEST_CONFIG_KEYS)[number]

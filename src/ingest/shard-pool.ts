@@ -16,7 +16,7 @@ import { CopyTurn } from './copy-turn.js';
 import type { ShardTask, ShardWorkerSettings, WorkerMetricsDelta } from './protocol.js';
 
 /** The compiled worker: tests and `npm start` both run the real code from dist/. */
-export const SHARD_WORKER_FILE = path.join(projectRoot, 'dist/workers/shard.js');
+const SHARD_WORKER_FILE = path.join(projectRoot, 'dist/workers/shard.js');
 
 interface PinnedTask extends ShardTask {
   [queueOptionsSymbol]: { shard: number };

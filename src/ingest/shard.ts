@@ -2,7 +2,7 @@
 // a device's messages in order. FNV-1a (32 bit) over the device key: cheap, stable across
 // processes and restarts, and even enough for hex device ids.
 
-export function hashKey(key: string): number {
+function hashKey(key: string): number {
   let h = 0x811c9dc5;
   for (let i = 0; i < key.length; i++) {
     h ^= key.charCodeAt(i);
