@@ -180,11 +180,42 @@ export async function startEmbeddedBroker(opts: {
       for (const s of servers) s.close();
     },
     close: () =>
-      new Promise<void>((resolve) => {
-        // Close client connections too, or server.close() waits for them forever.
-        aedes.close(() => void closeServers().then(() => resolve()));
-      }),
+      flushClients(aedes).then(
+        () =>
+          new Promise<void>((resolve) => {
+            // Close client connections too, or server.close() waits for them forever.
+            aedes.close(() => void closeServers().then(() => resolve()));
+          }),
+      ),
   };
+}
+
+/** How long a shutdown waits for the PUBACKs already written to reach the devices' sockets. */
+const FLUSH_BOUND_MS = 500;
+
+/**
+ * Lets what aedes wrote to its clients (the PUBACKs of committed messages, used just before a
+ * shutdown) leave before the connections are destroyed. mqtt-packet corks a connection for each
+ * packet and uncorks it on the next tick, and aedes' close destroys each socket: closed within
+ * the same run of promise continuations as the last acks (the router's drain), the PUBACKs were
+ * thrown away and the devices sent those messages again, stored twice (found by an audit).
+ */
+async function flushClients(aedes: Aedes): Promise<void> {
+  await new Promise<void>((resolve) => setImmediate(resolve));
+  const waiting = Object.values((aedes as unknown as { clients: Record<string, Client> }).clients)
+    .map((c) => c.conn as unknown as net.Socket)
+    .filter((conn) => !conn.destroyed && conn.writableLength > 0)
+    .map(
+      (conn) =>
+        new Promise<void>((resolve) => {
+          conn.once('drain', () => resolve());
+          conn.once('close', () => resolve());
+        }),
+    );
+  if (waiting.length === 0) return;
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([Promise.all(waiting), new Promise<void>((resolve) => (timer = setTimeout(resolve, FLUSH_BOUND_MS)))]);
+  clearTimeout(timer);
 }
 
 /** The embedded broker with device authorisation, as a broker link. */
