@@ -115,7 +115,7 @@ describe(`the table (${layout})`, () => {
 
   it(
     TIMESCALE
-      ? 'a changed HISTORY_CHUNK_INTERVAL applies to chunks created from then on'
+      ? 'a changed HISTORY_CHUNK_INTERVAL applies to chunks created from then on, and to the compression policy'
       : 'a changed HISTORY_CHUNK_INTERVAL keeps the layout the partitions were created with',
     async () => {
       const db = await freshDatabase();
@@ -131,6 +131,9 @@ describe(`the table (${layout})`, () => {
         return;
       }
       expect(Number(secs)).toBe(21600);
+      // The compression policy follows: chunks older than two intervals, the new ones (an audit
+      // found it still at 2 days, twice the interval the table was created with).
+      expect((await policies(second)).policy_compression?.config.compress_after).toBe('12:00:00');
       await insertHistory(second.service.pool, [{ tenant: 'chg', device: 'd', attr: 'v', ts: '2024-04-05T10:20:00Z', value: '2' }]);
       const ranges = (await chunks(second)).map((c) => [c.range_start.toISOString(), c.range_end.toISOString()]);
       expect(ranges).toEqual([
