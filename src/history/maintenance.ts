@@ -28,6 +28,8 @@ export interface HistoryMaintenance {
   timescale: boolean;
   /** One maintenance pass (also run by the timer). */
   runOnce(): Promise<void>;
+  /** The timer's period: min(chunk interval in use / 4, 1 h), in ms. */
+  everyMs: number;
   /** One rollup pass (also run by its timer). */
   rollUp(): Promise<void>;
   stop(): void;
@@ -40,11 +42,17 @@ export async function startHistoryMaintenance(opts: {
   log: Logger;
 }): Promise<HistoryMaintenance> {
   const { pool, log } = opts;
-  const { rows } = await pool.query<{ timescale: boolean; secs: number; same: boolean }>(
-    `SELECT timescale, extract(epoch FROM chunk_interval)::float8 AS secs, history_set_chunk_interval($1::interval) AS same FROM history_settings`,
-    [opts.chunkInterval],
+  // Two statements: a SELECT that calls history_set_chunk_interval reads history_settings as
+  // they were before the call, so on TimescaleDB the first start with a changed interval ran
+  // the maintenance timer at the old interval's pace (found by an audit: 1 day changed to
+  // 1 hour, the open region moved once an hour instead of every 15 minutes).
+  const { rows: changed } = await pool.query<{ same: boolean }>('SELECT history_set_chunk_interval($1::interval) AS same', [
+    opts.chunkInterval,
+  ]);
+  const { rows } = await pool.query<{ timescale: boolean; secs: number }>(
+    'SELECT timescale, extract(epoch FROM chunk_interval)::float8 AS secs FROM history_settings',
   );
-  const settings = rows[0]!;
+  const settings = { ...rows[0]!, same: changed[0]!.same };
   if (!settings.same) {
     log.warn(
       'HISTORY_CHUNK_INTERVAL differs from the interval the history partitions were laid out with; the partitions keep their interval',
@@ -154,6 +162,7 @@ export async function startHistoryMaintenance(opts: {
   return {
     timescale: settings.timescale,
     runOnce,
+    everyMs,
     rollUp,
     stop: () => {
       stopped = true;

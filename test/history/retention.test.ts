@@ -142,6 +142,16 @@ describe(`the table (${layout})`, () => {
       ]);
     },
   );
+  it('the maintenance timer runs at the pace of the interval in use, from the start that changed it', async () => {
+    const db = await freshDatabase();
+    const first = await start({ DATABASE_URL: db, HISTORY_CHUNK_INTERVAL: '1 day' });
+    expect(first.service.historyMaintenance.everyMs).toBe(3_600_000);
+    await first.stop();
+    const second = await start({ DATABASE_URL: db, HISTORY_CHUNK_INTERVAL: '1 hour' });
+    // TimescaleDB: a quarter of the new hour (before, the old day's pace: once an hour); plain
+    // PostgreSQL keeps the interval its partitions were laid out with.
+    expect(second.service.historyMaintenance.everyMs).toBe(TIMESCALE ? 900_000 : 3_600_000);
+  });
 });
 
 describe(`retention (HISTORY_RETENTION_DAYS), ${TIMESCALE ? 'TimescaleDB: a retention policy' : 'plain PostgreSQL: the service drops partitions'}`, () => {
