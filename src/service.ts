@@ -229,6 +229,7 @@ async function startCommittedFeed({ config, log, started }: StartContext, db: Da
   feed.on((b) => {
     for (let i = 0; i < b.ids.length; i++) deviceStatus.seen(b.tenants[i]!, b.ids[i]!, b.received[i]!);
   });
+  feed.onRelisten(() => deviceStatus.resync());
   await feed.start();
   started.onStop('committed feed', () => feed.close());
   started.checkpoint();

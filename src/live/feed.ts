@@ -39,6 +39,10 @@ type Envelope = { o: string; m?: Wire[]; s?: Seen[]; h?: 'new' | 'beat' };
 
 export class LiveFeed {
   private readonly listeners = new Set<CommittedListener>();
+  /** Told each time the listening connection is back after a loss (what was sent meanwhile is not replayed). */
+  private readonly relistened = new Set<() => void>();
+  /** Whether a listening connection was ever set up (the next one is a return after a loss). */
+  private listenedBefore = false;
   private readonly channel = new BroadcastChannel(COMMITTED_CHANNEL);
   private readonly origin = crypto.randomUUID().slice(0, 8);
   private sender: pg.Client | undefined;
@@ -89,6 +93,16 @@ export class LiveFeed {
   on(listener: CommittedListener): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
+  }
+
+  /**
+   * `listener` is called whenever the listening connection is back after it was lost: other
+   * instances' commits of the meantime were never heard, so what was learnt from them (device
+   * status) must be read from the database again.
+   */
+  onRelisten(listener: () => void): () => void {
+    this.relistened.add(listener);
+    return () => this.relistened.delete(listener);
   }
 
   async close(): Promise<void> {
@@ -260,5 +274,15 @@ export class LiveFeed {
     });
     await c.query(`LISTEN ${NOTIFY_CHANNEL}`);
     this.say('new');
+    if (this.listenedBefore) {
+      for (const l of this.relistened) {
+        try {
+          l();
+        } catch (err) {
+          this.opts.log.error('live relisten listener failed', { error: err as Error });
+        }
+      }
+    }
+    this.listenedBefore = true;
   }
 }

@@ -69,9 +69,7 @@ export class DeviceStatusBook {
 
   /** Reads every stored last_seen and starts the batch writer and the offline sweep. */
   async start(): Promise<void> {
-    const { rows } = await this.pool.query<{ tenant: string; device_id: string; us: string }>(
-      `SELECT tenant, device_id, (extract(epoch FROM last_seen) * 1000000)::bigint::text AS us FROM device_status`,
-    );
+    const rows = await this.stored();
     for (const r of rows) {
       this.entries.set(key(r.tenant, r.device_id), {
         tenant: r.tenant,
@@ -88,6 +86,55 @@ export class DeviceStatusBook {
     for (const e of this.entries.values()) e.online = this.isOnline(e, now);
     this.timer = setInterval(() => void this.tick(), this.opts.flushMs);
     this.timer.unref();
+  }
+
+  /**
+   * Reads the stored last_seen times again and takes those newer than memory's: called when the
+   * live fan-out's listening connection is back after a loss, since the other instances' commits
+   * of the meantime were never heard (their devices kept an old last_seen, or none, here, while
+   * the status filter, which reads the table, listed them online). Read at once and again once
+   * the other instances have written what they held in memory then (two flush periods later).
+   */
+  resync(): void {
+    if (this.stopped) return;
+    const read = () => {
+      if (this.stopped) return;
+      this.reread().catch((err: Error) => this.opts.log.warn('could not read device status again', { error: err.message }));
+    };
+    read();
+    setTimeout(read, 2 * this.opts.flushMs + 500).unref();
+  }
+
+  private async reread(): Promise<void> {
+    const rows = await this.stored();
+    const now = Date.now() * 1000;
+    for (const r of rows) {
+      const us = Number(r.us);
+      const k = key(r.tenant, r.device_id);
+      let e = this.entries.get(k);
+      if (!e) {
+        e = { tenant: r.tenant, id: r.device_id, lastSeenUs: us, timeoutS: undefined, changes: 0, readAt: 0, online: false };
+        this.entries.set(k, e);
+      } else if (us > e.lastSeenUs) {
+        e.lastSeenUs = us;
+      } else {
+        continue;
+      }
+      // (already stored: not dirty)
+      if (!e.online && this.isOnline(e, now)) {
+        e.online = true;
+        this.emit(e);
+      }
+    }
+    await this.resolveTimeouts();
+    this.sweep();
+  }
+
+  private async stored(): Promise<{ tenant: string; device_id: string; us: string }[]> {
+    const { rows } = await this.pool.query<{ tenant: string; device_id: string; us: string }>(
+      `SELECT tenant, device_id, (extract(epoch FROM last_seen) * 1000000)::bigint::text AS us FROM device_status`,
+    );
+    return rows;
   }
 
   onChange(listener: (c: StatusChange) => void): () => void {
