@@ -204,11 +204,17 @@ export class RegistryEvents {
       if (lost) return;
       lost = true;
       clearInterval(this.checkTimer);
-      if (this.listenClient === client) this.listenClient = undefined;
+      const wasListening = this.listenClient === client;
+      if (wasListening) this.listenClient = undefined;
       // A connection that stopped answering is not waited for: its socket goes at once.
       (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
       if (this.closed) return;
-      this.log.warn('lost the registry change notifications; listening again', { reason: why });
+      this.log.warn('lost the registry change notifications; caches dropped, listening again', { reason: why });
+      // Dropped now as well as once listening again: until then no change is heard, and an entry
+      // kept from before (an ingest device model read less than RECHECK_AFTER_MS ago is trusted
+      // without a check) would drop the values of an attribute another instance adds meanwhile.
+      // (once per loss: a failed attempt to listen again was never listening)
+      if (wasListening) this.deliver({ type: 'tenant.changed', tenant: '*' });
       this.relisten();
     };
     client.on('error', (err) => onLost(err.message));
