@@ -137,3 +137,51 @@ export async function freezableProxy(databaseUrl: string): Promise<FreezableProx
     },
   };
 }
+
+/** A client connection through an `inspectingProxy`, as its `inspect` sees it. */
+export interface ProxiedConnection {
+  client: net.Socket;
+  /** Ends both sides of this connection. */
+  cut(): void;
+}
+
+/**
+ * A TCP proxy to the database that shows every chunk a client sends to `inspect` before passing
+ * it on; `inspect` returns false to withhold it (having cut the connection, say). The server's
+ * answers pass untouched.
+ */
+export async function inspectingProxy(
+  databaseUrl: string,
+  inspect: (chunk: Buffer, conn: ProxiedConnection) => boolean,
+): Promise<{ url: string; close(): Promise<void> }> {
+  const target = new URL(databaseUrl);
+  const all = new Set<net.Socket>();
+  const server = net.createServer((client) => {
+    const upstream = net.connect(Number(target.port || 5432), target.hostname);
+    all.add(client).add(upstream);
+    const cut = () => {
+      client.destroy();
+      upstream.destroy();
+      all.delete(client);
+      all.delete(upstream);
+    };
+    for (const s of [client, upstream]) {
+      s.on('error', cut);
+      s.on('close', cut);
+    }
+    const conn: ProxiedConnection = { client, cut };
+    client.on('data', (chunk: Buffer) => {
+      if (inspect(chunk, conn)) upstream.write(chunk);
+    });
+    upstream.pipe(client);
+  });
+  const url = await listenAsProxy(server, databaseUrl);
+  return {
+    url,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of all) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}

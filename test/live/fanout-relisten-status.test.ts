@@ -9,7 +9,7 @@ import net from 'node:net';
 import crypto from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';
-import { listenAsProxy } from '../helpers/faults.js';
+import { inspectingProxy } from '../helpers/faults.js';
 import { deviceClient, eventually } from '../helpers/registry-fixtures.js';
 import { http, login, tenantToken, testEnv, useSpawnedServices } from '../helpers/service.js';
 
@@ -18,35 +18,19 @@ const DEVICES = 12;
 
 /** A TCP proxy to the database that, while blocked, cuts the live LISTEN connections (current and new). */
 async function blockingProxy(databaseUrl: string) {
-  const target = new URL(databaseUrl);
   const listeners = new Set<net.Socket>();
-  const all = new Set<net.Socket>();
   let blocked = false;
-  const server = net.createServer((client) => {
-    const upstream = net.connect(Number(target.port || 5432), target.hostname);
-    all.add(client).add(upstream);
-    const cut = () => {
-      client.destroy();
-      upstream.destroy();
-      all.delete(client);
-      all.delete(upstream);
-    };
-    for (const s of [client, upstream]) {
-      s.on('error', cut);
-      s.on('close', cut);
+  const proxy = await inspectingProxy(databaseUrl, (chunk, conn) => {
+    if (!chunk.includes(LIVE_LISTEN_APP)) return true;
+    if (blocked) {
+      conn.cut();
+      return false;
     }
-    client.on('data', (chunk: Buffer) => {
-      if (chunk.includes(LIVE_LISTEN_APP)) {
-        if (blocked) return cut();
-        listeners.add(client);
-      }
-      upstream.write(chunk);
-    });
-    upstream.pipe(client);
+    listeners.add(conn.client);
+    return true;
   });
-  const url = await listenAsProxy(server, databaseUrl);
   return {
-    url,
+    url: proxy.url,
     block() {
       blocked = true;
       for (const s of listeners) s.destroy();
@@ -55,11 +39,7 @@ async function blockingProxy(databaseUrl: string) {
     unblock() {
       blocked = false;
     },
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const s of all) s.destroy();
-        server.close(() => resolve());
-      }),
+    close: () => proxy.close(),
   };
 }
 

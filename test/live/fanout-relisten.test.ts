@@ -9,58 +9,37 @@ import { createLogger } from '../../src/log.js';
 import { createMetrics } from '../../src/metrics.js';
 import { countOf } from '../helpers/db.js';
 import { freshDatabase } from '../helpers/service.js';
-import { listenAsProxy } from '../helpers/faults.js';
+import { inspectingProxy } from '../helpers/faults.js';
 import pg from 'pg';
 
 const LISTEN_APP = 'device-registry-live-listen';
 
 /** A TCP proxy to the database that can cut the listening connections: the current ones, or the next one as it sends LISTEN. */
 async function cuttingProxy(databaseUrl: string) {
-  const target = new URL(databaseUrl);
   const listeners = new Set<net.Socket>();
-  const all = new Set<net.Socket>();
+  const listening = new WeakSet<net.Socket>();
   let cutNextListen = false;
-  const server = net.createServer((client) => {
-    const upstream = net.connect(Number(target.port || 5432), target.hostname);
-    all.add(client).add(upstream);
-    const cut = () => {
-      client.destroy();
-      upstream.destroy();
-      all.delete(client);
-      all.delete(upstream);
-    };
-    client.on('error', cut);
-    upstream.on('error', cut);
-    client.on('close', cut);
-    upstream.on('close', cut);
-    let listening = false;
-    client.on('data', (chunk: Buffer) => {
-      if (chunk.includes(LISTEN_APP)) {
-        listening = true;
-        listeners.add(client);
-        client.on('close', () => listeners.delete(client));
-      }
-      if (listening && cutNextListen && chunk.includes('LISTEN ')) {
-        cutNextListen = false;
-        return cut();
-      }
-      upstream.write(chunk);
-    });
-    upstream.pipe(client);
+  const proxy = await inspectingProxy(databaseUrl, (chunk, conn) => {
+    if (chunk.includes(LISTEN_APP)) {
+      listening.add(conn.client);
+      listeners.add(conn.client);
+      conn.client.on('close', () => listeners.delete(conn.client));
+    }
+    if (listening.has(conn.client) && cutNextListen && chunk.includes('LISTEN ')) {
+      cutNextListen = false;
+      conn.cut();
+      return false;
+    }
+    return true;
   });
-  const url = await listenAsProxy(server, databaseUrl);
   return {
-    url,
+    url: proxy.url,
     /** Cuts the listening connections now, and the next one when it sends its LISTEN. */
     cutListenersTwice() {
       cutNextListen = true;
       for (const s of listeners) s.destroy();
     },
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const s of all) s.destroy();
-        server.close(() => resolve());
-      }),
+    close: () => proxy.close(),
   };
 }
 
