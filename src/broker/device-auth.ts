@@ -25,7 +25,7 @@ import mqttPacket from 'mqtt-packet';
 import type { DeviceAuthMode } from '../config.js';
 import type { Logger } from '../log.js';
 import type { RegistryEvent } from '../registry/events.js';
-import type { DeviceLogin, LoginCheck, LoginVerdict } from '../registry/credentials/logins.js';
+import type { AcceptedLogin, DeviceLogin, LoginCheck, LoginVerdict } from '../registry/credentials/logins.js';
 import { NO_ACK, type AckHandle, type Inbox } from './link.js';
 import { HeldKeepalives } from './held-keepalive.js';
 import { attrsTopic, configTopic, mayPublish, maySubscribe } from './topic-rules.js';
@@ -66,6 +66,10 @@ const OWNERS_CAPACITY = 250_000;
  */
 export const SESSIONS_PER_DEVICE = 16;
 const UNSUPPORTED_PROTOCOL_V5 = 0x84;
+/** Why a connection checked again after missed registry events is closed. */
+const NO_LONGER_HOLDS = 'its login no longer holds (registry changes were missed, then read again)';
+/** Pause before a failed check of the connected devices is tried again. */
+const RECHECK_RETRY_MS = 5000;
 
 /** The ack handle of a QoS 1/2 message: lets aedes go on with the publish, which sends its PUBACK. */
 class AuthorisedPublish implements AckHandle {
@@ -105,6 +109,8 @@ interface Checking {
   removedCredentials: Set<string>;
   /** (optional mode) The device got a credential: a login without one is outdated. */
   credentialAdded: boolean;
+  /** Anything of its tenant may have changed (events were missed): the verdict is checked again. */
+  tenantChanged: boolean;
 }
 
 /** A logged-in client: its device, the credential it used, the timer of that credential's expiry. */
@@ -143,6 +149,8 @@ export class DeviceAuthorisation {
    * the verdict when it arrives.
    */
   private readonly checking = new Map<string, Set<Checking>>();
+  /** A failed `recheck` waiting to be tried again, by tenant (`*`: every tenant): one at a time. */
+  private readonly rechecks = new Map<string, NodeJS.Timeout>();
   /** The broker the clients belong to (known from the first one). */
   private broker: SessionBroker | undefined;
 
@@ -381,6 +389,10 @@ export class DeviceAuthorisation {
         // config topic, which a device created again with its id would receive).
         for (const clientId of [...(this.ownedBy.get(key) ?? []), deviceName(event.tenant, id)]) this.dropSession(clientId);
       }
+    } else if (event.type === 'tenant.changed') {
+      for (const [key, set] of this.checking)
+        if (event.tenant === '*' || key.startsWith(deviceKey(event.tenant, ''))) for (const c of set) c.tenantChanged = true;
+      this.recheck(event.tenant);
     } else if (event.type === 'credentials.changed') {
       for (const c of this.checking.get(deviceKey(event.tenant, event.deviceId)) ?? []) {
         for (const id of event.removedIds) c.removedCredentials.add(id);
@@ -393,6 +405,46 @@ export class DeviceAuthorisation {
         this.close(new Set(bare), 'its device now has a credential');
       }
     }
+  }
+
+  /**
+   * Anything of `tenant` (`*`: of every tenant) may have changed, and no event names what: this
+   * instance missed events while it could not listen (docs/credentials.md §3), or one was too
+   * large to send. Every connection of the tenant is checked against the registry again, and
+   * those whose login no longer holds (device removed, credential deleted or expired, a first
+   * credential in optional mode) are closed. A check that fails (database unreachable) is tried
+   * again later.
+   */
+  private recheck(tenant: string): void {
+    const clients: Client[] = [];
+    const logins: AcceptedLogin[] = [];
+    for (const set of this.sessions.values()) {
+      for (const client of set) {
+        const s = this.identity.get(client);
+        if (!s || (tenant !== '*' && s.device.tenant !== tenant)) continue;
+        clients.push(client);
+        logins.push({ device: s.device, ...(s.credentialId ? { credentialId: s.credentialId } : {}), bare: s.bare });
+      }
+    }
+    if (clients.length === 0) return;
+    const sessions = clients.map((c) => this.identity.get(c));
+    this.logins.stillHolds(logins).then(
+      (held) => {
+        // A connection gone meanwhile, or logged in again, is not this one any more.
+        const ended = clients.filter((c, i) => !held[i] && this.identity.get(c) === sessions[i]);
+        this.close(new Set(ended), NO_LONGER_HOLDS);
+      },
+      (err: Error) => {
+        this.log.warn('could not check the connected devices against the registry; trying again', { error: err.message });
+        if (this.rechecks.has(tenant)) return;
+        const retry = setTimeout(() => {
+          this.rechecks.delete(tenant);
+          this.recheck(tenant);
+        }, RECHECK_RETRY_MS);
+        retry.unref();
+        this.rechecks.set(tenant, retry);
+      },
+    );
   }
 
   private close(clients: Set<Client> | undefined, why: string): void {
@@ -431,7 +483,7 @@ export class DeviceAuthorisation {
     const device = login.device;
     if (!device) return this.logins.check(login);
     const key = deviceKey(device.tenant, device.id);
-    const pending: Checking = { deviceRemoved: false, removedCredentials: new Set(), credentialAdded: false };
+    const pending: Checking = { deviceRemoved: false, removedCredentials: new Set(), credentialAdded: false, tenantChanged: false };
     addTo(this.checking, key, pending);
     let verdict: LoginVerdict;
     try {
@@ -448,6 +500,15 @@ export class DeviceAuthorisation {
         : this.mode === 'optional' && bare && pending.credentialAdded
           ? 'its device got a credential while the login was checked'
           : undefined;
+    if (why === undefined && pending.tenantChanged) {
+      const bare = !verdict.credentialId && !login.certificate;
+      const [holds] = await this.logins.stillHolds([
+        { device, ...(verdict.credentialId ? { credentialId: verdict.credentialId } : {}), bare },
+      ]);
+      if (holds) return verdict;
+      this.log.info('device login refused', { tenant: device.tenant, device: device.id, reason: NO_LONGER_HOLDS, address: login.address });
+      return { ok: false, reason: 'wrong' };
+    }
     if (why === undefined) return verdict;
     this.log.info('device login refused', { tenant: device.tenant, device: device.id, reason: why, address: login.address });
     return { ok: false, reason: pending.deviceRemoved ? 'unknown_device' : 'wrong' };

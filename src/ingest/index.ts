@@ -183,6 +183,12 @@ class RouterThread implements Ingest {
           (err: Error) => w.postMessage({ type: 'login-verdict', requestId: m.requestId, error: err.message } satisfies MainToRouter),
         );
         break;
+      case 'still-holds':
+        this.logins.stillHolds(m.logins).then(
+          (held) => w.postMessage({ type: 'logins-held', requestId: m.requestId, held } satisfies MainToRouter),
+          (err: Error) => w.postMessage({ type: 'logins-held', requestId: m.requestId, error: err.message } satisfies MainToRouter),
+        );
+        break;
       case 'failed':
         launch.reject(m.configVariable ? new ConfigError(m.configVariable, m.error) : new Error(`ingest could not start: ${m.error}`));
         void w.terminate();

@@ -186,6 +186,9 @@ port.on('message', (m: MainToRouter) => {
     case 'login-verdict':
       logins.answer(m.requestId, m.verdict, m.error);
       break;
+    case 'logins-held':
+      logins.answer(m.requestId, m.held, m.error);
+      break;
     case 'stop':
       void stop(m.timeoutMs);
       break;

@@ -185,3 +185,39 @@ export async function inspectingProxy(
       }),
   };
 }
+
+/** A database proxy that can keep the listening connections of one `application_name` away. */
+export interface ListenBlockingProxy {
+  url: string;
+  /** Cuts the listening connections, and every new one while blocked. */
+  block(): void;
+  unblock(): void;
+  close(): Promise<void>;
+}
+
+/** A TCP proxy to the database that, while blocked, cuts the connections named `applicationName` (current and new). */
+export async function listenBlockingProxy(databaseUrl: string, applicationName: string): Promise<ListenBlockingProxy> {
+  const listeners = new Set<net.Socket>();
+  let blocked = false;
+  const proxy = await inspectingProxy(databaseUrl, (chunk, conn) => {
+    if (!chunk.includes(applicationName)) return true;
+    if (blocked) {
+      conn.cut();
+      return false;
+    }
+    listeners.add(conn.client);
+    return true;
+  });
+  return {
+    url: proxy.url,
+    block() {
+      blocked = true;
+      for (const s of listeners) s.destroy();
+      listeners.clear();
+    },
+    unblock() {
+      blocked = false;
+    },
+    close: () => proxy.close(),
+  };
+}

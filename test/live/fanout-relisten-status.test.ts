@@ -5,43 +5,15 @@
 // `offline` with `last_seen: null` in the second's views for good (until their next message),
 // while its own `?status=online` filter, which reads the table, listed them online. Now the
 // second reads the stored times again when it listens again.
-import net from 'node:net';
 import crypto from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';
-import { inspectingProxy } from '../helpers/faults.js';
+import { listenBlockingProxy } from '../helpers/faults.js';
 import { deviceClient, eventually } from '../helpers/registry-fixtures.js';
 import { http, login, tenantToken, testEnv, useSpawnedServices } from '../helpers/service.js';
 
 const LIVE_LISTEN_APP = 'device-registry-live-listen';
 const DEVICES = 12;
-
-/** A TCP proxy to the database that, while blocked, cuts the live LISTEN connections (current and new). */
-async function blockingProxy(databaseUrl: string) {
-  const listeners = new Set<net.Socket>();
-  let blocked = false;
-  const proxy = await inspectingProxy(databaseUrl, (chunk, conn) => {
-    if (!chunk.includes(LIVE_LISTEN_APP)) return true;
-    if (blocked) {
-      conn.cut();
-      return false;
-    }
-    listeners.add(conn.client);
-    return true;
-  });
-  return {
-    url: proxy.url,
-    block() {
-      blocked = true;
-      for (const s of listeners) s.destroy();
-      listeners.clear();
-    },
-    unblock() {
-      blocked = false;
-    },
-    close: () => proxy.close(),
-  };
-}
 
 const spawned = useSpawnedServices();
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -59,7 +31,7 @@ describe('device status after the live LISTEN connection was lost', () => {
       LOG_FORMAT: 'json',
     });
     const a = await spawned.ready(env);
-    const proxy = await blockingProxy(env.DATABASE_URL!);
+    const proxy = await listenBlockingProxy(env.DATABASE_URL!, LIVE_LISTEN_APP);
     cleanups.push(() => proxy.close());
     const b = await spawned.ready({ ...env, DATABASE_URL: proxy.url, DATA_DIR: (await testEnv()).DATA_DIR });
     const tenant = `rl${crypto.randomBytes(3).toString('hex')}`;

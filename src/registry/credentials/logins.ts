@@ -45,9 +45,25 @@ export type LoginVerdict =
   /** `credentialId`: the credential it logged in with (closed with it); `expiresMs`: when that credential expires. */
   { ok: true; credentialId?: string; expiresMs?: number } | { ok: false; reason: LoginRefusal };
 
+/** A login accepted earlier, still connected: what it was accepted with (never its secret). */
+export interface AcceptedLogin {
+  device: DeviceRef;
+  /** The credential it matched. */
+  credentialId?: string;
+  /** Accepted without any credential (optional mode: its device had none; off: none asked). */
+  bare: boolean;
+}
+
 /** How a broker asks. */
 export interface LoginCheck {
   check(login: DeviceLogin): Promise<LoginVerdict>;
+  /**
+   * Whether each login accepted earlier would still be, by what the registry holds now: its
+   * device exists, the credential it matched exists and has not expired, and (optional mode) a
+   * login without one is of a device that still has none. Asked after registry events were
+   * missed, when no event tells which connections a deletion ended.
+   */
+  stillHolds(logins: AcceptedLogin[]): Promise<boolean[]>;
 }
 
 export interface DeviceLoginsOptions {
@@ -147,6 +163,21 @@ export class DeviceLogins implements LoginCheck {
     }
     if (guarded) this.throttle.failed(keys);
     return this.refuse(login, verdict.reason);
+  }
+
+  async stillHolds(logins: AcceptedLogin[]): Promise<boolean[]> {
+    const records = await Promise.all(logins.map((l) => this.load(l.device.tenant, l.device.id)));
+    const now = Date.now();
+    return logins.map((l, i) => {
+      const credentials = records[i]!;
+      if (credentials === null) return false;
+      if (l.credentialId !== undefined) {
+        const c = credentials.find((x) => x.id === l.credentialId);
+        return c !== undefined && (c.expiresMs === null || c.expiresMs > now);
+      }
+      // A client certificate (neither bare nor a credential) holds while its device exists.
+      return !l.bare || this.mode === 'off' || (this.mode === 'optional' && credentials.length === 0);
+    });
   }
 
   /**
