@@ -45,7 +45,7 @@ export class LoginBridge implements LoginCheck {
         reject(new Error('the registry did not answer in time'));
       }, ANSWER_MS);
       timer.unref();
-      this.waiting.set(requestId, { resolve: resolve as (answer: unknown) => void, reject, timer });
+      this.waiting.set(requestId, { resolve, reject, timer });
       this.post(question(requestId));
     });
   }
