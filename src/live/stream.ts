@@ -479,6 +479,10 @@ export class LiveHub {
     switch (e.type) {
       case 'devices.changed':
       case 'devices.removed': {
+        // Devices built from a filtered template by this change are in the filter whatever the
+        // read above found: one created and removed again before it was not among them.
+        if (e.type === 'devices.changed' && c.sub.templates && e.templateIds?.some((t) => c.sub.templates!.has(t)))
+          for (const id of e.deviceIds) (c.templateDevices ??= new Set()).add(id);
         const ids = e.deviceIds.filter((id) => c.wants(id) || wantedBefore?.has(id));
         if (e.type === 'devices.removed') for (const id of e.deviceIds) c.templateDevices?.delete(id);
         if (ids.length === 0) return;

@@ -15,8 +15,12 @@ import { inTransaction } from '../db/pool.js';
 import type { Logger } from '../log.js';
 
 export type RegistryEvent =
-  /** Devices created or changed (label, templates, overrides, keys); `action` for the live stream. */
-  | { type: 'devices.changed'; tenant: string; deviceIds: string[]; action?: 'created' | 'updated' }
+  /**
+   * Devices created or changed (label, templates, overrides, keys); `action` and `templateIds`
+   * (the templates these devices are built from once changed, the same for all of them) for the
+   * live stream's template filters.
+   */
+  | { type: 'devices.changed'; tenant: string; deviceIds: string[]; action?: 'created' | 'updated'; templateIds?: number[] }
   /** Devices removed: caches drop them and their MQTT sessions are closed. */
   | { type: 'devices.removed'; tenant: string; deviceIds: string[] }
   /** Templates changed or removed: every device built from them changed too. */

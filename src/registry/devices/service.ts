@@ -89,7 +89,7 @@ export class DeviceService {
     const result = await this.events.change(async (c, announce): Promise<CreateResult> => {
       const shape = await this.resolve(c, tenant, input);
       const ids = await this.insertWithIds(c, tenant, input.id, opts.count, shape);
-      await announce(changedEvent(tenant, ids, 'created'));
+      await announce(changedEvent(tenant, ids, 'created', shape.templates));
       if (opts.verbose) return { verbose: true as const, devices: await repo.getDevices(c, tenant, ids) };
       return { verbose: false as const, devices: ids.map((id, i) => ({ id, label: `${input.label}_${i}` })) };
     });
@@ -245,8 +245,9 @@ export class DeviceService {
     const input = parseDeviceBody(body, false);
     return this.events.change(async (c, announce) => {
       await requireDevice(c, tenant, id, true);
-      await repo.replaceDevice(c, tenant, id, await this.resolve(c, tenant, input));
-      await announce(changedEvent(tenant, [id], 'updated'));
+      const shape = await this.resolve(c, tenant, input);
+      await repo.replaceDevice(c, tenant, id, shape);
+      await announce(changedEvent(tenant, [id], 'updated', shape.templates));
       return (await repo.getDevices(c, tenant, [id]))[0]!;
     });
   }
@@ -405,8 +406,10 @@ export class DeviceService {
   }
 }
 
-const changedEvent = (tenant: string, deviceIds: string[], action: 'created' | 'updated'): RegistryEvent =>
-  deviceIds.length > MAX_EVENT_IDS ? { type: 'tenant.changed', tenant } : { type: 'devices.changed', tenant, deviceIds, action };
+const changedEvent = (tenant: string, deviceIds: string[], action: 'created' | 'updated', templateIds: number[]): RegistryEvent =>
+  deviceIds.length > MAX_EVENT_IDS
+    ? { type: 'tenant.changed', tenant }
+    : { type: 'devices.changed', tenant, deviceIds, action, templateIds };
 
 /** Always precise: the MQTT sessions of exactly these devices are closed. */
 const removedEvent = (tenant: string, deviceIds: string[]): RegistryEvent => ({ type: 'devices.removed', tenant, deviceIds });
