@@ -3,6 +3,7 @@
 // stored as JSON text and goes out as is, keeping its JSON type.
 import type pg from 'pg';
 import { errors } from '../errors.js';
+import { unknownParameter } from '../http/query.js';
 import type { Example, Reply, RouteSpec } from '../http/types.js';
 import { DEV, err } from '../openapi/examples.js';
 import { deviceIdParam } from '../schemas/params.js';
@@ -98,6 +99,7 @@ const EXPORT_PARAMS = {
     'x-error': { enum: { error: 'badHistoryQuery', message: 'format must be csv or ndjson, got "{input}"' } },
   },
 };
+const EXPORT_PARAM_NAMES: ReadonlySet<string> = new Set(Object.keys(EXPORT_PARAMS));
 
 /** A streamed export answer. */
 const exportReply = (format: ExportFormat, stream: Reply['stream']): Reply => ({
@@ -472,10 +474,10 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       },
     ],
     handler(req, { pool }) {
-      const unknown = [...new URLSearchParams(req.queryString).keys()].find((k) => !Object.hasOwn(EXPORT_PARAMS, k));
+      const unknown = unknownParameter(new URLSearchParams(req.queryString).keys(), EXPORT_PARAM_NAMES);
       if (unknown !== undefined)
         throw errors.badHistoryQuery(
-          `unknown query parameter "${unknown}" (GET /history/export takes ${Object.keys(EXPORT_PARAMS).join(', ')})`,
+          `unknown query parameter "${unknown}" (GET /history/export takes ${[...EXPORT_PARAM_NAMES].join(', ')})`,
         );
       const v = req.values;
       // A blank list is an absent one (every device, every label), as a blank bound is no bound.

@@ -52,3 +52,13 @@ export function labelListOf(raw: unknown): string[] | undefined {
     .filter((l) => l !== '');
   return labels.length > 0 ? labels : undefined;
 }
+
+/**
+ * The first of a query's parameter `names` not among `known`, or undefined: for routes where a
+ * misspelt parameter would silently widen the answer (an export, a live stream), refused rather
+ * than ignored.
+ */
+export function unknownParameter(names: Iterable<string>, known: ReadonlySet<string>): string | undefined {
+  for (const name of names) if (!known.has(name)) return name;
+  return undefined;
+}

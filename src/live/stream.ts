@@ -11,6 +11,7 @@ import client from 'prom-client';
 import uWS from 'uWebSockets.js';
 import type { Claims, Tokens } from '../auth/tokens.js';
 import { errors, type ApiError } from '../errors.js';
+import { unknownParameter } from '../http/query.js';
 import { requestIdFor } from '../http/request-id.js';
 import { statusLine } from '../http/status-line.js';
 import { NOT_CARRIED, type CommittedBatch } from '../ingest/protocol.js';
@@ -69,9 +70,9 @@ const SUBSCRIBE_FIELDS = new Set(['type', 'devices', 'templates', 'attrs']);
 
 /** The subscription of a query string: `device`, `template`, `attr`, each repeatable or comma-separated. */
 function subscriptionOfQuery(query: URLSearchParams): Subscription {
-  for (const name of query.keys())
-    if (!QUERY_PARAMS.has(name))
-      throw new BadSubscription(`unknown query parameter "${name}" (GET /stream takes ${[...QUERY_PARAMS].join(', ')})`);
+  const unknown = unknownParameter(query.keys(), QUERY_PARAMS);
+  if (unknown !== undefined)
+    throw new BadSubscription(`unknown query parameter "${unknown}" (GET /stream takes ${[...QUERY_PARAMS].join(', ')})`);
   const values = (name: string) => {
     const all = query.getAll(name).flatMap((v) => v.split(',').filter((x) => x !== ''));
     return query.has(name) ? all : undefined;
