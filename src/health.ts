@@ -36,9 +36,14 @@ export interface ReadinessOptions {
 export class Readiness {
   /** Set when the shutdown begins: from then on not ready. */
   draining = false;
+  /** The check of the scrape under way: both gauges below read the same one (one database query per scrape). */
+  private scraping: Promise<ReadinessReport> | undefined;
 
   constructor(private readonly opts: ReadinessOptions) {
-    const check = this.check.bind(this);
+    // prom-client collects the two gauges side by side: the first starts the check, the second
+    // shares it, so a scrape holds at most one pool connection (a hung database holds each for
+    // the statement timeout) and the two gauges agree.
+    const check = () => (this.scraping ??= this.check().finally(() => (this.scraping = undefined)));
     new client.Gauge({
       name: 'health_ready',
       help: '1 when GET /health/ready answers 200 (database, migrations, broker link, ingest all ok, not shutting down), else 0',

@@ -5,7 +5,7 @@
 import net from 'node:net';
 import { Aedes } from 'aedes';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { loadMigrations, migrate } from '../../src/db/migrate.js';
 import { createPool } from '../../src/db/pool.js';
 import { Readiness } from '../../src/health.js';
@@ -141,6 +141,21 @@ describe('the readiness checks (real databases)', () => {
     const all = (await loadMigrations()).map((m) => m.name).join(', ');
     expect(report.checks).toEqual({ ...ALL_OK, migrations: `not applied: ${all}` });
     expect(report.reasons).toEqual([`migrations: not applied: ${all}`]);
+  });
+
+  it('a scrape of /metrics asks the database once for both readiness gauges, and they agree', async () => {
+    const p = pool(await freshDatabase());
+    await migrate(p, silent);
+    const metrics = createMetrics();
+    new Readiness({ pool: p, migrations: await loadMigrations(), ingest: () => ingestOk, stallMs: 30_000, metrics });
+    const query = vi.spyOn(p, 'query');
+    const text = await metrics.registry.metrics();
+    expect(text).toMatch(/^health_ready 1$/m);
+    expect(text).toMatch(/^health_check_up\{check="database"\} 1$/m);
+    expect(query).toHaveBeenCalledTimes(1);
+    // The next scrape checks again.
+    await metrics.registry.metrics();
+    expect(query).toHaveBeenCalledTimes(2);
   });
 
   it('a database that cannot be reached', async () => {
