@@ -58,6 +58,8 @@ export class DeviceStatusBook {
   private flushing: Promise<void> | undefined;
   private stopped = false;
   private refreshing = false;
+  /** When writing began to fail (undefined: it works), so that an outage is logged once. */
+  private failingSince: number | undefined;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -190,8 +192,19 @@ export class DeviceStatusBook {
     try {
       await this.flush();
       await this.resolveTimeouts();
+      if (this.failingSince !== undefined) {
+        this.opts.log.info('device status written again', { failedForMs: Date.now() - this.failingSince });
+        this.failingSince = undefined;
+      }
     } catch (err) {
-      this.opts.log.warn('could not write device status; trying again', { error: (err as Error).message });
+      // Once per outage, not at every tick (every DEVICE_STATUS_FLUSH_MS: an hour without the
+      // database would be thousands of lines); the retries meanwhile at debug.
+      if (this.failingSince === undefined) {
+        this.failingSince = Date.now();
+        this.opts.log.warn('could not write device status; trying again until the database answers', { error: (err as Error).message });
+      } else {
+        this.opts.log.debug('could not write device status; trying again', { error: (err as Error).message });
+      }
     }
     this.sweep();
   }
