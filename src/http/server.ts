@@ -10,6 +10,7 @@
 // Shutdown (`close`): the listeners stop accepting; requests in flight finish, and every answer
 // from then on closes its connection; at the drain deadline a request still running is answered
 // 503, and then every connection is closed, idle keep-alive ones included.
+import net from 'node:net';
 import uWS from 'uWebSockets.js';
 import type { Claims, Tokens } from '../auth/tokens.js';
 import { isDatabaseUnavailable } from '../db/pool.js';
@@ -154,11 +155,28 @@ function listen(
     listenExclusive(host, port, LISTEN_EXCLUSIVE_PORT, (socket) => {
       if (!socket) {
         const names = site.listener === 'public' ? 'PORT/HOST' : 'INTERNAL_PORT/INTERNAL_HOST';
-        reject(new Error(`cannot listen on ${host}:${port} (${names}); is the port taken?`));
+        void listenFailureCause(host, port).then((cause) => reject(new Error(`cannot listen on ${host}:${port} (${names}); ${cause}`)));
         return;
       }
       resolve({ app, socket, port: uWS.us_socket_local_port(socket) });
     });
+  });
+}
+
+/**
+ * Why a listen failed: uWS says only that it did, so the same bind is tried with Node's net for
+ * the system's reason (a host that is no address of this machine is no taken port).
+ */
+function listenFailureCause(host: string, port: number): Promise<string> {
+  return new Promise((resolve) => {
+    const probe = net.createServer();
+    probe.once('error', (err: NodeJS.ErrnoException) => {
+      if (err.code === 'EADDRNOTAVAIL') resolve('no network interface of this machine has that address');
+      else if (err.code === 'ENOTFOUND' || err.code === 'EAI_AGAIN') resolve('the host name does not resolve');
+      else if (err.code === 'EACCES') resolve('permission denied (a port below 1024 needs privileges)');
+      else resolve('is the port taken?');
+    });
+    probe.listen({ host, port, exclusive: true }, () => probe.close(() => resolve('is the port taken?')));
   });
 }
 

@@ -8,7 +8,7 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { freePort } from '../../src/net.js';
 import type { TokenAnswer } from '../helpers/api.js';
-import { http, loggedAddress, type SpawnedService, startFailure, tempDir, useSpawnedServices } from '../helpers/service.js';
+import { http, loggedAddress, type SpawnedService, startFailure, tempDir, testEnv, useSpawnedServices } from '../helpers/service.js';
 
 const spawned = useSpawnedServices();
 
@@ -142,6 +142,15 @@ describe('zero-setup start', { timeout: 90_000 }, () => {
     // All of the first instance's requests still reach it.
     for (let i = 0; i < 5; i++) expect((await http('GET', `${first.base}/health`)).status).toBe(200);
     await stopCleanly(first.svc);
+  });
+
+  it('a HOST that is no address of this machine stops the start with one line saying so, not "is the port taken?"', async () => {
+    // 192.0.2.1: TEST-NET-1 (RFC 5737), never a local address.
+    const svc = spawned.spawn(await testEnv({ HOST: '192.0.2.1' }));
+    expect(await svc.exited).toBe(2);
+    expect(startFailure(svc)).toMatch(
+      /^start failed: cannot listen on 192\.0\.2\.1:0 \(PORT\/HOST\); no network interface of this machine has that address$/,
+    );
   });
 
   it.runIf(process.getuid?.() === 0)(
