@@ -21,8 +21,10 @@ function daysIn(year: number, month: number): number {
  * The `timestamp` key of a message: epoch milliseconds (a number or a string of digits) or
  * ISO 8601 (no zone means UTC). Returns microseconds since the epoch, or undefined. A stored
  * time is never before 1970; a history bound (`bound`) may be any date from year 1 on.
+ * Digits past the microsecond are cut off, or with `roundUp` (an inclusive lower bound: the
+ * first microsecond not before it) round up to the next microsecond.
  */
-export function parseTimestamp(value: unknown, kind: 'stored' | 'bound' = 'stored'): number | undefined {
+export function parseTimestamp(value: unknown, kind: 'stored' | 'bound' = 'stored', roundUp = false): number | undefined {
   if (typeof value === 'number') {
     return Number.isFinite(value) && value >= 0 && value <= MAX_MS ? Math.round(value * 1000) : undefined;
   }
@@ -47,7 +49,7 @@ export function parseTimestamp(value: unknown, kind: 'stored' | 'bound' = 'store
   }
   // (setUTCFullYear: Date.UTC would read years 0-99 as 1900-1999)
   const ms = new Date(Date.UTC(2000, month - 1, day, Number(h), Number(mi), Number(s))).setUTCFullYear(year) - offsetMin * 60_000;
-  const micros = Number((frac + '000000').slice(0, 6));
+  const micros = Number((frac + '000000').slice(0, 6)) + (roundUp && /[1-9]/.test(frac.slice(6)) ? 1 : 0);
   const us = ms * 1000 + micros;
   if (us < (kind === 'bound' ? MIN_BOUND_MS * 1000 : 0)) return undefined;
   if (us <= MAX_MS * 1000) return us;

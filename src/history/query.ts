@@ -23,9 +23,9 @@ export interface HistoryQuery {
   toUs: number | undefined;
 }
 
-/** A bound the schema accepted (format `timestamp`), in µs; blank: none. */
-function boundUs(text: unknown): number | undefined {
-  return typeof text === 'string' ? timestampOf(text) : undefined;
+/** A bound the schema accepted (format `timestamp`), in µs; blank: none. `lower`: dateFrom (see timestampOf). */
+function boundUs(text: unknown, lower = false): number | undefined {
+  return typeof text === 'string' ? timestampOf(text, lower) : undefined;
 }
 
 /**
@@ -52,7 +52,7 @@ export function historyQueryOf(q: QueryValues, maxResults: number): HistoryQuery
   const firstN = q.firstN as number | undefined;
   const n = firstN ?? (q.lastN as number | undefined);
   const attrs = labelsOf(q.attr);
-  const fromUs = boundUs(q.dateFrom);
+  const fromUs = boundUs(q.dateFrom, true);
   const toUs = boundUs(q.dateTo);
   return {
     attrs: attrs?.labels,

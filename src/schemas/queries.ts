@@ -22,8 +22,11 @@
 import type { ErrorKey } from '../errors.js';
 import { parseTimestamp } from '../time.js';
 
-/** History bounds (decisions.md "History"): ISO 8601 date and time, or epoch milliseconds; blank: no bound. */
-export const timestampOf = (text: string): number | undefined => parseTimestamp(text.trim(), 'bound');
+/**
+ * History bounds (decisions.md "History"): ISO 8601 date and time, or epoch milliseconds; blank:
+ * no bound. `lower`: an inclusive lower bound, whose digits past the microsecond round up.
+ */
+export const timestampOf = (text: string, lower = false): number | undefined => parseTimestamp(text.trim(), 'bound', lower);
 
 export const queryFormats = {
   timestamp: (text: string) => text.trim() === '' || timestampOf(text) !== undefined,

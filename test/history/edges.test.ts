@@ -5,7 +5,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { ErrorBody, HistoryByLabel, HistoryRecord } from '../helpers/api.js';
 import { createDevice, createTemplate, insertHistory } from '../helpers/registry-fixtures.js';
-import { useService } from '../helpers/service.js';
+import { http, useService } from '../helpers/service.js';
 import { getHistory, ts, valuesOf } from './fixtures.js';
 
 const svc = useService({ HISTORY_MAX_RESULTS: '50' });
@@ -89,6 +89,28 @@ describe('dateFrom / dateTo as epoch milliseconds', () => {
     expect(valuesOf(epoch.body.mode!)).toEqual(['boost', 'after', 'eco']);
     // no attr: every label of the device
     expect((await get(`?dateFrom=${ms(3)}&dateTo=${ms(7)}`)).body).toEqual(iso.body);
+  });
+
+  it('digits past the microsecond: cut off in dateTo, rounded up in dateFrom (found by an audit)', async () => {
+    // Minute 2 is 12:02:00.000000; a bound 0.4 µs after it excludes it as a lower bound, and
+    // includes it as an upper one; one 0.4 µs before it includes it as a lower bound.
+    const after = '2024-05-01T12:02:00.0000004Z';
+    const before = '2024-05-01T12:01:59.9999996Z';
+    expect(valuesOf((await get(`?attr=temperature&dateFrom=${after}&dateTo=${ms(4)}`)).body)).toEqual([24, 23]);
+    expect(valuesOf((await get(`?attr=temperature&dateFrom=${before}&dateTo=${ms(4)}`)).body)).toEqual([24, 23, 22]);
+    expect(valuesOf((await get(`?attr=temperature&dateFrom=${ms(1)}&dateTo=${after}`)).body)).toEqual([22, 21]);
+    // The same bound in an aggregate and in the export.
+    const agg = await get(`?attr=temperature&interval=1h&agg=count&dateFrom=${after}&dateTo=${ms(4)}`);
+    expect(agg.body).toEqual([{ ts: '2024-05-01T12:00:00.000000Z', count: 2 }]);
+    const exported = await http('GET', `${svc.base}/history/export?devices=${device}&attr=temperature&dateFrom=${after}&dateTo=${ms(4)}`, {
+      token,
+    });
+    expect(
+      exported.text
+        .trim()
+        .split('\n')
+        .map((l) => (JSON.parse(l) as HistoryRecord).value),
+    ).toEqual([23, 24]);
   });
 
   it('0 is the epoch itself (everything here is after it); blanks around the digits are allowed', async () => {
