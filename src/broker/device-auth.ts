@@ -415,7 +415,7 @@ export class DeviceAuthorisation {
    * credential in optional mode) are closed. A check that fails (database unreachable) is tried
    * again later.
    */
-  private recheck(tenant: string): void {
+  private recheck(tenant: string, retried = false): void {
     const clients: Client[] = [];
     const logins: AcceptedLogin[] = [];
     for (const set of this.sessions.values()) {
@@ -435,11 +435,14 @@ export class DeviceAuthorisation {
         this.close(new Set(ended), NO_LONGER_HOLDS);
       },
       (err: Error) => {
-        this.log.warn('could not check the connected devices against the registry; trying again', { error: err.message });
+        // Warned once, not at every retry of an outage.
+        const fields = { tenant, connections: clients.length, error: err.message };
+        if (retried) this.log.debug('could not check the connected devices against the registry; trying again', fields);
+        else this.log.warn(`could not check the connected devices against the registry; trying again every ${RECHECK_RETRY_MS / 1000} s`, fields);
         if (this.rechecks.has(tenant)) return;
         const retry = setTimeout(() => {
           this.rechecks.delete(tenant);
-          this.recheck(tenant);
+          this.recheck(tenant, true);
         }, RECHECK_RETRY_MS);
         retry.unref();
         this.rechecks.set(tenant, retry);
