@@ -438,7 +438,11 @@ export class DeviceAuthorisation {
         // Warned once, not at every retry of an outage.
         const fields = { tenant, connections: clients.length, error: err.message };
         if (retried) this.log.debug('could not check the connected devices against the registry; trying again', fields);
-        else this.log.warn(`could not check the connected devices against the registry; trying again every ${RECHECK_RETRY_MS / 1000} s`, fields);
+        else
+          this.log.warn(
+            `could not check the connected devices against the registry; trying again every ${RECHECK_RETRY_MS / 1000} s`,
+            fields,
+          );
         if (this.rechecks.has(tenant)) return;
         const retry = setTimeout(() => {
           this.rechecks.delete(tenant);
