@@ -85,8 +85,11 @@ const UNAVAILABLE_MESSAGES =
  * connection to be had), as opposed to a bug: the API answers those 503 so clients retry.
  */
 export function isDatabaseUnavailable(err: unknown): boolean {
-  const code = (err as { code?: unknown })?.code;
+  const { code, syscall } = (err ?? {}) as { code?: unknown; syscall?: unknown };
   if (typeof code === 'string' && (UNREACHABLE_CODES.has(code) || UNAVAILABLE_STATES.has(code) || code.startsWith('08'))) return true;
+  // A database reached by its Unix socket (`?host=/var/run/postgresql`): PostgreSQL removes the
+  // socket file when it stops, so connecting while it is down fails ENOENT, not ECONNREFUSED.
+  if (code === 'ENOENT' && syscall === 'connect') return true;
   return err instanceof Error && UNAVAILABLE_MESSAGES.test(err.message);
 }
 
