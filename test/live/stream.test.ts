@@ -12,7 +12,7 @@ import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';
 import { deviceClient, eventually, metric } from '../helpers/registry-fixtures.js';
 import { http, tenantToken, useService } from '../helpers/service.js';
 import { stringMatching } from '../helpers/matchers.js';
-import { openSse, openWs, type LiveMessage } from './stream-client.js';
+import { openSse, openWs, type LiveMessage, type WsStream } from './stream-client.js';
 
 const JWT_SECRET = crypto.randomBytes(24).toString('hex');
 const svc = useService({
@@ -393,95 +393,73 @@ describe('an SSE client that paused while the last message was written', () => {
   }, 60_000);
 });
 
+/** The query that reads the devices of the template filters (src/live/stream.ts resolveTemplates). */
+const FILTER_READ = 'FROM device_templates WHERE tenant = $1 AND template_id = ANY';
+
+/**
+ * Creates a device of `a`'s template and removes it at once, `times` over, with `beforeRead`
+ * run before each template filter read goes to the database; then every client must have seen
+ * each device created, then removed, in order, and nothing else of devices.
+ */
+async function createdThenRemoved(a: Tenant, clients: WsStream[], times: number, beforeRead: () => unknown): Promise<void> {
+  const pool = svc.service.pool;
+  const query = pool.query.bind(pool);
+  pool.query = ((...args: Parameters<typeof pool.query>) => {
+    const run = () => (query as (...a: unknown[]) => unknown)(...args);
+    return typeof args[0] === 'string' && args[0].includes(FILTER_READ) ? Promise.resolve(beforeRead()).then(run) : run();
+  }) as typeof pool.query;
+  const made: string[] = [];
+  try {
+    for (let i = 0; i < times; i++) {
+      const d = await http<DevicesCreated>('POST', `${svc.base}/device`, {
+        token: a.token,
+        body: { label: 'dev', templates: [a.templateId] },
+      });
+      const id = d.body.devices[0]!.id;
+      made.push(id);
+      expect((await http('DELETE', `${svc.base}/device/${id}`, { token: a.token })).status).toBe(200);
+    }
+    const last = made[made.length - 1]!;
+    await Promise.all(
+      clients.map((c) =>
+        c.next((m) => m.type === 'device' && m.action === 'removed' && (m.device_ids as string[]).includes(last), 'last removal'),
+      ),
+    );
+  } finally {
+    pool.query = query;
+  }
+  const expected = made.flatMap((id) => [`created ${id}`, `removed ${id}`]);
+  for (const c of clients) {
+    const seen = c.messages.filter((m) => m.type === 'device').map((m) => `${m.action as string} ${(m.device_ids as string[]).join(',')}`);
+    expect(seen).toEqual(expected);
+    c.close();
+  }
+}
+
+/** `n` WebSocket clients of tenant `a` filtering by its template, each past its `subscribed`. */
+async function templateClients(a: Tenant, n: number): Promise<WsStream[]> {
+  const clients = await Promise.all(Array.from({ length: n }, () => openWs(wsUrl(`?template=${a.templateId}`), { token: a.token })));
+  for (const c of clients) expect((await c.next(() => true, 'the first message')).type).toBe('subscribed');
+  return clients;
+}
+
 describe('many clients filtering by template', () => {
   it('a registry change reads the template filters once for all of them, and each client sees changes in order, after its subscribed', async () => {
     const a = await tenant('tpl', 1);
-    const n = 60;
-    const clients = await Promise.all(Array.from({ length: n }, () => openWs(wsUrl(`?template=${a.templateId}`), { token: a.token })));
-    for (const c of clients) expect((await c.next(() => true, 'the first message')).type).toBe('subscribed');
-    const pool = svc.service.pool;
-    const query = pool.query.bind(pool);
     let filterReads = 0;
-    pool.query = ((...args: Parameters<typeof pool.query>) => {
-      if (typeof args[0] === 'string' && args[0].includes('FROM device_templates WHERE tenant = $1 AND template_id = ANY')) filterReads++;
-      return (query as (...a: unknown[]) => unknown)(...args);
-    }) as typeof pool.query;
-    const made: string[] = [];
-    try {
-      // Created, then removed at once, five times over.
-      for (let i = 0; i < 5; i++) {
-        const d = await http<DevicesCreated>('POST', `${svc.base}/device`, {
-          token: a.token,
-          body: { label: 'dev', templates: [a.templateId] },
-        });
-        const id = d.body.devices[0]!.id;
-        made.push(id);
-        expect((await http('DELETE', `${svc.base}/device/${id}`, { token: a.token })).status).toBe(200);
-      }
-      const last = made[made.length - 1]!;
-      await Promise.all(
-        clients.map((c) =>
-          c.next((m) => m.type === 'device' && m.action === 'removed' && (m.device_ids as string[]).includes(last), 'last removal'),
-        ),
-      );
-    } finally {
-      pool.query = query;
-    }
+    // Created, then removed at once, five times over.
+    await createdThenRemoved(a, await templateClients(a, 60), 5, () => filterReads++);
     // One read per change that may move devices (the five creations), not one per client.
     expect(filterReads).toBeLessThanOrEqual(5);
-    const expected = made.flatMap((id) => [`created ${id}`, `removed ${id}`]);
-    for (const c of clients) {
-      const seen = c.messages
-        .filter((m) => m.type === 'device')
-        .map((m) => `${m.action as string} ${(m.device_ids as string[]).join(',')}`);
-      expect(seen).toEqual(expected);
-      c.close();
-    }
   }, 60_000);
 });
 
 describe('a template filter read late (a loaded host)', () => {
   it('a device created and removed before the read still reaches the filter: created, then removed', async () => {
     const a = await tenant('late', 1);
-    const clients = await Promise.all(Array.from({ length: 3 }, () => openWs(wsUrl(`?template=${a.templateId}`), { token: a.token })));
-    for (const c of clients) expect((await c.next(() => true, 'the first message')).type).toBe('subscribed');
-    // The template filters' read goes to the database 300 ms late, so each removal below commits
-    // before the read of its creation: the read finds nothing of the device.
-    const pool = svc.service.pool;
-    const query = pool.query.bind(pool);
-    pool.query = ((...args: Parameters<typeof pool.query>) => {
-      if (typeof args[0] === 'string' && args[0].includes('FROM device_templates WHERE tenant = $1 AND template_id = ANY'))
-        return new Promise((r) => setTimeout(r, 300)).then(() => (query as (...a: unknown[]) => unknown)(...args));
-      return (query as (...a: unknown[]) => unknown)(...args);
-    }) as typeof pool.query;
-    const made: string[] = [];
-    try {
-      for (let i = 0; i < 3; i++) {
-        const d = await http<DevicesCreated>('POST', `${svc.base}/device`, {
-          token: a.token,
-          body: { label: 'dev', templates: [a.templateId] },
-        });
-        const id = d.body.devices[0]!.id;
-        made.push(id);
-        expect((await http('DELETE', `${svc.base}/device/${id}`, { token: a.token })).status).toBe(200);
-      }
-      const last = made[made.length - 1]!;
-      await Promise.all(
-        clients.map((c) =>
-          c.next((m) => m.type === 'device' && m.action === 'removed' && (m.device_ids as string[]).includes(last), 'last removal'),
-        ),
-      );
-    } finally {
-      pool.query = query;
-    }
-    const expected = made.flatMap((id) => [`created ${id}`, `removed ${id}`]);
-    for (const c of clients) {
-      const seen = c.messages
-        .filter((m) => m.type === 'device')
-        .map((m) => `${m.action as string} ${(m.device_ids as string[]).join(',')}`);
-      expect(seen).toEqual(expected);
-      c.close();
-    }
+    // The read goes to the database 300 ms late, so each removal commits before the read of its
+    // creation: the read finds nothing of the device.
+    await createdThenRemoved(a, await templateClients(a, 3), 3, () => new Promise((r) => setTimeout(r, 300)));
   }, 60_000);
 });
 
