@@ -49,8 +49,18 @@ interface Entry {
 
 const key = (tenant: string, id: string) => `${tenant}\u0000${id}`;
 
+/**
+ * How long a removed device's later commits are ignored: messages translated before its removal
+ * may still be committed after it (ingest's batches, another instance's fan-out), and took the
+ * device back into the book (a `status` `online` after its `device` `removed` message, an
+ * `offline` one a timeout later, and an entry kept for good).
+ */
+const REMOVED_FOR_MS = 60_000;
+
 export class DeviceStatusBook {
   private readonly entries = new Map<string, Entry>();
+  /** Devices removed within REMOVED_FOR_MS (key → Date.now() at the removal): their late commits are not taken. */
+  private readonly removed = new Map<string, number>();
   /** Entries whose last_seen is not written yet. */
   private dirty = new Set<Entry>();
   private readonly listeners = new Set<(c: StatusChange) => void>();
@@ -113,6 +123,7 @@ export class DeviceStatusBook {
     for (const r of rows) {
       const us = Number(r.us);
       const k = key(r.tenant, r.device_id);
+      if (this.removed.has(k)) continue;
       let e = this.entries.get(k);
       if (!e) {
         e = { tenant: r.tenant, id: r.device_id, lastSeenUs: us, timeoutS: undefined, changes: 0, readAt: 0, online: false };
@@ -147,6 +158,7 @@ export class DeviceStatusBook {
   /** A stored message of the device, received at `receivedUs`. */
   seen(tenant: string, id: string, receivedUs: number): void {
     const k = key(tenant, id);
+    if (this.removed.has(k)) return;
     let e = this.entries.get(k);
     if (!e) {
       e = { tenant, id, lastSeenUs: receivedUs, timeoutS: undefined, changes: 0, readAt: 0, online: false };
@@ -189,6 +201,11 @@ export class DeviceStatusBook {
 
   private async tick(): Promise<void> {
     if (this.stopped) return;
+    const forgetBefore = Date.now() - REMOVED_FOR_MS;
+    for (const [k, at] of this.removed) {
+      if (at >= forgetBefore) break; // (in order of removal)
+      this.removed.delete(k);
+    }
     try {
       await this.flush();
       await this.resolveTimeouts();
@@ -299,7 +316,7 @@ export class DeviceStatusBook {
     });
   }
 
-  /** Removed devices are forgotten; devices whose templates may have changed read their timeout again. */
+  /** Removed devices are forgotten (and their late commits ignored for a while); devices whose templates may have changed read their timeout again. */
   private registryChanged(e: RegistryEvent): void {
     switch (e.type) {
       case 'devices.removed':
@@ -307,10 +324,13 @@ export class DeviceStatusBook {
           const entry = this.entries.get(key(e.tenant, id));
           if (entry) this.dirty.delete(entry);
           this.entries.delete(key(e.tenant, id));
+          this.removed.delete(key(e.tenant, id)); // (the map stays in order of removal)
+          this.removed.set(key(e.tenant, id), Date.now());
         }
         break;
       case 'devices.changed':
         for (const id of e.deviceIds) {
+          if (e.action === 'created') this.removed.delete(key(e.tenant, id)); // an id given again
           const entry = this.entries.get(key(e.tenant, id));
           if (entry) entry.changes++;
         }

@@ -1,0 +1,58 @@
+// A device's messages committed after its removal (translated before it: ingest's batches, another
+// instance's fan-out) took the device back into the status book: stream clients got a `status`
+// `online` after its `device` `removed` message, an `offline` one a timeout later, and the
+// instance kept the entry for good (found by an audit: a device publishing while it was removed
+// was "online" again 2 of 5 times). Late commits of a removed device are now ignored.
+import type pg from 'pg';
+import { afterAll, describe, expect, it } from 'vitest';
+import { migrate } from '../../src/db/migrate.js';
+import { createPool } from '../../src/db/pool.js';
+import { createLogger } from '../../src/log.js';
+import type { RegistryEvent, RegistryEvents } from '../../src/registry/events.js';
+import { DeviceStatusBook, type StatusChange } from '../../src/registry/devices/status.js';
+import { freshDatabase } from '../helpers/service.js';
+
+const silent = createLogger('silent');
+
+describe('device status of a removed device', () => {
+  const pools: pg.Pool[] = [];
+  afterAll(async () => {
+    for (const p of pools) await p.end().catch(() => undefined);
+  });
+
+  it('a commit after the removal changes no status and keeps no entry; an id created again is seen again', async () => {
+    const pool = createPool(await freshDatabase(), 2, silent);
+    pools.push(pool);
+    await migrate(pool, silent);
+    let tell: (e: RegistryEvent) => void = () => undefined;
+    const events = { on: (l: (e: RegistryEvent) => void) => ((tell = l), () => undefined) } as unknown as RegistryEvents;
+    const book = new DeviceStatusBook(pool, events, { offlineAfterSeconds: 1, flushMs: 50, log: silent });
+    await book.start();
+    const changes: StatusChange[] = [];
+    book.onChange((c) => changes.push(c));
+    try {
+      const now = () => Date.now() * 1000;
+      book.seen('t1', 'abc123', now());
+      expect(changes.map((c) => c.status)).toEqual(['online']);
+
+      tell({ type: 'devices.removed', tenant: 't1', deviceIds: ['abc123'] });
+      expect(book.fields('t1', 'abc123')).toEqual({ last_seen: null, status: 'offline' });
+      // A message of it committed after the removal.
+      book.seen('t1', 'abc123', now());
+      expect(book.fields('t1', 'abc123')).toEqual({ last_seen: null, status: 'offline' });
+      // Nor an `offline` once its timeout (1 s) ran out.
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(changes.map((c) => c.status)).toEqual(['online']);
+      // Another tenant's device of the same id is not affected.
+      book.seen('t2', 'abc123', now());
+      expect(book.fields('t2', 'abc123').status).toBe('online');
+
+      // The same id created again counts at once.
+      tell({ type: 'devices.changed', tenant: 't1', deviceIds: ['abc123'], action: 'created' });
+      book.seen('t1', 'abc123', now());
+      expect(book.fields('t1', 'abc123').status).toBe('online');
+    } finally {
+      await book.stop();
+    }
+  });
+});
