@@ -508,7 +508,6 @@ export class DeviceAuthorisation {
           ? 'its device got a credential while the login was checked'
           : undefined;
     if (why === undefined && pending.tenantChanged) {
-      const bare = !verdict.credentialId && !login.certificate;
       const [holds] = await this.logins.stillHolds([
         { device, ...(verdict.credentialId ? { credentialId: verdict.credentialId } : {}), bare },
       ]);
