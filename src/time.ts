@@ -9,6 +9,8 @@
 
 /** Latest accepted timestamp: the end of year 9999 (PostgreSQL and JS both handle it). */
 const MAX_MS = 253402300799999;
+/** MAX_MS as text, for messages. */
+export const LATEST_TIME = '9999-12-31T23:59:59.999Z';
 /** Earliest history bound: 0001-01-01T00:00:00Z. */
 const MIN_BOUND_MS = -62135596800000;
 const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?)?\s*(Z|z|[+-]\d{2}(?::?\d{2})?)?$/;
@@ -57,6 +59,11 @@ export function parseTimestamp(value: unknown, kind: 'stored' | 'bound' = 'store
   // means that millisecond, where stored times end (microseconds that late are not exact in a
   // double anyway).
   return kind === 'bound' && ms <= MAX_MS ? MAX_MS * 1000 : undefined;
+}
+
+/** Whether `text`, an ISO 8601 time parseTimestamp refused, names a real time after LATEST_TIME (an offset can take year 9999 past it). */
+export function afterLatestTime(text: string): boolean {
+  return Date.parse(text) > MAX_MS;
 }
 
 // ---- formatting: history `ts` ---------------------------------------------------------------

@@ -9,7 +9,7 @@ import type pg from 'pg';
 import { errors } from '../../errors.js';
 import { credentialCreateBody } from '../../schemas/credentials.js';
 import { validate } from '../../schemas/validator.js';
-import { microsToText, parseTimestamp } from '../../time.js';
+import { afterLatestTime, LATEST_TIME, microsToText, parseTimestamp } from '../../time.js';
 import type { RegistryEvents } from '../events.js';
 import { requireDevice } from '../sql.js';
 import { CredentialHasher, generateSecret } from './hashing.js';
@@ -63,6 +63,8 @@ export class CredentialService {
     let expires: string | null = null;
     if (input.expires_at !== undefined && input.expires_at !== null) {
       const us = parseTimestamp(input.expires_at);
+      if (us === undefined && afterLatestTime(input.expires_at))
+        throw errors.credentialBadInput(`expires_at must be ${LATEST_TIME} or earlier`);
       if (us === undefined)
         throw errors.credentialBadInput('expires_at must be an ISO 8601 date and time with a time zone, such as 2027-01-31T00:00:00Z');
       if (us <= Date.now() * 1000) throw errors.credentialExpiresInPast();
