@@ -493,8 +493,22 @@ export class DeviceAuthorisation {
     const pending: Checking = { deviceRemoved: false, removedCredentials: new Set(), credentialAdded: false, tenantChanged: false };
     addTo(this.checking, key, pending);
     let verdict: LoginVerdict;
+    let holds = true;
     try {
       verdict = await this.logins.check(login);
+      // Events were missed while it was checked: what it was accepted with is read again, still
+      // as a login being checked (a removal announced during that read refuses it too), and once
+      // more should events be missed again meanwhile.
+      while (verdict.ok && holds && pending.tenantChanged) {
+        pending.tenantChanged = false;
+        [holds = false] = await this.logins.stillHolds([
+          {
+            device,
+            ...(verdict.credentialId ? { credentialId: verdict.credentialId } : {}),
+            bare: !verdict.credentialId && !login.certificate,
+          },
+        ]);
+      }
     } finally {
       removeFrom(this.checking, key, pending);
     }
@@ -506,15 +520,9 @@ export class DeviceAuthorisation {
         ? 'the credential it presented was deleted while the login was checked'
         : this.mode === 'optional' && bare && pending.credentialAdded
           ? 'its device got a credential while the login was checked'
-          : undefined;
-    if (why === undefined && pending.tenantChanged) {
-      const [holds] = await this.logins.stillHolds([
-        { device, ...(verdict.credentialId ? { credentialId: verdict.credentialId } : {}), bare },
-      ]);
-      if (holds) return verdict;
-      this.log.info('device login refused', { tenant: device.tenant, device: device.id, reason: NO_LONGER_HOLDS, address: login.address });
-      return { ok: false, reason: 'wrong' };
-    }
+          : !holds
+            ? NO_LONGER_HOLDS
+            : undefined;
     if (why === undefined) return verdict;
     this.log.info('device login refused', { tenant: device.tenant, device: device.id, reason: why, address: login.address });
     return { ok: false, reason: pending.deviceRemoved ? 'unknown_device' : 'wrong' };
