@@ -96,11 +96,50 @@ const describe = (s: Subscription) =>
     attrs: s.attrs ? [...s.attrs] : null,
   });
 
+/**
+ * Keeps `c.eventDevices` by registry event `e`, before the template filter is read for it:
+ * devices built from a filtered template by it are in, those it built from none of them (or it
+ * removed) out; a change that does not say which (a template removed, a tenant-wide change)
+ * leaves them to the read.
+ */
+function trackEventDevices(c: Client, e: RegistryEvent): void {
+  const templates = c.sub.templates;
+  if (!templates) return;
+  switch (e.type) {
+    case 'devices.changed': {
+      const into = e.templateIds?.some((t) => templates.has(t)) ?? false;
+      for (const id of e.deviceIds) {
+        if (into) (c.eventDevices ??= new Set()).add(id);
+        else c.eventDevices?.delete(id);
+      }
+      return;
+    }
+    case 'devices.removed':
+      for (const id of e.deviceIds) c.eventDevices?.delete(id);
+      return;
+    case 'templates.changed':
+      if (e.action === 'removed') c.eventDevices = undefined;
+      return;
+    case 'tenant.changed':
+      c.eventDevices = undefined;
+      return;
+    case 'credentials.changed':
+      return;
+  }
+}
+
 /** One connected client, WebSocket or SSE. */
 abstract class Client {
   sub: Subscription = { devices: undefined, templates: undefined, attrs: undefined };
   /** The devices of `sub.templates` (read from the registry; again on every registry change of the tenant). */
   templateDevices: Set<string> | undefined;
+  /**
+   * Devices a registry event built from a template of `sub.templates` (a creation, an update
+   * into it), kept in `templateDevices` whatever a later read finds until an event of theirs
+   * takes them out: a read is made after the commits of changes not handled yet, so it misses a
+   * device created and removed since, and the removal would otherwise name nothing to the client.
+   */
+  eventDevices: Set<string> | undefined;
   /** Its `subscribed` message was sent for `sub`: nothing reaches it before (the first message of a subscription is that). */
   ready = false;
   dropped = 0;
@@ -459,6 +498,7 @@ export class LiveHub {
           e.type === 'devices.changed'
             ? new Map(clients.filter((c) => c.sub.templates).map((c) => [c, new Set(e.deviceIds.filter((id) => c.wants(id)))]))
             : undefined;
+        for (const c of clients) trackEventDevices(c, e);
         if (moves) await this.resolveTemplates(tenant, clients);
         for (const c of clients) this.deliverChange(c, e, before?.get(c));
       });
@@ -480,10 +520,6 @@ export class LiveHub {
     switch (e.type) {
       case 'devices.changed':
       case 'devices.removed': {
-        // Devices built from a filtered template by this change are in the filter whatever the
-        // read above found: one created and removed again before it was not among them.
-        if (e.type === 'devices.changed' && c.sub.templates && e.templateIds?.some((t) => c.sub.templates!.has(t)))
-          for (const id of e.deviceIds) (c.templateDevices ??= new Set()).add(id);
         const ids = e.deviceIds.filter((id) => c.wants(id) || wantedBefore?.has(id));
         if (e.type === 'devices.removed') for (const id of e.deviceIds) c.templateDevices?.delete(id);
         if (ids.length === 0) return;
@@ -547,7 +583,7 @@ export class LiveHub {
     }
     for (const [c, templates] of subs) {
       if (c.sub.templates !== templates) continue; // subscribed anew meanwhile: its own turn reads it
-      const devices = new Set<string>();
+      const devices = new Set<string>(c.eventDevices);
       for (const t of templates) for (const id of byTemplate.get(t) ?? []) devices.add(id);
       c.templateDevices = devices;
     }
@@ -584,6 +620,7 @@ export class LiveHub {
     c.sub = sub;
     c.ready = false;
     c.templateDevices = undefined;
+    c.eventDevices = undefined;
     if (!c.closed) this.telemetry.put(c);
     this.inTurn(c.tenant, async () => {
       if (c.sub !== sub || c.closed) return;

@@ -397,11 +397,11 @@ describe('an SSE client that paused while the last message was written', () => {
 const FILTER_READ = 'FROM device_templates WHERE tenant = $1 AND template_id = ANY';
 
 /**
- * Creates a device of `a`'s template and removes it at once, `times` over, with `beforeRead`
- * run before each template filter read goes to the database; then every client must have seen
- * each device created, then removed, in order, and nothing else of devices.
+ * Creates `together` devices of `a`'s template and removes them at once, `times` over, with
+ * `beforeRead` run before each template filter read goes to the database; then every client
+ * must have seen each device created, then removed, in order, and nothing else of devices.
  */
-async function createdThenRemoved(a: Tenant, clients: WsStream[], times: number, beforeRead: () => unknown): Promise<void> {
+async function createdThenRemoved(a: Tenant, clients: WsStream[], times: number, beforeRead: () => unknown, together = 1): Promise<void> {
   const pool = svc.service.pool;
   const query = pool.query.bind(pool);
   pool.query = ((...args: Parameters<typeof pool.query>) => {
@@ -409,15 +409,20 @@ async function createdThenRemoved(a: Tenant, clients: WsStream[], times: number,
     return typeof args[0] === 'string' && args[0].includes(FILTER_READ) ? Promise.resolve(beforeRead()).then(run) : run();
   }) as typeof pool.query;
   const made: string[] = [];
+  const expected: string[] = [];
   try {
     for (let i = 0; i < times; i++) {
-      const d = await http<DevicesCreated>('POST', `${svc.base}/device`, {
-        token: a.token,
-        body: { label: 'dev', templates: [a.templateId] },
-      });
-      const id = d.body.devices[0]!.id;
-      made.push(id);
-      expect((await http('DELETE', `${svc.base}/device/${id}`, { token: a.token })).status).toBe(200);
+      const round: string[] = [];
+      for (let j = 0; j < together; j++) {
+        const d = await http<DevicesCreated>('POST', `${svc.base}/device`, {
+          token: a.token,
+          body: { label: 'dev', templates: [a.templateId] },
+        });
+        round.push(d.body.devices[0]!.id);
+      }
+      for (const id of round) expect((await http('DELETE', `${svc.base}/device/${id}`, { token: a.token })).status).toBe(200);
+      made.push(...round);
+      expected.push(...round.map((id) => `created ${id}`), ...round.map((id) => `removed ${id}`));
     }
     const last = made[made.length - 1]!;
     await Promise.all(
@@ -428,7 +433,6 @@ async function createdThenRemoved(a: Tenant, clients: WsStream[], times: number,
   } finally {
     pool.query = query;
   }
-  const expected = made.flatMap((id) => [`created ${id}`, `removed ${id}`]);
   for (const c of clients) {
     const seen = c.messages.filter((m) => m.type === 'device').map((m) => `${m.action as string} ${(m.device_ids as string[]).join(',')}`);
     expect(seen).toEqual(expected);
@@ -460,6 +464,13 @@ describe('a template filter read late (a loaded host)', () => {
     // The read goes to the database 300 ms late, so each removal commits before the read of its
     // creation: the read finds nothing of the device.
     await createdThenRemoved(a, await templateClients(a, 3), 3, () => new Promise((r) => setTimeout(r, 300)));
+  }, 60_000);
+
+  it('devices created together and removed before the reads all reach the filter: each created, then each removed (found by a review)', async () => {
+    const a = await tenant('late2', 1);
+    // Two creations, then both removals: the second creation's read (which finds neither device)
+    // must not take the first device out of the filter before its removal is handled.
+    await createdThenRemoved(a, await templateClients(a, 3), 2, () => new Promise((r) => setTimeout(r, 300)), 2);
   }, 60_000);
 });
 
