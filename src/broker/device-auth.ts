@@ -25,7 +25,7 @@ import mqttPacket from 'mqtt-packet';
 import type { DeviceAuthMode } from '../config.js';
 import type { Logger } from '../log.js';
 import type { RegistryEvent } from '../registry/events.js';
-import type { AcceptedLogin, DeviceLogin, LoginCheck, LoginVerdict } from '../registry/credentials/logins.js';
+import type { DeviceLogin, LoginCheck, LoginStanding, LoginVerdict } from '../registry/credentials/logins.js';
 import { NO_ACK, type AckHandle, type Inbox } from './link.js';
 import { HeldKeepalives } from './held-keepalive.js';
 import { attrsTopic, configTopic, mayPublish, maySubscribe } from './topic-rules.js';
@@ -70,6 +70,8 @@ const UNSUPPORTED_PROTOCOL_V5 = 0x84;
 const NO_LONGER_HOLDS = 'its login no longer holds (registry changes were missed, then read again)';
 /** Pause before a failed check of the connected devices is tried again. */
 const RECHECK_RETRY_MS = 5000;
+/** Connections checked per question to the registry (1,000 devices a query there). */
+const RECHECK_SLICE = 10_000;
 
 /** The ack handle of a QoS 1/2 message: lets aedes go on with the publish, which sends its PUBACK. */
 class AuthorisedPublish implements AckHandle {
@@ -151,6 +153,8 @@ export class DeviceAuthorisation {
   private readonly checking = new Map<string, Set<Checking>>();
   /** A failed `recheck` waiting to be tried again, by tenant (`*`: every tenant): one at a time. */
   private readonly rechecks = new Map<string, NodeJS.Timeout>();
+  /** The `recheck` under way, by tenant; `again`: events came meanwhile, one more check follows. */
+  private readonly rechecking = new Map<string, { again: boolean }>();
   /** The broker the clients belong to (known from the first one). */
   private broker: SessionBroker | undefined;
 
@@ -380,15 +384,7 @@ export class DeviceAuthorisation {
   /** Registry events: the connections a change ends are closed. */
   registryChanged(event: RegistryEvent): void {
     if (event.type === 'devices.removed') {
-      for (const id of event.deviceIds) {
-        const key = deviceKey(event.tenant, id);
-        // Logins still being checked are refused when their verdict arrives (see `checked`).
-        for (const c of this.checking.get(key) ?? []) c.deviceRemoved = true;
-        this.close(this.sessions.get(key), 'its device was removed');
-        // Its client ids are free for other devices, without its sessions (subscriptions to its
-        // config topic, which a device created again with its id would receive).
-        for (const clientId of [...(this.ownedBy.get(key) ?? []), deviceName(event.tenant, id)]) this.dropSession(clientId);
-      }
+      for (const id of event.deviceIds) this.deviceRemoved({ tenant: event.tenant, id });
     } else if (event.type === 'tenant.changed') {
       for (const [key, set] of this.checking)
         if (event.tenant === '*' || key.startsWith(deviceKey(event.tenant, ''))) for (const c of set) c.tenantChanged = true;
@@ -407,51 +403,101 @@ export class DeviceAuthorisation {
     }
   }
 
+  /** A device removed: its connections are closed, and its client ids freed. */
+  private deviceRemoved(device: DeviceRef): void {
+    const key = deviceKey(device.tenant, device.id);
+    // Logins still being checked are refused when their verdict arrives (see `checked`).
+    for (const c of this.checking.get(key) ?? []) c.deviceRemoved = true;
+    this.close(this.sessions.get(key), 'its device was removed');
+    // Its client ids are free for other devices, without its sessions (subscriptions to its
+    // config topic, which a device created again with its id would receive).
+    for (const clientId of [...(this.ownedBy.get(key) ?? []), deviceName(device.tenant, device.id)]) this.dropSession(clientId);
+  }
+
   /**
    * Anything of `tenant` (`*`: of every tenant) may have changed, and no event names what: this
    * instance missed events while it could not listen (docs/credentials.md §3), or one was too
    * large to send. Every connection of the tenant is checked against the registry again, and
    * those whose login no longer holds (device removed, credential deleted or expired, a first
-   * credential in optional mode) are closed. A check that fails (database unreachable) is tried
-   * again later.
+   * credential in optional mode) are closed. One check runs at a time per tenant: events that
+   * come meanwhile make one more check once it ends. A check that fails (database unreachable)
+   * is tried again later.
    */
   private recheck(tenant: string, retried = false): void {
-    const clients: Client[] = [];
-    const logins: AcceptedLogin[] = [];
-    for (const set of this.sessions.values()) {
-      for (const client of set) {
-        const s = this.identity.get(client);
-        if (!s || (tenant !== '*' && s.device.tenant !== tenant)) continue;
-        clients.push(client);
-        logins.push({ device: s.device, ...(s.credentialId ? { credentialId: s.credentialId } : {}), bare: s.bare });
-      }
+    const running = this.rechecking.get(tenant);
+    if (running) {
+      running.again = true;
+      return;
     }
-    if (clients.length === 0) return;
-    const sessions = clients.map((c) => this.identity.get(c));
-    this.logins.stillHolds(logins).then(
-      (held) => {
+    const state = { again: false };
+    this.rechecking.set(tenant, state);
+    this.recheckConnections(tenant)
+      .then(
+        () => {
+          if (retried) this.log.info('checked the connected devices against the registry again', { tenant });
+        },
+        (err: Error) => {
+          // Warned once, not at every retry of an outage.
+          const fields = { tenant, error: err.message };
+          if (retried) this.log.debug('could not check the connected devices against the registry; trying again', fields);
+          else
+            this.log.warn(
+              `could not check the connected devices against the registry; trying again every ${RECHECK_RETRY_MS / 1000} s`,
+              fields,
+            );
+          if (this.rechecks.has(tenant)) return;
+          const retry = setTimeout(() => {
+            this.rechecks.delete(tenant);
+            this.recheck(tenant, true);
+          }, RECHECK_RETRY_MS);
+          retry.unref();
+          this.rechecks.set(tenant, retry);
+        },
+      )
+      .finally(() => {
+        this.rechecking.delete(tenant);
+        if (state.again) this.recheck(tenant);
+      });
+  }
+
+  /**
+   * The check of `recheck`: the connected clients, and the devices holding client ids without a
+   * connection (their persistent sessions), RECHECK_SLICE a question to the registry (each
+   * answered well within the bridge's time). A device found removed is forgotten as by its
+   * event; a connection whose login lapsed is closed.
+   */
+  private async recheckConnections(tenant: string): Promise<void> {
+    type Item = { client: Client; session: Session } | { owner: DeviceRef };
+    const items: Item[] = [];
+    const mine = (d: DeviceRef) => tenant === '*' || d.tenant === tenant;
+    for (const set of this.sessions.values())
+      for (const client of set) {
+        const session = this.identity.get(client);
+        if (session && mine(session.device)) items.push({ client, session });
+      }
+    for (const [key, ids] of this.ownedBy) {
+      if (this.sessions.has(key)) continue;
+      const owner = this.owners.get(ids.values().next().value!);
+      if (owner && mine(owner)) items.push({ owner });
+    }
+    for (let i = 0; i < items.length; i += RECHECK_SLICE) {
+      const slice = items.slice(i, i + RECHECK_SLICE);
+      const standing = await this.logins.standing(
+        slice.map((it) => {
+          if ('owner' in it) return { device: it.owner, bare: false }; // (holds while the device exists)
+          const s = it.session;
+          return { device: s.device, ...(s.credentialId ? { credentialId: s.credentialId } : {}), bare: s.bare };
+        }),
+      );
+      slice.forEach((it, j) => {
+        if (standing[j] === 'holds') return;
+        if ('owner' in it) return this.deviceRemoved(it.owner);
         // A connection gone meanwhile, or logged in again, is not this one any more.
-        const ended = clients.filter((c, i) => !held[i] && this.identity.get(c) === sessions[i]);
-        this.close(new Set(ended), NO_LONGER_HOLDS);
-      },
-      (err: Error) => {
-        // Warned once, not at every retry of an outage.
-        const fields = { tenant, connections: clients.length, error: err.message };
-        if (retried) this.log.debug('could not check the connected devices against the registry; trying again', fields);
-        else
-          this.log.warn(
-            `could not check the connected devices against the registry; trying again every ${RECHECK_RETRY_MS / 1000} s`,
-            fields,
-          );
-        if (this.rechecks.has(tenant)) return;
-        const retry = setTimeout(() => {
-          this.rechecks.delete(tenant);
-          this.recheck(tenant, true);
-        }, RECHECK_RETRY_MS);
-        retry.unref();
-        this.rechecks.set(tenant, retry);
-      },
-    );
+        if (this.identity.get(it.client) !== it.session) return;
+        if (standing[j] === 'device_removed') this.deviceRemoved(it.session.device);
+        else this.close(new Set([it.client]), NO_LONGER_HOLDS);
+      });
+    }
   }
 
   private close(clients: Set<Client> | undefined, why: string): void {
@@ -493,15 +539,15 @@ export class DeviceAuthorisation {
     const pending: Checking = { deviceRemoved: false, removedCredentials: new Set(), credentialAdded: false, tenantChanged: false };
     addTo(this.checking, key, pending);
     let verdict: LoginVerdict;
-    let holds = true;
+    let standing: LoginStanding = 'holds';
     try {
       verdict = await this.logins.check(login);
       // Events were missed while it was checked: what it was accepted with is read again, still
       // as a login being checked (a removal announced during that read refuses it too), and once
       // more should events be missed again meanwhile.
-      while (verdict.ok && holds && pending.tenantChanged) {
+      while (verdict.ok && standing === 'holds' && pending.tenantChanged) {
         pending.tenantChanged = false;
-        [holds = false] = await this.logins.stillHolds([
+        [standing = 'lapsed'] = await this.logins.standing([
           {
             device,
             ...(verdict.credentialId ? { credentialId: verdict.credentialId } : {}),
@@ -520,12 +566,12 @@ export class DeviceAuthorisation {
         ? 'the credential it presented was deleted while the login was checked'
         : this.mode === 'optional' && bare && pending.credentialAdded
           ? 'its device got a credential while the login was checked'
-          : !holds
+          : standing !== 'holds'
             ? NO_LONGER_HOLDS
             : undefined;
     if (why === undefined) return verdict;
     this.log.info('device login refused', { tenant: device.tenant, device: device.id, reason: why, address: login.address });
-    return { ok: false, reason: pending.deviceRemoved ? 'unknown_device' : 'wrong' };
+    return { ok: false, reason: pending.deviceRemoved || standing === 'device_removed' ? 'unknown_device' : 'wrong' };
   }
 
   private bind(client: Client, device: DeviceRef, verdict: LoginVerdict & { ok: true }): void {

@@ -183,10 +183,10 @@ class RouterThread implements Ingest {
           (err: Error) => w.postMessage({ type: 'login-verdict', requestId: m.requestId, error: err.message } satisfies MainToRouter),
         );
         break;
-      case 'still-holds':
-        this.logins.stillHolds(m.logins).then(
-          (held) => w.postMessage({ type: 'logins-held', requestId: m.requestId, held } satisfies MainToRouter),
-          (err: Error) => w.postMessage({ type: 'logins-held', requestId: m.requestId, error: err.message } satisfies MainToRouter),
+      case 'standing':
+        this.logins.standing(m.logins).then(
+          (standing) => w.postMessage({ type: 'login-standing', requestId: m.requestId, standing } satisfies MainToRouter),
+          (err: Error) => w.postMessage({ type: 'login-standing', requestId: m.requestId, error: err.message } satisfies MainToRouter),
         );
         break;
       case 'failed':

@@ -1,7 +1,7 @@
 // The embedded broker's logins, asked of the main thread: it holds the credential key and the
 // credential cache (src/registry/credentials/logins.ts), so no secret is kept in this thread.
 // One message each way per login; the password crosses once, in memory.
-import type { AcceptedLogin, DeviceLogin, LoginCheck, LoginVerdict } from '../registry/credentials/logins.js';
+import type { AcceptedLogin, DeviceLogin, LoginCheck, LoginStanding, LoginVerdict } from '../registry/credentials/logins.js';
 import type { RouterToMain } from './protocol.js';
 
 /** A question the main thread has not answered in this time fails (a login is refused as "server unavailable"). */
@@ -23,17 +23,17 @@ export class LoginBridge implements LoginCheck {
     return this.ask((requestId) => ({ type: 'login', requestId, login }));
   }
 
-  stillHolds(logins: AcceptedLogin[]): Promise<boolean[]> {
-    return this.ask((requestId) => ({ type: 'still-holds', requestId, logins }));
+  standing(logins: AcceptedLogin[]): Promise<LoginStanding[]> {
+    return this.ask((requestId) => ({ type: 'standing', requestId, logins }));
   }
 
   /** The main thread's answer to question `requestId` (`undefined`: it could not answer, `error` says why). */
-  answer(requestId: number, answer: LoginVerdict | boolean[] | undefined, error: string | undefined): void {
+  answer(requestId: number, answer: LoginVerdict | LoginStanding[] | undefined, error: string | undefined): void {
     const w = this.waiting.get(requestId);
     if (!w) return;
     this.waiting.delete(requestId);
     clearTimeout(w.timer);
-    if (answer) w.resolve(answer);
+    if (answer !== undefined) w.resolve(answer);
     else w.reject(new Error(error ?? 'the registry could not answer'));
   }
 

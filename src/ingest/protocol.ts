@@ -2,7 +2,7 @@
 // messages between the main thread and the ingest router thread.
 import type { Config } from '../config.js';
 import type { LinkState } from '../broker/link.js';
-import type { AcceptedLogin, DeviceLogin, LoginVerdict } from '../registry/credentials/logins.js';
+import type { AcceptedLogin, DeviceLogin, LoginStanding, LoginVerdict } from '../registry/credentials/logins.js';
 import type { DropReason } from './drop-reasons.js';
 import { emptyLatency, type LatencyCounts } from './latency.js';
 
@@ -126,16 +126,16 @@ export type MainToRouter =
   | { type: 'publish'; requestId: number; topics: string[]; payload: string }
   /** The registry's answer to a device login the embedded broker asked about (`error`: it could not decide). */
   | { type: 'login-verdict'; requestId: number; verdict?: LoginVerdict; error?: string }
-  /** Which of the logins asked about still hold (`error`: it could not tell). */
-  | { type: 'logins-held'; requestId: number; held?: boolean[]; error?: string }
+  /** What became of the logins asked about (`error`: it could not tell). */
+  | { type: 'login-standing'; requestId: number; standing?: LoginStanding[]; error?: string }
   | { type: 'stop'; timeoutMs: number };
 
 export type RouterToMain =
   | { type: 'ready'; mqttPort: number | undefined; mqttTlsPort?: number | undefined; mode: string }
   /** A device login to the embedded broker: the main thread holds the credential key and decides (src/registry/credentials/logins.ts). */
   | { type: 'login'; requestId: number; login: DeviceLogin }
-  /** Whether logins accepted earlier still hold (after registry events were missed). */
-  | { type: 'still-holds'; requestId: number; logins: AcceptedLogin[] }
+  /** What became of logins accepted earlier (after registry events were missed). */
+  | { type: 'standing'; requestId: number; logins: AcceptedLogin[] }
   | { type: 'failed'; error: string; configVariable?: string }
   | { type: 'published'; requestId: number; error?: string }
   | { type: 'metrics'; delta: IngestMetricsDelta; link: LinkState | undefined }

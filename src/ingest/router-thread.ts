@@ -186,8 +186,8 @@ port.on('message', (m: MainToRouter) => {
     case 'login-verdict':
       logins.answer(m.requestId, m.verdict, m.error);
       break;
-    case 'logins-held':
-      logins.answer(m.requestId, m.held, m.error);
+    case 'login-standing':
+      logins.answer(m.requestId, m.standing, m.error);
       break;
     case 'stop':
       void stop(m.timeoutMs);

@@ -17,7 +17,7 @@ const slowLogins: LoginCheck = {
     new Promise<LoginVerdict>((resolve) =>
       setTimeout(() => resolve({ ok: true, credentialId: 'cred-1', expiresMs: Date.now() + 3_600_000 }), 100),
     ),
-  stillHolds: (logins) => Promise.resolve(logins.map(() => true)),
+  standing: (logins) => Promise.resolve(logins.map(() => 'holds' as const)),
 };
 
 let auth: DeviceAuthorisation;

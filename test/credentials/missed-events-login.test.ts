@@ -17,7 +17,7 @@ const delay = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** The registry as it was read: the credential exists (each read started before its deletion). */
 const slowLogins: LoginCheck = {
   check: () => delay(50).then((): LoginVerdict => ({ ok: true, credentialId: 'cred-1' })),
-  stillHolds: (logins) => delay(150).then(() => logins.map(() => true)),
+  standing: (logins) => delay(150).then(() => logins.map(() => 'holds' as const)),
 };
 
 let auth: DeviceAuthorisation;

@@ -11,7 +11,7 @@ import { LISTEN_APPLICATION_NAME } from '../../src/registry/events.js';
 import { listenBlockingProxy, type ListenBlockingProxy } from '../helpers/faults.js';
 import { closedByPeer } from '../helpers/registry-fixtures.js';
 import { http, loggedAddress, tempDir, useService, useSpawnedServices, type ReadyService } from '../helpers/service.js';
-import { connect, deleteCredential, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
+import { connackCode, connect, deleteCredential, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
 
 const JWT_SECRET = crypto.randomBytes(24).toString('hex');
 
@@ -41,6 +41,7 @@ describe('an instance that missed registry events while it could not listen', ()
 
   it('closes, once listening again, the connections whose credential was deleted or device removed meanwhile; the others stay', async () => {
     const [revoked, removed, kept] = [await newDevice(a, t), await newDevice(a, t), await newDevice(a, t)];
+    const removedClientId = `persistent-${crypto.randomBytes(4).toString('hex')}`;
     const credentials = {
       revoked: await newCredential(a, t, revoked),
       removed: await newCredential(a, t, removed),
@@ -48,14 +49,26 @@ describe('an instance that missed registry events while it could not listen', ()
     };
     const clients = {
       revoked: await connect(mqttUrl, { username: as(revoked), password: credentials.revoked.secret }),
-      removed: await connect(mqttUrl, { username: as(removed), password: credentials.removed.secret }),
+      // A persistent session under a client id that does not name the device: that id is the
+      // removed device's until it is forgotten as by its removal.
+      removed: await connect(mqttUrl, {
+        username: as(removed),
+        password: credentials.removed.secret,
+        clean: false,
+        clientId: removedClientId,
+      }),
       kept: await connect(mqttUrl, { username: as(kept), password: credentials.kept.secret }),
     };
     const closed = { revoked: closedByPeer(clients.revoked, 20_000), removed: closedByPeer(clients.removed, 20_000) };
+    // Held by the device: another device is refused it ("identifier rejected").
+    expect(await connackCode(mqttUrl, { username: as(kept), password: credentials.kept.secret, clientId: removedClientId })).toBe(2);
 
     const lost = b.svc.output.length;
     proxy.block();
     await b.svc.waitFor(/lost the registry change notifications/);
+    // The loss itself makes the second instance check its connections (nothing changed yet):
+    // the changes below come after that check, and are missed.
+    await new Promise((r) => setTimeout(r, 1500));
     expect((await deleteCredential(a, t, revoked, credentials.revoked.id)).status).toBe(200);
     expect((await http('DELETE', `${a.base}/device/${removed}`, { token: t.token })).status).toBe(200);
     // Not heard: both connections are still open while the second instance cannot listen.
@@ -68,6 +81,9 @@ describe('an instance that missed registry events while it could not listen', ()
     expect(b.svc.output.slice(lost).some((l) => l.includes('listening to registry change notifications again'))).toBe(true);
     const closings = b.svc.output.slice(lost).filter((l) => l.includes('closing an MQTT connection'));
     expect(closings.map((l) => (JSON.parse(l) as { device: string }).device).sort()).toEqual([removed, revoked].sort());
+    expect(closings.find((l) => l.includes(removed))).toContain('its device was removed');
+    // The removed device's client id is free again, for another device.
+    expect(await connackCode(mqttUrl, { username: as(kept), password: credentials.kept.secret, clientId: removedClientId })).toBe(0);
     // Nothing secret in what was logged.
     for (const c of Object.values(credentials)) expect(b.svc.output.join('\n')).not.toContain(c.secret);
     // The device whose login still holds stays connected and publishes.

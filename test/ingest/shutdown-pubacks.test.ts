@@ -14,7 +14,7 @@ import { createLogger } from '../../src/log.js';
 
 const logins: LoginCheck = {
   check: () => Promise.resolve<LoginVerdict>({ ok: true, credentialId: 'cred-1', expiresMs: Date.now() + 3_600_000 }),
-  stillHolds: (accepted) => Promise.resolve(accepted.map(() => true)),
+  standing: (accepted) => Promise.resolve(accepted.map(() => 'holds' as const)),
 };
 
 const MESSAGES = 20;

@@ -54,16 +54,20 @@ export interface AcceptedLogin {
   bare: boolean;
 }
 
+/** See LoginCheck.standing. */
+export type LoginStanding = 'holds' | 'lapsed' | 'device_removed';
+
 /** How a broker asks. */
 export interface LoginCheck {
   check(login: DeviceLogin): Promise<LoginVerdict>;
   /**
-   * Whether each login accepted earlier would still be, by what the registry holds now: its
-   * device exists, the credential it matched exists and has not expired, and (optional mode) a
-   * login without one is of a device that still has none. Asked after registry events were
-   * missed, when no event tells which connections a deletion ended.
+   * What became of each login accepted earlier, by what the registry holds now: `holds` (its
+   * device exists, the credential it matched exists and has not expired, and with `optional` a
+   * login without one is of a device that still has none), `lapsed` (it no longer does), or
+   * `device_removed`. Asked after registry events were missed, when no event tells which
+   * connections a deletion ended.
    */
-  stillHolds(logins: AcceptedLogin[]): Promise<boolean[]>;
+  standing(logins: AcceptedLogin[]): Promise<LoginStanding[]>;
 }
 
 export interface DeviceLoginsOptions {
@@ -165,18 +169,21 @@ export class DeviceLogins implements LoginCheck {
     return this.refuse(login, verdict.reason);
   }
 
-  async stillHolds(logins: AcceptedLogin[]): Promise<boolean[]> {
+  async standing(logins: AcceptedLogin[]): Promise<LoginStanding[]> {
     const records = await Promise.all(logins.map((l) => this.load(l.device.tenant, l.device.id)));
     const now = Date.now();
     return logins.map((l, i) => {
       const credentials = records[i]!;
-      if (credentials === null) return false;
+      if (credentials === null) return 'device_removed';
+      let holds: boolean;
       if (l.credentialId !== undefined) {
         const c = credentials.find((x) => x.id === l.credentialId);
-        return c !== undefined && (c.expiresMs === null || c.expiresMs > now);
+        holds = c !== undefined && (c.expiresMs === null || c.expiresMs > now);
+      } else {
+        // A client certificate (neither bare nor a credential) holds while its device exists.
+        holds = !l.bare || this.mode === 'off' || (this.mode === 'optional' && credentials.length === 0);
       }
-      // A client certificate (neither bare nor a credential) holds while its device exists.
-      return !l.bare || this.mode === 'off' || (this.mode === 'optional' && credentials.length === 0);
+      return holds ? 'holds' : 'lapsed';
     });
   }
 
