@@ -3,8 +3,8 @@
 import { noNul, staticValueSchema } from './templates.js';
 import { bodySchema } from './validator.js';
 
-// Template ids: integers or numeric strings (decisions.md "Devices").
-const idRef = { type: ['integer', 'string'], pattern: '^-?[0-9]+$', 'x-message': 'Not a valid integer.' };
+// Template ids: integers or numeric strings, with an optional sign (decisions.md "Devices").
+const idRef = { type: ['integer', 'string'], pattern: '^[-+]?[0-9]+$', 'x-message': 'Not a valid integer.' };
 
 /** One entry of the override list (`attrs` of POST/PUT /device); other keys are ignored. */
 const override = {

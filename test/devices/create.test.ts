@@ -56,6 +56,38 @@ describe('POST /device', () => {
     expect(d.attrs[String(thermo.id)]!.map((a) => a.label)).toEqual(thermo.attrs.map((a) => a.label));
   });
 
+  it('ids with a plus sign ("+5" is 5) in templates and the override list (found by an audit: 400 "Not a valid integer.")', async () => {
+    const serial = thermo.attrs[1]!;
+    const res = await post<DeviceView>(
+      {
+        label: 'plus',
+        templates: [`+${thermo.id}`, thermo.id],
+        attrs: [
+          {
+            id: `+${serial.id}`,
+            template_id: `+${thermo.id}`,
+            label: 'serial',
+            static_value: 'SN-plus',
+            metadata: [{ id: `+${serial.metadata![0]!.id}`, static_value: 'mp' }],
+          },
+        ],
+      },
+      '?verbose=true',
+    );
+    expect(res.status).toBe(200);
+    const d = res.body.devices[0]!;
+    expect(d.templates).toEqual([String(thermo.id)]);
+    const s = d.attrs[String(thermo.id)]![1]!;
+    expect(s).toMatchObject({ static_value: 'SN-plus', is_static_overridden: true });
+    expect(s.metadata![0]).toMatchObject({ static_value: 'mp', is_static_overridden: true });
+    const put = await http<{ device: DeviceView }>('PUT', `${svc.base}/device/${d.id}`, {
+      token: svc.token,
+      body: { label: 'plus', templates: [`+${thermo.id}`, `+${loc.id}`] },
+    });
+    expect(put.status).toBe(200);
+    expect(put.body.device.templates).toEqual([String(thermo.id), String(loc.id)]);
+  });
+
   it('count=n: n devices labelled _0 .. _n-1 (no zero padding), distinct ids', async () => {
     const res = await post({ label: 'many', templates: [thermo.id] }, '?count=12');
     expect(res.status).toBe(200);

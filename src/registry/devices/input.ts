@@ -32,6 +32,9 @@ interface RawBody {
 
 const text = (v: Scalar | undefined) => (v === undefined ? undefined : String(v));
 
+/** An id as text; a `+` before its digits is only a sign (`"+5"` is 5, as `"05"` is). */
+const idText = (v: number | string) => String(v).replace(/^\+(?=[0-9]+$)/, '');
+
 /** A POST/PUT /device body; `withId`: the optional client-chosen id is read (POST). */
 export function parseDeviceBody(body: unknown, withId: boolean): DeviceInput {
   // The schemas check `id` (POST only) and that every override has a label.
@@ -43,12 +46,12 @@ export function parseDeviceBody(body: unknown, withId: boolean): DeviceInput {
     if (labels.has(o.label)) throw errors.repeatedAttributes();
     labels.add(o.label);
     overrides.push({
-      id: o.id === undefined ? undefined : String(o.id),
-      templateId: o.template_id === undefined ? undefined : String(o.template_id),
+      id: o.id === undefined ? undefined : idText(o.id),
+      templateId: o.template_id === undefined ? undefined : idText(o.template_id),
       label: o.label,
       staticValue: text(o.static_value),
-      metadata: (o.metadata ?? []).map((m) => ({ id: String(m.id), staticValue: text(m.static_value) })),
+      metadata: (o.metadata ?? []).map((m) => ({ id: idText(m.id), staticValue: text(m.static_value) })),
     });
   }
-  return { label: b.label, templates: [...new Set(b.templates.map(String))], id, overrides };
+  return { label: b.label, templates: [...new Set(b.templates.map(idText))], id, overrides };
 }
