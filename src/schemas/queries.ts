@@ -85,6 +85,8 @@ export const filterParams = (attrType: boolean) => ({
   attr: {
     type: 'array',
     maxItems: MAX_FILTERS,
+    // The same filter twice is one condition: it counts once towards the limit.
+    'x-unique': true,
     items: {
       type: 'string',
       pattern: '=',
@@ -101,6 +103,7 @@ export const filterParams = (attrType: boolean) => ({
         attr_type: {
           type: 'array',
           maxItems: MAX_FILTERS,
+          'x-unique': true,
           items: { type: 'string' },
           default: [],
           'x-error': tooManyFilters('attr_type'),

@@ -14,7 +14,7 @@ import { ApiError, errors, type ErrorKey, type FieldErrors } from '../errors.js'
 import { queryFormats } from './queries.js';
 
 /** Our annotations (see src/schemas/queries.ts); ajv ignores them, strict mode knows them. */
-const ANNOTATIONS = ['x-message', 'x-error', 'x-error-order', 'x-lenient', 'x-ignores'] as const;
+const ANNOTATIONS = ['x-message', 'x-error', 'x-error-order', 'x-lenient', 'x-ignores', 'x-unique'] as const;
 
 const TYPE_TEXT: Record<string, string> = {
   string: 'Not a valid string.',
@@ -255,6 +255,8 @@ export interface QueryParam {
   'x-lenient'?: boolean;
   /** A flag's: parameters not read when it is true (`idsOnly`: the page). */
   'x-ignores'?: string[];
+  /** An array's: a value given more than once counts once (before the checks, `maxItems` included). */
+  'x-unique'?: boolean;
   [keyword: string]: unknown;
 }
 
@@ -282,6 +284,8 @@ interface ParamSpec {
   lenient: ReadonlySet<unknown> | undefined;
   /** `x-ignores` of a flag: parameters not read when it is true (`idsOnly`: the page). */
   ignores: string[] | undefined;
+  /** `x-unique` of an array: repeated values count once. */
+  unique: boolean;
 }
 
 /** One route's query: text -> declared types, then its schema. */
@@ -299,6 +303,7 @@ export class QueryCheck {
       type: p.type,
       lenient: p['x-lenient'] && p.enum ? new Set(p.enum) : undefined,
       ignores: p['x-ignores'],
+      unique: p['x-unique'] === true,
     }));
     this.order = schema['x-error-order'] ?? [];
   }
@@ -308,7 +313,7 @@ export class QueryCheck {
     for (const p of this.params) {
       if (p.type === 'array') {
         const all = query.getAll(p.name);
-        if (all.length > 0) values[p.name] = all;
+        if (all.length > 0) values[p.name] = p.unique ? [...new Set(all)] : all;
         continue;
       }
       const raw = query.get(p.name);
