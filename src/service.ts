@@ -230,6 +230,9 @@ async function startCommittedFeed({ config, log, started }: StartContext, db: Da
     for (let i = 0; i < b.ids.length; i++) deviceStatus.seen(b.tenants[i]!, b.ids[i]!, b.received[i]!);
   });
   feed.onRelisten(() => deviceStatus.resync());
+  // Another instance that starts listening reads the table back once this one has written.
+  feed.onPeerJoin(() => deviceStatus.flush());
+  feed.onPeerWritten(() => deviceStatus.readAgain());
   await feed.start();
   started.onStop('committed feed', () => feed.close());
   started.checkpoint();

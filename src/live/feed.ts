@@ -10,6 +10,10 @@
 // The fan-out costs a database round trip and a JSON text per committed message, so it runs only
 // while another instance listens: each instance says so on the channel when it starts listening
 // (the others answer at once) and every HELLO_MS after; a single instance sends no telemetry.
+// An instance that starts listening (at start, or again after a loss) has missed what the others
+// learnt before: each of them writes what it holds (its peer-join hooks: device status) and then
+// answers `written` to that instance alone, which reads the database again (its peer-written
+// listeners). No timing is assumed: a slow instance answers late, not never.
 import crypto from 'node:crypto';
 import { BroadcastChannel } from 'node:worker_threads';
 import pg from 'pg';
@@ -34,13 +38,21 @@ export type CommittedListener = (batch: CommittedBatch) => void;
 type Wire = [string, string, number, number, string];
 /** A message passed on without its values (too large for one payload): tenant, id, ts µs, received µs. */
 type Seen = [string, string, number, number];
-/** A payload: committed messages (`m`), messages without their values (`s`), or a hello (`h`: `new` asks the others to answer). */
-type Envelope = { o: string; m?: Wire[]; s?: Seen[]; h?: 'new' | 'beat' };
+/**
+ * A payload: committed messages (`m`), messages without their values (`s`), or a hello (`h`:
+ * `new` asks the others to answer `beat` at once and `written`, to instance `t` alone, once they
+ * have written what they hold). Instances of an earlier version ignore `written`.
+ */
+type Envelope = { o: string; m?: Wire[]; s?: Seen[]; h?: 'new' | 'beat' | 'written'; t?: string };
 
 export class LiveFeed {
   private readonly listeners = new Set<CommittedListener>();
   /** Told each time the listening connection is back after a loss (what was sent meanwhile is not replayed). */
   private readonly relistened = new Set<() => void>();
+  /** Run when another instance starts listening, before this one answers `written`. */
+  private readonly peerJoinHooks = new Set<() => Promise<void>>();
+  /** Told when another instance answers this one's `new` with `written`. */
+  private readonly peerWritten = new Set<() => void>();
   /** Whether a listening connection was ever set up (the next one is a return after a loss). */
   private listenedBefore = false;
   private readonly channel = new BroadcastChannel(COMMITTED_CHANNEL);
@@ -105,6 +117,22 @@ export class LiveFeed {
     return () => this.relistened.delete(listener);
   }
 
+  /**
+   * `hook` runs whenever another instance starts listening (it has missed what this one learnt
+   * before): it writes what the other should read back. This instance answers `written` once
+   * every hook has settled.
+   */
+  onPeerJoin(hook: () => Promise<void>): () => void {
+    this.peerJoinHooks.add(hook);
+    return () => this.peerJoinHooks.delete(hook);
+  }
+
+  /** `listener` is called when another instance, after this one started listening, has written what it held. */
+  onPeerWritten(listener: () => void): () => void {
+    this.peerWritten.add(listener);
+    return () => this.peerWritten.delete(listener);
+  }
+
   async close(): Promise<void> {
     this.closed = true;
     clearInterval(this.hello);
@@ -118,9 +146,9 @@ export class LiveFeed {
     if (this.opts.fanout && performance.now() - this.peerSeenAt < PEER_TTL_MS) this.sending = this.sending.then(() => this.notify(batch));
   }
 
-  /** Tells the other instances that this one listens. */
-  private say(h: 'new' | 'beat'): void {
-    const envelope: Envelope = { o: this.origin, h };
+  /** Tells the other instances that this one listens (`to`: one of them only). */
+  private say(h: 'new' | 'beat' | 'written', to?: string): void {
+    const envelope: Envelope = to === undefined ? { o: this.origin, h } : { o: this.origin, h, t: to };
     this.sending = this.sending.then(async () => {
       await this.send('SELECT pg_notify($1, $2)', [NOTIFY_CHANNEL, JSON.stringify(envelope)]).catch(() => undefined);
     });
@@ -252,7 +280,11 @@ export class LiveFeed {
         const env = JSON.parse(msg.payload) as Envelope;
         if (env.o === this.origin) return;
         this.peerSeenAt = performance.now();
-        if (env.h === 'new') this.say('beat');
+        if (env.h === 'new') {
+          this.say('beat');
+          void this.answerJoin(env.o);
+        }
+        if (env.h === 'written' && env.t === this.origin) this.tell(this.peerWritten, 'peer written');
         if (!env.m && !env.s) return;
         const batch: CommittedBatch = { tenants: [], ids: [], ts: [], received: [], attrs: [] };
         for (const [tenant, id, ts, received, attrs] of [...(env.m ?? []), ...(env.s ?? []).map((w) => [...w, NOT_CARRIED] as Wire)]) {
@@ -274,15 +306,27 @@ export class LiveFeed {
     });
     await c.query(`LISTEN ${NOTIFY_CHANNEL}`);
     this.say('new');
-    if (this.listenedBefore) {
-      for (const l of this.relistened) {
-        try {
-          l();
-        } catch (err) {
-          this.opts.log.error('live relisten listener failed', { error: err as Error });
-        }
+    if (this.listenedBefore) this.tell(this.relistened, 'relisten');
+    this.listenedBefore = true;
+  }
+
+  /** Runs the peer-join hooks, then answers `written` to the instance that joined. */
+  private async answerJoin(peer: string): Promise<void> {
+    await Promise.all(
+      [...this.peerJoinHooks].map((h) =>
+        h().catch((err: Error) => this.opts.log.warn('could not write before answering a joining instance', { error: err.message })),
+      ),
+    );
+    if (!this.closed) this.say('written', peer);
+  }
+
+  private tell(listeners: Set<() => void>, what: string): void {
+    for (const l of listeners) {
+      try {
+        l();
+      } catch (err) {
+        this.opts.log.error(`live ${what} listener failed`, { error: err as Error });
       }
     }
-    this.listenedBefore = true;
   }
 }

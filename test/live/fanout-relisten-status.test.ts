@@ -1,11 +1,19 @@
 // Device status across instances when the live fan-out's LISTEN connection is lost (docs/live.md
-// §1 and §4). Two instances on one database and one broker; the second reaches the database
-// through a proxy that keeps its live LISTEN connection away for a while. Messages the first
+// §1 and §4). Two instances on one database; the second reaches the database through a proxy
+// that keeps its live LISTEN connection away for a while, and has a broker of its own where no
+// device publishes (so every message is the first's to commit, with any broker: a broker without
+// shared subscriptions would give the second each message too). The same holds for an instance
+// that starts while another holds device status it has not written yet. Messages the first
 // instance committed meanwhile were never heard by the second: before, their devices stayed
 // `offline` with `last_seen: null` in the second's views for good (until their next message),
 // while its own `?status=online` filter, which reads the table, listed them online. Now the
-// second reads the stored times again when it listens again.
+// second reads the stored times again when it listens again, once the first has written what it
+// held (it answers the second's hello when it has). DEVICE_STATUS_FLUSH_MS is a minute here, so
+// that the first instance's timed writes come too late: before, the second read the table after
+// a fixed wait (two flush periods) and missed what a slow first instance wrote after it.
 import crypto from 'node:crypto';
+import net from 'node:net';
+import { Aedes } from 'aedes';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';
 import { listenBlockingProxy } from '../helpers/faults.js';
@@ -21,63 +29,108 @@ afterAll(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => undefined);
 });
 
-describe('device status after the live LISTEN connection was lost', () => {
+type View = { id: string; last_seen: string | null; status: string };
+
+/** A broker no device publishes to, for the second instance. */
+async function quietBroker(): Promise<string> {
+  const quiet = await Aedes.createBroker();
+  const server = net.createServer(quiet.handle);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  cleanups.push(() => new Promise<void>((resolve) => quiet.close(() => server.close(() => resolve()))));
+  return `mqtt://127.0.0.1:${(server.address() as net.AddressInfo).port}`;
+}
+
+/** The first instance, a tenant with DEVICES devices of one template, and the views of any instance. */
+async function firstInstance() {
+  const env = await testEnv({
+    INGEST_WORKERS: '1',
+    MQTT_SUBSCRIBER_CONNECTIONS: '1',
+    JWT_SECRET: crypto.randomBytes(24).toString('hex'),
+    LOG_LEVEL: 'info',
+    LOG_FORMAT: 'json',
+    DEVICE_STATUS_FLUSH_MS: '60000',
+  });
+  const a = await spawned.ready(env);
+  const tenant = `rl${crypto.randomBytes(3).toString('hex')}`;
+  const token = await tenantToken(a.base, await login(a.base), tenant);
+  const t = await http<TemplateCreated>('POST', `${a.base}/template`, {
+    token,
+    body: { label: 'counter', attrs: [{ label: 'n', type: 'dynamic', value_type: 'integer' }] },
+  });
+  const d = await http<DevicesCreated>('POST', `${a.base}/device?count=${DEVICES}`, {
+    token,
+    body: { label: 'c', templates: [t.body.template.id] },
+  });
+  const ids = d.body.devices.map((x) => x.id);
+  const views = async (base: string) =>
+    (
+      await http<{ devices: View[] }>('GET', `${base}/device/template/${t.body.template.id}?withStatus=true&page_size=100`, { token })
+    ).body.devices
+      .map((v) => `${v.id} ${v.status} ${v.last_seen}`)
+      .sort();
+  return {
+    env,
+    a,
+    views,
+    /** Each device one message, committed by the first instance (the second's broker is another). */
+    publishAll: () =>
+      Promise.all(
+        ids.map(async (id) => {
+          const c = await deviceClient(env.MQTT_URL!, { username: `${tenant}:${id}` });
+          await c.publishAsync(`${tenant}:${id}/attrs`, JSON.stringify({ n: 1 }), { qos: 1 });
+          await c.endAsync();
+        }),
+      ),
+    /** The first instance's views once every device is online there. */
+    onlineOnFirst: async () => {
+      const v = await eventually(async () => {
+        const v = await views(a.base);
+        return v.every((line) => line.includes(' online ')) ? v : undefined;
+      }, 'every device online on the first instance');
+      expect(v).toHaveLength(DEVICES);
+      return v;
+    },
+  };
+}
+
+/** The second instance comes to the first's views (it reads the table once the first has written). */
+async function agrees(views: (base: string) => Promise<string[]>, base: string, expected: string[]): Promise<void> {
+  await eventually(
+    async () => JSON.stringify(await views(base)) === JSON.stringify(expected) || undefined,
+    'the same views on the second instance',
+    10_000,
+  );
+  expect(await views(base)).toEqual(expected);
+}
+
+describe('device status across instances', () => {
   it("the other instance's commits of the meantime show in the views once it listens again", async () => {
-    const env = await testEnv({
-      INGEST_WORKERS: '1',
-      MQTT_SUBSCRIBER_CONNECTIONS: '1',
-      JWT_SECRET: crypto.randomBytes(24).toString('hex'),
-      LOG_LEVEL: 'info',
-      LOG_FORMAT: 'json',
-    });
-    const a = await spawned.ready(env);
-    const proxy = await listenBlockingProxy(env.DATABASE_URL!, LIVE_LISTEN_APP);
+    const first = await firstInstance();
+    const proxy = await listenBlockingProxy(first.env.DATABASE_URL!, LIVE_LISTEN_APP);
     cleanups.push(() => proxy.close());
-    const b = await spawned.ready({ ...env, DATABASE_URL: proxy.url, DATA_DIR: (await testEnv()).DATA_DIR });
-    const tenant = `rl${crypto.randomBytes(3).toString('hex')}`;
-    const token = await tenantToken(a.base, await login(a.base), tenant);
-    const t = await http<TemplateCreated>('POST', `${a.base}/template`, {
-      token,
-      body: { label: 'counter', attrs: [{ label: 'n', type: 'dynamic', value_type: 'integer' }] },
+    const b = await spawned.ready({
+      ...first.env,
+      DATABASE_URL: proxy.url,
+      MQTT_URL: await quietBroker(),
+      DATA_DIR: (await testEnv()).DATA_DIR,
     });
-    const d = await http<DevicesCreated>('POST', `${a.base}/device?count=${DEVICES}`, {
-      token,
-      body: { label: 'c', templates: [t.body.template.id] },
-    });
-    const ids = d.body.devices.map((x) => x.id);
 
     proxy.block();
-    // Each device one message while the second instance cannot listen (the broker's shared
-    // subscription gives the first instance its share of them).
-    await Promise.all(
-      ids.map(async (id) => {
-        const c = await deviceClient(env.MQTT_URL!, { username: `${tenant}:${id}` });
-        await c.publishAsync(`${tenant}:${id}/attrs`, JSON.stringify({ n: 1 }), { qos: 1 });
-        await c.endAsync();
-      }),
-    );
+    await first.publishAll();
     await new Promise((r) => setTimeout(r, 2000));
     proxy.unblock();
 
-    type View = { id: string; last_seen: string | null; status: string };
-    const views = async (base: string) =>
-      (
-        await http<{ devices: View[] }>('GET', `${base}/device/template/${t.body.template.id}?withStatus=true&page_size=100`, { token })
-      ).body.devices
-        .map((v) => `${v.id} ${v.status} ${v.last_seen}`)
-        .sort();
-    // The first instance's views: every device online.
-    const expected = await eventually(async () => {
-      const v = await views(a.base);
-      return v.every((line) => line.includes(' online ')) ? v : undefined;
-    }, 'every device online on the first instance');
-    expect(expected).toHaveLength(DEVICES);
-    // The second agrees once it listens again (reopened 1 s after each loss, then the table read).
-    await eventually(
-      async () => JSON.stringify(await views(b.base)) === JSON.stringify(expected) || undefined,
-      'the same views on the second instance',
-      10_000,
-    );
-    expect(await views(b.base)).toEqual(expected);
+    const expected = await first.onlineOnFirst();
+    // (the LISTEN connection is reopened 1 s after each loss)
+    await agrees(first.views, b.base, expected);
+  }, 60_000);
+
+  it('an instance that starts while another has not written its device status yet shows it all the same', async () => {
+    const first = await firstInstance();
+    await first.publishAll();
+    const expected = await first.onlineOnFirst();
+    // (nothing written by the first for a minute: DEVICE_STATUS_FLUSH_MS)
+    const b = await spawned.ready({ ...first.env, MQTT_URL: await quietBroker(), DATA_DIR: (await testEnv()).DATA_DIR });
+    await agrees(first.views, b.base, expected);
   }, 60_000);
 });

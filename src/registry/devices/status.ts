@@ -66,6 +66,8 @@ export class DeviceStatusBook {
   private readonly listeners = new Set<(c: StatusChange) => void>();
   private timer: NodeJS.Timeout | undefined;
   private flushing: Promise<void> | undefined;
+  /** The write queued behind the one in flight (flush). */
+  private flushAfter: Promise<void> | undefined;
   private stopped = false;
   private refreshing = false;
   /** When writing began to fail (undefined: it works), so that an outage is logged once. */
@@ -104,17 +106,20 @@ export class DeviceStatusBook {
    * Reads the stored last_seen times again and takes those newer than memory's: called when the
    * live fan-out's listening connection is back after a loss, since the other instances' commits
    * of the meantime were never heard (their devices kept an old last_seen, or none, here, while
-   * the status filter, which reads the table, listed them online). Read at once and again once
-   * the other instances have written what they held in memory then (two flush periods later).
+   * the status filter, which reads the table, listed them online). Read at once, again when each
+   * other instance answers that it has written what it held (readAgain), and two flush periods
+   * later for instances of an earlier version, which do not answer.
    */
   resync(): void {
+    this.readAgain();
+    // (the other instances also answer once they have written: readAgain; this read is for those of an earlier version)
+    setTimeout(() => this.readAgain(), 2 * this.opts.flushMs + 500).unref();
+  }
+
+  /** Reads the stored last_seen times once more (another instance has written what it held: docs/live.md §4). */
+  readAgain(): void {
     if (this.stopped) return;
-    const read = () => {
-      if (this.stopped) return;
-      this.reread().catch((err: Error) => this.opts.log.warn('could not read device status again', { error: err.message }));
-    };
-    read();
-    setTimeout(read, 2 * this.opts.flushMs + 500).unref();
+    this.reread().catch((err: Error) => this.opts.log.warn('could not read device status again', { error: err.message }));
   }
 
   private async reread(): Promise<void> {
@@ -188,9 +193,19 @@ export class DeviceStatusBook {
     return `${json.slice(0, -1)},"last_seen":${JSON.stringify(f.last_seen)},"status":"${f.status}"}`;
   }
 
-  /** Writes what is not written yet (a status-filtered list calls it first, so the database agrees with memory). */
+  /**
+   * Writes what is not written yet (a status-filtered list calls it first, so the database agrees
+   * with memory; so does another instance that starts listening). A write in flight took only the
+   * entries dirty when it began: those dirtied since go in one more write after it.
+   */
   flush(): Promise<void> {
-    return (this.flushing ??= this.write().finally(() => (this.flushing = undefined)));
+    if (!this.flushing) return (this.flushing = this.write().finally(() => (this.flushing = undefined)));
+    return (this.flushAfter ??= this.flushing
+      .catch(() => undefined)
+      .then(() => {
+        this.flushAfter = undefined;
+        return this.flush();
+      }));
   }
 
   async stop(): Promise<void> {
