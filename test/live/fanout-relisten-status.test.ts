@@ -15,8 +15,8 @@ import crypto from 'node:crypto';
 import net from 'node:net';
 import { Aedes } from 'aedes';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';
 import { listenBlockingProxy } from '../helpers/faults.js';
+import { createDevices, createTemplate } from '../helpers/registry-api.js';
 import { deviceClient, eventually } from '../helpers/registry-fixtures.js';
 import { http, login, tenantToken, testEnv, useSpawnedServices } from '../helpers/service.js';
 
@@ -53,19 +53,10 @@ async function firstInstance() {
   const a = await spawned.ready(env);
   const tenant = `rl${crypto.randomBytes(3).toString('hex')}`;
   const token = await tenantToken(a.base, await login(a.base), tenant);
-  const t = await http<TemplateCreated>('POST', `${a.base}/template`, {
-    token,
-    body: { label: 'counter', attrs: [{ label: 'n', type: 'dynamic', value_type: 'integer' }] },
-  });
-  const d = await http<DevicesCreated>('POST', `${a.base}/device?count=${DEVICES}`, {
-    token,
-    body: { label: 'c', templates: [t.body.template.id] },
-  });
-  const ids = d.body.devices.map((x) => x.id);
+  const t = await createTemplate(a.base, token, { label: 'counter', attrs: [{ label: 'n', type: 'dynamic', value_type: 'integer' }] });
+  const ids = (await createDevices(a.base, token, { label: 'c', templates: [t.id] }, `?count=${DEVICES}`)).map((x) => x.id);
   const views = async (base: string) =>
-    (
-      await http<{ devices: View[] }>('GET', `${base}/device/template/${t.body.template.id}?withStatus=true&page_size=100`, { token })
-    ).body.devices
+    (await http<{ devices: View[] }>('GET', `${base}/device/template/${t.id}?withStatus=true&page_size=100`, { token })).body.devices
       .map((v) => `${v.id} ${v.status} ${v.last_seen}`)
       .sort();
   return {

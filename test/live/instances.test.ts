@@ -7,7 +7,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { projectRoot } from '../../src/paths.js';
 import { startMosquitto, type Mosquitto } from '../helpers/mosquitto.js';
-import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';
+import { createDevices, createTemplate } from '../helpers/registry-api.js';
 import { deviceClient, eventually, metric } from '../helpers/registry-fixtures.js';
 import { http, login, tenantToken, testEnv, useSpawnedServices } from '../helpers/service.js';
 import { openWs } from './stream-client.js';
@@ -35,15 +35,8 @@ describe('two instances', () => {
     const b = await spawned.ready({ ...first, DATA_DIR: (await testEnv()).DATA_DIR });
     const tenant = `fan${crypto.randomBytes(3).toString('hex')}`;
     const token = await tenantToken(a.base, await login(a.base), tenant);
-    const t = await http<TemplateCreated>('POST', `${a.base}/template`, {
-      token,
-      body: { label: 'counter', attrs: [{ label: 'n', type: 'dynamic', value_type: 'integer' }] },
-    });
-    const d = await http<DevicesCreated>('POST', `${a.base}/device?count=${DEVICES}`, {
-      token,
-      body: { label: 'c', templates: [t.body.template.id] },
-    });
-    const ids = d.body.devices.map((x) => x.id);
+    const t = await createTemplate(a.base, token, { label: 'counter', attrs: [{ label: 'n', type: 'dynamic', value_type: 'integer' }] });
+    const ids = (await createDevices(a.base, token, { label: 'c', templates: [t.id] }, `?count=${DEVICES}`)).map((x) => x.id);
     const stream = await openWs(`${a.base.replace('http', 'ws')}/stream`, { token });
     await stream.next((m) => m.type === 'subscribed', 'subscribed');
 
@@ -83,13 +76,11 @@ describe('two instances', () => {
 
     // A message too large for one NOTIFY (~9 kB): its values are not passed on, but its device's
     // status is, so both instances' views agree whichever one stored it.
-    const notes = await http<TemplateCreated>('POST', `${a.base}/template`, {
-      token,
-      body: { label: 'notes', attrs: [{ label: 'note', type: 'dynamic', value_type: 'string' }] },
+    const notes = await createTemplate(a.base, token, {
+      label: 'notes',
+      attrs: [{ label: 'note', type: 'dynamic', value_type: 'string' }],
     });
-    const large = (
-      await http<DevicesCreated>('POST', `${a.base}/device?count=8`, { token, body: { label: 'l', templates: [notes.body.template.id] } })
-    ).body.devices.map((x) => x.id);
+    const large = (await createDevices(a.base, token, { label: 'l', templates: [notes.id] }, '?count=8')).map((x) => x.id);
     await Promise.all(
       large.map(async (id) => {
         const c = await deviceClient(url, { username: `${tenant}:${id}` });
