@@ -32,6 +32,8 @@ interface HistoryLayout {
 export interface CopyOutcome {
   seconds: number;
   rejected: number;
+  /** The rows the database rejected (dropped), as given. */
+  rejectedLines: string[];
 }
 
 const COPY_SQL = 'COPY history (tenant, device_id, attr, series, ts, value) FROM STDIN';
@@ -61,7 +63,7 @@ function isRowError(err: unknown): boolean {
 }
 
 /** The tenant, device and attribute of a COPY text row (for the log line of a rejected one). */
-function rowNames(line: string): { tenant: string; device: string; attr: string } {
+export function rowNames(line: string): { tenant: string; device: string; attr: string } {
   const [tenant = '', device = '', attr = ''] = line
     .split('\t', 3)
     .map((f) => f.replace(/\\(.)/g, (_, c: string) => (c === 't' ? '\t' : c === 'n' ? '\n' : c === 'r' ? '\r' : c)));
@@ -108,7 +110,7 @@ export class HistoryWriter {
     // What is not committed yet, in order, and whether the first part's last COPY may have
     // committed. Kept across retries (see the top of the file).
     const state: WriteState = { todo: [lines], doubt: undefined };
-    const outcome: CopyOutcome = { seconds: 0, rejected: 0 };
+    const outcome: CopyOutcome = { seconds: 0, rejected: 0, rejectedLines: [] };
     await this.retry.run('write history', async () => {
       await this.ensureChunks(chunks, layout);
       await this.copyAll(state, chunks, layout, outcome);
@@ -175,6 +177,7 @@ export class HistoryWriter {
           code: sqlState(err),
         });
         outcome.rejected++;
+        outcome.rejectedLines.push(part[0]!);
         todo.shift();
       }
     }

@@ -17,7 +17,7 @@ import { setImmediate } from 'node:timers/promises';
 import type { DeviceCache } from './device-cache.js';
 import { renderMessage, type DeviceModel, type MessageOutcome } from './device-model.js';
 import type { DropReason } from './drop-reasons.js';
-import type { HistoryWriter } from './history-writer.js';
+import { rowNames, type HistoryWriter } from './history-writer.js';
 import type { Logger } from '../log.js';
 import { microsToTextCached } from '../time.js';
 import { emptyWorkerMetrics, type CommittedBatch, type ShardTask, type WorkerMetricsDelta } from './protocol.js';
@@ -37,6 +37,8 @@ interface RowBuffer {
   waiters: Deferred[];
   /** The messages with rows, as the live stream shows them once committed. */
   committed: CommittedBatch;
+  /** The index in `lines` of each committed message's first row (its rows run to the next one's). */
+  firstLines: number[];
 }
 
 function emptyBuffer(): RowBuffer {
@@ -47,6 +49,7 @@ function emptyBuffer(): RowBuffer {
     messagesWithRows: 0,
     waiters: [],
     committed: { tenants: [], ids: [], ts: [], received: [], attrs: [] },
+    firstLines: [],
   };
 }
 
@@ -184,6 +187,7 @@ export class ShardActor {
       c.ts.push(outcome.us);
       c.received.push(receivedUs);
       c.attrs.push(outcome.attrs ?? '{}');
+      buf.firstLines.push(before);
     }
     return true;
   }
@@ -215,22 +219,24 @@ export class ShardActor {
     try {
       // One message's rows are never split across buffers, so a buffer may end past the limit
       // by the rows of its last message: those go in a COPY of their own.
-      let rejectedRows = 0;
+      const rejectedLines: string[] = [];
       for (let at = 0; at < buf.lines.length; at += this.opts.batchRows) {
         const lines = at === 0 && buf.lines.length <= this.opts.batchRows ? buf.lines : buf.lines.slice(at, at + this.opts.batchRows);
-        const { seconds, rejected } = await this.writer.write(lines, buf.times);
+        const { seconds, rejected, rejectedLines: refused } = await this.writer.write(lines, buf.times);
         this.metrics.copySeconds.push(seconds);
         this.metrics.batchRows.push(lines.length);
         this.metrics.valuesStored += lines.length - rejected;
         if (rejected) this.drop('db_rejected', rejected);
-        rejectedRows += rejected;
+        rejectedLines.push(...refused);
       }
       if (buf.lines.length > 0) {
         this.metrics.messagesStored += buf.messagesWithRows;
         const now = Date.now();
         for (const receivedUs of buf.received) observeSince(this.metrics.commitLatency, receivedUs, now);
         // Committed: now, and only now, the live stream may show these messages.
-        if (this.opts.onCommitted && buf.committed.ids.length > 0 && rejectedRows === 0) this.opts.onCommitted(buf.committed);
+        // (without the values the database rejected: the rest of the buffer was committed all the same)
+        const committed = rejectedLines.length === 0 ? buf.committed : storedOnly(buf, new Set(rejectedLines));
+        if (this.opts.onCommitted && committed.ids.length > 0) this.opts.onCommitted(committed);
       }
     } finally {
       this.writing = false;
@@ -240,4 +246,27 @@ export class ShardActor {
     const next = this.current;
     if (this.sealed.length > 0 || next.waiters.length > 0 || next.lines.length > 0) void this.flush();
   }
+}
+
+/** The committed messages of `buf` without the rows the database rejected; a message left with none is not one. */
+function storedOnly(buf: RowBuffer, rejected: Set<string>): CommittedBatch {
+  const c = buf.committed;
+  const out: CommittedBatch = { tenants: [], ids: [], ts: [], received: [], attrs: [] };
+  for (let i = 0; i < c.ids.length; i++) {
+    const rows = buf.lines.slice(buf.firstLines[i], buf.firstLines[i + 1] ?? buf.lines.length);
+    const refused = rows.filter((l) => rejected.has(l));
+    let attrs = c.attrs[i]!;
+    if (refused.length === rows.length) continue;
+    if (refused.length > 0) {
+      const values = JSON.parse(attrs) as Record<string, unknown>;
+      for (const l of refused) delete values[rowNames(l).attr];
+      attrs = JSON.stringify(values);
+    }
+    out.tenants.push(c.tenants[i]!);
+    out.ids.push(c.ids[i]!);
+    out.ts.push(c.ts[i]!);
+    out.received.push(c.received[i]!);
+    out.attrs.push(attrs);
+  }
+  return out;
 }

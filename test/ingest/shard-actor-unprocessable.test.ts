@@ -36,7 +36,7 @@ describe('the shard actor', () => {
     const writer = {
       write: (lines: string[]) => {
         written.push(...lines);
-        return Promise.resolve({ seconds: 0, rejected: 0 });
+        return Promise.resolve({ seconds: 0, rejected: 0, rejectedLines: [] });
       },
     };
     const lines: string[] = [];

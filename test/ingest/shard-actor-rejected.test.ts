@@ -1,0 +1,57 @@
+// The shard actor: rows the database rejects (a constraint added by hand: docs/messaging.md) are
+// dropped and the rest of the buffer is committed; the live stream and device status are told of
+// what was stored. Before (found by an audit), one rejected row kept the whole buffer's messages
+// from them: other devices' stored messages sent no `attrs` message and left their `last_seen`.
+import { describe, expect, it } from 'vitest';
+import { DeviceCache } from '../../src/ingest/device-cache.js';
+import { buildDeviceModel, type AttrRow, type DeviceModel } from '../../src/ingest/device-model.js';
+import type { HistoryWriter } from '../../src/ingest/history-writer.js';
+import type { CommittedBatch } from '../../src/ingest/protocol.js';
+import { ShardActor } from '../../src/ingest/shard-actor.js';
+
+describe('the shard actor', () => {
+  it('tells what was committed without the rows the database rejected', async () => {
+    const row = (label: string): AttrRow => ({
+      template_id: 1,
+      attr_id: 1,
+      label,
+      type: 'dynamic',
+      value_type: 'integer',
+      static_value: null,
+    });
+    const models: Record<string, DeviceModel> = {
+      't/one': buildDeviceModel('t', 'one', [row('a'), row('b')]),
+      't/two': buildDeviceModel('t', 'two', [row('a')]),
+    };
+    const cache = new DeviceCache(
+      (devices) => Promise.resolve(new Map(devices.map(({ tenant, id }) => [`${tenant}/${id}`, models[`${tenant}/${id}`]!]))),
+      10,
+      60_000,
+    );
+    // The database refuses every value 666 (a CHECK constraint).
+    const writer = {
+      write: (lines: string[]) => {
+        const rejectedLines = lines.filter((l) => l.trim().endsWith('\t666'));
+        return Promise.resolve({ seconds: 0, rejected: rejectedLines.length, rejectedLines });
+      },
+    };
+    const committed: CommittedBatch[] = [];
+    const actor = new ShardActor(cache, writer as unknown as HistoryWriter, { batchRows: 100, onCommitted: (b) => committed.push(b) });
+    const payloads = ['{"a":1}', '{"a":666}', '{"a":666,"b":2}', '{"a":3}'].map((p) => Buffer.from(p));
+    const offsets = [0];
+    for (const p of payloads) offsets.push(offsets.at(-1)! + p.length);
+    const delta = await actor.handle({
+      keys: ['t/two', 't/two', 't/one', 't/one'].join('\0'),
+      payload: Buffer.concat(payloads),
+      offsets: Uint32Array.from(offsets),
+      received: Float64Array.from([1e6, 2e6, 3e6, 4e6]),
+    });
+    expect(delta.dropped).toEqual({ db_rejected: 2 });
+    const all = committed.flatMap((b) => b.ids.map((id, i) => [id, b.received[i], JSON.parse(b.attrs[i]!) as unknown]));
+    expect(all).toEqual([
+      ['two', 1e6, { a: 1 }],
+      ['one', 3e6, { b: 2 }],
+      ['one', 4e6, { a: 3 }],
+    ]);
+  });
+});
