@@ -70,13 +70,20 @@ export async function spanOf(pool: pg.Pool, s: SeriesRef, r: Range, b: Bucketing
 const NUMBER = `CASE WHEN value ~ '^-?[0-9]' THEN value::numeric END`;
 
 /**
+ * An exact (numeric) average or sum as the nearest double: 0 when that is 0, |x| <= 2^-1075
+ * (half the smallest double, 5e-324), which PostgreSQL's float8 cast refuses as out of range
+ * instead (found by an audit: the average of 5e-324, 0 and 0 answered 500).
+ */
+const asDouble = (x: string) => `(CASE WHEN abs(${x}) * 2::numeric ^ 1075 <= 1 THEN 0 ELSE (${x})::float8 END)`;
+
+/**
  * An exact (numeric) sum as a double, or NULL past a double's range: two stored values of
  * 1.7e308 sum to more than any double (or JSON number a client can read) holds.
  */
-const sumAsDouble = (sum: string) => `(CASE WHEN abs(${sum}) <= 1.7976931348623157e308 THEN (${sum})::float8 END)`;
+const sumAsDouble = (sum: string) => `(CASE WHEN abs(${sum}) <= 1.7976931348623157e308 THEN ${asDouble(sum)} END)`;
 
 const AGG_SQL: Record<Aggregate, string> = {
-  avg: `avg(num)::float8`,
+  avg: asDouble('avg(num)'),
   min: `min(num)::float8`,
   max: `max(num)::float8`,
   sum: sumAsDouble('sum(num)'),
@@ -95,7 +102,7 @@ const ROLLUP_AGGREGATES: ReadonlySet<Aggregate> = new Set(['avg', 'min', 'max', 
 /** Combining partial aggregates (rollups and rows alike: n, nn, total, lo, hi) exactly as AGG_SQL combines rows. */
 const MERGE_SQL: Partial<Record<Aggregate, string>> = {
   // numeric / numeric is what avg(numeric) computes (sum / count), so both give the same digits.
-  avg: `(sum(total) / nullif(sum(nn), 0))::float8`,
+  avg: asDouble('sum(total) / nullif(sum(nn), 0)'),
   min: `min(lo)::float8`,
   max: `max(hi)::float8`,
   sum: sumAsDouble('sum(total)'),

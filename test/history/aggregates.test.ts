@@ -108,6 +108,32 @@ describe('fixed-length buckets', () => {
     expect((day[0]!.avg as number) / 1e308).toBeCloseTo((1.7 * 2) / 3, 12);
   });
 
+  it('an average or sum nearer zero than the smallest double is 0, from the rows and from the rollups alike (was 500)', async () => {
+    const pool = svc.service.pool;
+    const t = await createTemplate(pool, tenant, 'tiny', [{ label: 'temperature', type: 'dynamic', value_type: 'float' }]);
+    const tiny = await createDevice(pool, tenant, [t]);
+    // 5e-324 is the smallest double: the average of it and two zeros (1.7e-324) and the sum
+    // 1.04e-322 - 1e-322 - 5e-324 (-1e-324) round to 0, which PostgreSQL refuses to cast to float8.
+    await insertHistory(pool, [
+      { tenant, device: tiny, attr: 'temperature', ts: '2024-05-02T10:00:00Z', value: '5e-324' },
+      { tenant, device: tiny, attr: 'temperature', ts: '2024-05-02T10:00:01Z', value: '0' },
+      { tenant, device: tiny, attr: 'temperature', ts: '2024-05-02T10:00:02Z', value: '0' },
+      { tenant, device: tiny, attr: 'temperature', ts: '2024-05-02T11:00:00Z', value: '1.04e-322' },
+      { tenant, device: tiny, attr: 'temperature', ts: '2024-05-02T11:00:01Z', value: '-1e-322' },
+      { tenant, device: tiny, attr: 'temperature', ts: '2024-05-02T11:00:02Z', value: '-5e-324' },
+    ]);
+    const q = '?attr=temperature&interval=1h&agg=avg,min,max,sum,count&dateFrom=2024-05-02T10:00:00Z&dateTo=2024-05-02T11:59:59Z';
+    const expected = [
+      { ts: at('2024-05-02T10:00:00Z'), avg: 0, min: 0, max: 5e-324, sum: 5e-324, count: 3 },
+      { ts: at('2024-05-02T11:00:00Z'), avg: 0, min: -1e-322, max: 1.04e-322, sum: 0, count: 3 },
+    ];
+    const rows = await get(q, tiny);
+    expect(rows.status).toBe(200);
+    expect(rows.body).toEqual(expected);
+    await svc.service.historyMaintenance.rollUp();
+    expect((await get(q, tiny)).body).toEqual(expected);
+  });
+
   it('bounds are inclusive and cut buckets: a partial bucket aggregates only the rows inside', async () => {
     const r = await get('?attr=temperature&interval=1h&agg=sum,count&dateFrom=2024-05-01T10:10:00Z&dateTo=2024-05-01T11:10:00Z');
     expect(r.body).toEqual([
