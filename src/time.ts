@@ -61,9 +61,13 @@ export function parseTimestamp(value: unknown, kind: 'stored' | 'bound' = 'store
   return kind === 'bound' && ms <= MAX_MS ? MAX_MS * 1000 : undefined;
 }
 
-/** Whether `text`, an ISO 8601 time parseTimestamp refused, names a real time after LATEST_TIME (an offset can take year 9999 past it). */
+/**
+ * Whether `text`, an ISO 8601 time parseTimestamp refused, names a real time after LATEST_TIME (an
+ * offset can take year 9999 past it, and so can a microsecond within its last millisecond, which
+ * Date.parse cuts off to that millisecond: refused, it is past LATEST_TIME).
+ */
 export function afterLatestTime(text: string): boolean {
-  return Date.parse(text) > MAX_MS;
+  return Date.parse(text) >= MAX_MS;
 }
 
 // ---- formatting: history `ts` ---------------------------------------------------------------

@@ -70,6 +70,8 @@ describe('POST /device/{id}/credentials', () => {
       [{ type: 'password', expires_at: '2001-01-01T00:00:00Z' }, 'expires_at must be in the future'],
       // Year 9999 in a zone behind UTC is past the last time kept (found by an audit: it was "must be an ISO 8601 ...").
       [{ type: 'password', expires_at: '9999-12-31T23:59:59-12:00' }, 'expires_at must be 9999-12-31T23:59:59.999Z or earlier'],
+      // So is a microsecond within its last millisecond (found by an audit: it was "must be an ISO 8601 ...").
+      [{ type: 'password', expires_at: '9999-12-31T23:59:59.9995Z' }, 'expires_at must be 9999-12-31T23:59:59.999Z or earlier'],
       [{ type: 'password', secret: 'too-short' }, 'secret must be 16 to 256 printable ASCII characters without spaces'],
       [{ type: 'password', secret: 'has spaces in it, sixteen+' }, 'secret must be 16 to 256 printable ASCII characters without spaces'],
       [{ type: 'password', secret: 1234567890123456 }, 'secret must be 16 to 256 printable ASCII characters without spaces'],
