@@ -541,7 +541,7 @@ export class DeviceAuthorisation {
     let verdict: LoginVerdict;
     let standing: LoginStanding = 'holds';
     try {
-      verdict = await this.logins.check(login);
+      verdict = await this.logins.check(login.answerOnly ? login : { ...login, settledLater: true });
       // Events were missed while it was checked: what it was accepted with is read again, still
       // as a login being checked (a removal announced during that read refuses it too), and once
       // more should events be missed again meanwhile.
@@ -559,6 +559,10 @@ export class DeviceAuthorisation {
       removeFrom(this.checking, key, pending);
     }
     if (!verdict.ok) return verdict;
+    const settle = (outcome: LoginVerdict) => {
+      if (!login.answerOnly) this.logins.settle(device, login.certificate === true, outcome);
+      return outcome;
+    };
     const bare = !verdict.credentialId && !login.certificate;
     const why = pending.deviceRemoved
       ? 'its device was removed while the login was checked'
@@ -569,9 +573,9 @@ export class DeviceAuthorisation {
           : standing !== 'holds'
             ? NO_LONGER_HOLDS
             : undefined;
-    if (why === undefined) return verdict;
+    if (why === undefined) return settle(verdict);
     this.log.info('device login refused', { tenant: device.tenant, device: device.id, reason: why, address: login.address });
-    return { ok: false, reason: pending.deviceRemoved || standing === 'device_removed' ? 'unknown_device' : 'wrong' };
+    return settle({ ok: false, reason: pending.deviceRemoved || standing === 'device_removed' ? 'unknown_device' : 'wrong' });
   }
 
   private bind(client: Client, device: DeviceRef, verdict: LoginVerdict & { ok: true }): void {

@@ -183,6 +183,9 @@ class RouterThread implements Ingest {
           (err: Error) => w.postMessage({ type: 'login-verdict', requestId: m.requestId, error: err.message } satisfies MainToRouter),
         );
         break;
+      case 'login-settled':
+        this.logins.settle(m.device, m.certificate, m.outcome);
+        break;
       case 'standing':
         this.logins.standing(m.logins).then(
           (standing) => w.postMessage({ type: 'login-standing', requestId: m.requestId, standing } satisfies MainToRouter),

@@ -2,6 +2,7 @@
 // credential cache (src/registry/credentials/logins.ts), so no secret is kept in this thread.
 // One message each way per login; the password crosses once, in memory.
 import type { AcceptedLogin, DeviceLogin, LoginCheck, LoginStanding, LoginVerdict } from '../registry/credentials/logins.js';
+import type { DeviceRef } from '../topics.js';
 import type { RouterToMain } from './protocol.js';
 
 /** A question the main thread has not answered in this time fails (a login is refused as "server unavailable"). */
@@ -25,6 +26,10 @@ export class LoginBridge implements LoginCheck {
 
   standing(logins: AcceptedLogin[]): Promise<LoginStanding[]> {
     return this.ask((requestId) => ({ type: 'standing', requestId, logins }));
+  }
+
+  settle(device: DeviceRef, certificate: boolean, outcome: LoginVerdict): void {
+    this.post({ type: 'login-settled', device, certificate, outcome });
   }
 
   /** The main thread's answer to question `requestId` (`undefined`: it could not answer, `error` says why). */

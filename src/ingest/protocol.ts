@@ -3,6 +3,7 @@
 import type { Config } from '../config.js';
 import type { LinkState } from '../broker/link.js';
 import type { AcceptedLogin, DeviceLogin, LoginStanding, LoginVerdict } from '../registry/credentials/logins.js';
+import type { DeviceRef } from '../topics.js';
 import type { DropReason } from './drop-reasons.js';
 import { emptyLatency, type LatencyCounts } from './latency.js';
 
@@ -136,6 +137,8 @@ export type RouterToMain =
   | { type: 'login'; requestId: number; login: DeviceLogin }
   /** What became of logins accepted earlier (after registry events were missed). */
   | { type: 'standing'; requestId: number; logins: AcceptedLogin[] }
+  /** What the embedded broker made of a login the registry accepted (counted then: LoginCheck.settle). */
+  | { type: 'login-settled'; device: DeviceRef; certificate: boolean; outcome: LoginVerdict }
   | { type: 'failed'; error: string; configVariable?: string }
   | { type: 'published'; requestId: number; error?: string }
   | { type: 'metrics'; delta: IngestMetricsDelta; link: LinkState | undefined }

@@ -121,17 +121,24 @@ describe('MQTT_DEVICE_AUTH=required', () => {
     // A client-chosen secret costs a slow hash: a deletion committed meanwhile closed nothing
     // (the client was not bound yet), and the connection then lasted with the deleted credential.
     const d = await newDevice(svc, t);
+    const accepted = 'device_logins_accepted_total{credential="password"}';
     for (let i = 0; i < 5; i++) {
       const secret = `a-secret-i-chose-${i}-${Date.now()}`;
       const cred = await newCredential(svc, t, d, { type: 'password', secret });
+      const before = await metricValue(svc, accepted);
       const login = connect(url, { username: as(d), password: secret }).then(
         (c) => c,
         () => undefined,
       );
-      await new Promise((r) => setTimeout(r, 5));
+      await new Promise((r) => setTimeout(r, 5 + 10 * i));
       expect((await deleteCredential(svc, t, d, cred.id)).status).toBe(200);
       const c = await login;
-      if (!c) continue; // refused: the deletion came first
+      // A login refused, even one refused because its credential went while it was checked, is
+      // not counted as accepted (found by an audit: it was, and not as refused).
+      if (!c) {
+        expect({ attempt: i, accepted: (await metricValue(svc, accepted)) - before }).toEqual({ attempt: i, accepted: 0 });
+        continue; // refused: the deletion came first
+      }
       await new Promise((r) => setTimeout(r, 1000));
       expect({ attempt: i, connected: c.connected }).toEqual({ attempt: i, connected: false });
       c.end(true);

@@ -18,6 +18,7 @@ const slowLogins: LoginCheck = {
       setTimeout(() => resolve({ ok: true, credentialId: 'cred-1', expiresMs: Date.now() + 3_600_000 }), 100),
     ),
   standing: (logins) => Promise.resolve(logins.map(() => 'holds' as const)),
+  settle: () => undefined,
 };
 
 let auth: DeviceAuthorisation;

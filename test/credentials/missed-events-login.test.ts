@@ -18,6 +18,7 @@ const delay = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const slowLogins: LoginCheck = {
   check: () => delay(50).then((): LoginVerdict => ({ ok: true, credentialId: 'cred-1' })),
   standing: (logins) => delay(150).then(() => logins.map(() => 'holds' as const)),
+  settle: () => undefined,
 };
 
 let auth: DeviceAuthorisation;

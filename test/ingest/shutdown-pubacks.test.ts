@@ -15,6 +15,7 @@ import { createLogger } from '../../src/log.js';
 const logins: LoginCheck = {
   check: () => Promise.resolve<LoginVerdict>({ ok: true, credentialId: 'cred-1', expiresMs: Date.now() + 3_600_000 }),
   standing: (accepted) => Promise.resolve(accepted.map(() => 'holds' as const)),
+  settle: () => undefined,
 };
 
 const MESSAGES = 20;

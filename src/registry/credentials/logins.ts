@@ -39,6 +39,12 @@ export interface DeviceLogin {
    * counted nor recorded as the credential's use.
    */
   answerOnly?: boolean;
+  /**
+   * The broker has a last word (the embedded broker refuses a login whose credential or device
+   * was removed while it was checked): an acceptance is counted and recorded as the credential's
+   * use only when the broker settles it (LoginCheck.settle).
+   */
+  settledLater?: boolean;
 }
 
 export type LoginVerdict =
@@ -68,6 +74,8 @@ export interface LoginCheck {
    * connections a deletion ended.
    */
   standing(logins: AcceptedLogin[]): Promise<LoginStanding[]>;
+  /** A login accepted by `check` with `settledLater`: what the broker made of it, accepted or refused (counted then). */
+  settle(device: DeviceRef, certificate: boolean, outcome: LoginVerdict): void;
 }
 
 export interface DeviceLoginsOptions {
@@ -159,14 +167,18 @@ export class DeviceLogins implements LoginCheck {
     }
     if (verdict.ok) {
       if (guarded) this.throttle.succeeded(keys[0]!);
-      if (login.answerOnly) return verdict;
-      this.metrics.accepted(login.certificate ? 'certificate' : verdict.credentialId ? 'password' : 'none');
-      if (verdict.credentialId)
-        this.used.set(verdict.credentialId, { tenant: device.tenant, deviceId: device.id, id: verdict.credentialId });
+      if (login.answerOnly || login.settledLater) return verdict;
+      this.settle(device, login.certificate === true, verdict);
       return verdict;
     }
     if (guarded) this.throttle.failed(keys);
     return this.refuse(login, verdict.reason);
+  }
+
+  settle(device: DeviceRef, certificate: boolean, outcome: LoginVerdict): void {
+    if (!outcome.ok) return this.metrics.refused(outcome.reason);
+    this.metrics.accepted(certificate ? 'certificate' : outcome.credentialId ? 'password' : 'none');
+    if (outcome.credentialId) this.used.set(outcome.credentialId, { tenant: device.tenant, deviceId: device.id, id: outcome.credentialId });
   }
 
   async standing(logins: AcceptedLogin[]): Promise<LoginStanding[]> {
