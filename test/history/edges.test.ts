@@ -99,6 +99,13 @@ describe('dateFrom / dateTo as epoch milliseconds', () => {
     expect(valuesOf((await get(`?attr=temperature&dateFrom=${after}&dateTo=${ms(4)}`)).body)).toEqual([24, 23]);
     expect(valuesOf((await get(`?attr=temperature&dateFrom=${before}&dateTo=${ms(4)}`)).body)).toEqual([24, 23, 22]);
     expect(valuesOf((await get(`?attr=temperature&dateFrom=${ms(1)}&dateTo=${after}`)).body)).toEqual([22, 21]);
+    // Any number of digits: ten or more were 400 "not an ISO 8601 date" (found by an audit).
+    const afterLong = '2024-05-01T12:02:00.00000000000001Z';
+    const beforeLong = '2024-05-01T12:01:59.99999999999999Z';
+    expect(valuesOf((await get(`?attr=temperature&dateFrom=${afterLong}&dateTo=${ms(4)}`)).body)).toEqual([24, 23]);
+    expect(valuesOf((await get(`?attr=temperature&dateFrom=${beforeLong}&dateTo=${ms(4)}`)).body)).toEqual([24, 23, 22]);
+    expect(valuesOf((await get(`?attr=temperature&dateFrom=${ms(1)}&dateTo=${afterLong}`)).body)).toEqual([22, 21]);
+    expect(valuesOf((await get(`?attr=temperature&dateFrom=${ms(1)}&dateTo=${beforeLong}`)).body)).toEqual([21]);
     // The same bound in an aggregate and in the export.
     const agg = await get(`?attr=temperature&interval=1h&agg=count&dateFrom=${after}&dateTo=${ms(4)}`);
     expect(agg.body).toEqual([{ ts: '2024-05-01T12:00:00.000000Z', count: 2 }]);

@@ -41,6 +41,10 @@ describe('value rules', () => {
     expect(parseTimestamp('2024-05-01T12:00:00')).toBe(Date.UTC(2024, 4, 1, 12) * 1000);
     expect(parseTimestamp('2024-05-01T14:00:00.000123+02:00')).toBe(Date.UTC(2024, 4, 1, 12) * 1000 + 123);
     expect(parseTimestamp('2024-05-01')).toBe(Date.UTC(2024, 4, 1) * 1000);
+    // ISO 8601 sets no limit on the fraction's digits: past the microsecond they are cut off
+    // (they were a bad timestamp from the tenth digit on; found by an audit)
+    expect(parseTimestamp('2024-05-01T12:00:00.1234567891Z')).toBe(Date.UTC(2024, 4, 1, 12) * 1000 + 123456);
+    expect(parseTimestamp('2024-05-01T12:00:00.00000099999999999999Z')).toBe(Date.UTC(2024, 4, 1, 12) * 1000);
     for (const bad of ['2024-02-30T00:00:00Z', '2024-05-01T25:00:00Z', 'now', -1, Infinity, true, '2024-05-01T12:00:00+25:00', 1e20]) {
       expect(parseTimestamp(bad)).toBeUndefined();
     }
