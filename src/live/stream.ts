@@ -480,10 +480,19 @@ export class LiveHub {
     if (texts) for (const [c, list] of texts) c.send(list);
   }
 
-  /** A device's status changed. */
+  /**
+   * A device's status changed. Behind the tenant's registry changes still being handled: a
+   * change of the device's templates is what changed its status (its timeout), and the client
+   * filters by what that change made of them (found by a review: a device moved out of a
+   * filtered template reached some clients as `status` before `device` `updated`, others not).
+   */
   statusChanged(s: StatusChange): void {
     const text = JSON.stringify({ type: 'status', device_id: s.deviceId, status: s.status, last_seen: s.lastSeen });
-    for (const c of this.byTenant.get(s.tenant) ?? []) if (c.wants(s.deviceId)) c.send([text]);
+    const deliver = () => {
+      for (const c of this.byTenant.get(s.tenant) ?? []) if (c.wants(s.deviceId)) c.send([text]);
+    };
+    if (this.turns.has(s.tenant)) this.inTurn(s.tenant, () => Promise.resolve(deliver()));
+    else deliver();
   }
 
   /** A registry change (of any instance); template filters are read again first when devices may have moved. */

@@ -494,3 +494,33 @@ describe('a device that an update takes out of a template', () => {
     c.close();
   });
 });
+
+describe('a device that an update takes out of a template, and so offline', () => {
+  it('reaches a client filtering by that template as updated, never as a status before it', async () => {
+    const a = await tenant('leaveoff', 4);
+    const attrs = [{ label: 'temperature', type: 'dynamic', value_type: 'float' }];
+    // Online for an hour in its template; offline at once (3 s passed) in the other one.
+    await http('PUT', `${svc.base}/template/${a.templateId}`, { token: a.token, body: { label: 'sensor', attrs, offline_after: 3600 } });
+    const other = await http<TemplateCreated>('POST', `${svc.base}/template`, { token: a.token, body: { label: 'other', attrs } });
+    for (const id of a.devices) await publish(a, id, { temperature: 1 });
+    const c = await openWs(wsUrl(`?template=${a.templateId}`), { token: a.token });
+    try {
+      await c.next((m) => m.type === 'subscribed', 'subscribed');
+      await new Promise((r) => setTimeout(r, 3500));
+      for (const id of a.devices) {
+        const moved = await http('PUT', `${svc.base}/device/${id}`, {
+          token: a.token,
+          body: { label: 'dev', templates: [other.body.template.id] },
+        });
+        expect(moved.status).toBe(200);
+        await c.next((m) => m.type === 'device' && (m.device_ids as string[]).includes(id), 'the device leaving');
+      }
+      await new Promise((r) => setTimeout(r, 1000));
+      // The registry change comes first and takes the device out of the filter: its status
+      // change (offline, by the other template's timeout) is not the client's any more.
+      expect(c.messages.filter((m) => m.type === 'status')).toEqual([]);
+    } finally {
+      c.close();
+    }
+  }, 60_000);
+});
