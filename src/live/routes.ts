@@ -37,7 +37,8 @@ export const liveRoutes: RouteSpec<object>[] = [
         max_messages: {
           type: 'integer',
           minimum: 1,
-          description: 'End the stream after this many messages (the first is `subscribed`): WebSocket close 1000, SSE a `closed` event.',
+          description:
+            'End the stream after this many messages sent (the first is `subscribed`; messages dropped for a slow client do not count, its `lagged` does and comes before the end): WebSocket close 1000, SSE a `closed` event.',
         },
       },
     }),

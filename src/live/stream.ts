@@ -170,12 +170,22 @@ abstract class Client {
     this.hub.counters.dropped.inc(n);
   }
 
-  /** The texts `max_messages` still allows. */
+  /**
+   * The texts `max_messages` still allows (not counted yet: `sent` counts those that went out;
+   * dropped ones do not count). A client that lost messages keeps the last place for its
+   * `lagged`, and what comes meanwhile is lost with them.
+   */
   protected allowed(texts: string[]): string[] {
     if (this.remaining === undefined) return texts;
-    const kept = texts.length <= this.remaining ? texts : texts.slice(0, this.remaining);
-    this.remaining -= kept.length;
-    return kept;
+    const room = this.remaining - (this.dropped > 0 ? 1 : 0);
+    if (texts.length <= room) return texts;
+    if (this.dropped > 0) this.dropping(texts.length - room);
+    return texts.slice(0, room);
+  }
+
+  /** `n` messages went out (lagged included): counted toward `max_messages`. */
+  protected sent(n: number): void {
+    if (this.remaining !== undefined) this.remaining -= n;
   }
 
   /** Ends the stream once `max_messages` were sent. */
@@ -209,16 +219,20 @@ class WsClient extends Client {
       }
     });
     this.hub.counters.sent.inc(i);
+    this.sent(i);
     if (i < texts.length) this.dropping(texts.length - i);
     this.finishIfDone();
   }
 
   /** uWS's drain: the buffer went down; a client that lost messages is told how many. */
   drained(): void {
+    if (this.closed) return;
     if (this.dropped > 0 && this.ws.getBufferedAmount() < this.limit / 2) {
       const n = this.dropped;
       this.dropped = 0;
       this.ws.send(JSON.stringify({ type: 'lagged', dropped: n }));
+      this.sent(1);
+      this.finishIfDone();
     }
   }
 
@@ -246,6 +260,8 @@ class SseClient extends Client {
         const n = this.dropped;
         this.dropped = 0;
         this.write([JSON.stringify({ type: 'lagged', dropped: n })]);
+        // (its last place under max_messages: the stream ends after it, once out of this handler)
+        if (this.remaining === 0) setImmediate(() => this.finishIfDone());
       } else {
         // uWS drains what it buffered only on a write once an onWritable handler is set: an
         // empty comment sends the rest of the last message now, not at the next keep-alive.
@@ -268,6 +284,7 @@ class SseClient extends Client {
   private write(texts: string[]): void {
     this.writeRaw(texts.map((t) => `data: ${t}\n\n`).join(''));
     this.hub.counters.sent.inc(texts.length);
+    this.sent(texts.length);
   }
 
   private writeRaw(text: string): void {

@@ -524,3 +524,44 @@ describe('a device that an update takes out of a template, and so offline', () =
     }
   }, 60_000);
 });
+
+describe('max_messages and a client that does not read', () => {
+  it('counts the messages sent, lagged included, not those dropped: the client is told what it lost before the end', async () => {
+    const a = await tenant('slowmax', 1);
+    const id = a.devices[0]!;
+    const max = 1400;
+    const slow = await openWs(wsUrl(`?max_messages=${max}`), { token: a.token });
+    const reader = await openWs(wsUrl(), { token: a.token });
+    await slow.next((m) => m.type === 'subscribed', 'subscribed');
+    slow.ws.pause();
+    const note = 'x'.repeat(8000);
+    const n = 2000;
+    const c = await mqtt.connectAsync(`mqtt://127.0.0.1:${svc.service.mqttPort}`, { username: `${a.name}:${id}`, reconnectPeriod: 0 });
+    try {
+      for (let i = 0; i < n; i++) c.publish(`${a.name}:${id}/attrs`, JSON.stringify({ humidity: i, note }), { qos: 1 });
+      await reader.next((m) => m.type === 'attrs' && (m.attrs as { humidity: number }).humidity === n - 1, 'the last message', 60_000);
+      slow.ws.resume();
+      const lagged = await slow.next((m) => m.type === 'lagged', 'lagged', 30_000);
+      const received = slow.messages.filter((m) => m.type === 'attrs').length;
+      console.log(`received ${received} of ${n}, told of ${String(lagged.dropped)} dropped`);
+      expect(received + (lagged.dropped as number)).toBe(n);
+      // The stream goes on to max_messages sent: small messages until it ends.
+      let ended = false;
+      void slow.closed.then(() => (ended = true));
+      for (let i = n; !ended && i < n + max; i += 100) {
+        const burst = Array.from({ length: 100 }, (_, k) =>
+          c.publishAsync(`${a.name}:${id}/attrs`, JSON.stringify({ humidity: i + k }), { qos: 1 }),
+        );
+        await Promise.all(burst);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(await slow.closed).toEqual({ code: 1000, reason: 'max_messages reached' });
+      expect(slow.messages.length).toBe(max);
+      expect(slow.messages.filter((m) => m.type === 'lagged')).toEqual([lagged]);
+    } finally {
+      await c.endAsync();
+      reader.close();
+      slow.close();
+    }
+  }, 120_000);
+});
