@@ -235,7 +235,7 @@ export class ShardActor {
         for (const receivedUs of buf.received) observeSince(this.metrics.commitLatency, receivedUs, now);
         // Committed: now, and only now, the live stream may show these messages.
         // (without the values the database rejected: the rest of the buffer was committed all the same)
-        const committed = rejectedLines.length === 0 ? buf.committed : storedOnly(buf, new Set(rejectedLines));
+        const committed = rejectedLines.length === 0 ? buf.committed : storedOnly(buf, counted(rejectedLines));
         if (this.opts.onCommitted && committed.ids.length > 0) this.opts.onCommitted(committed);
       }
     } finally {
@@ -248,13 +248,23 @@ export class ShardActor {
   }
 }
 
-/** The committed messages of `buf` without the rows the database rejected; a message left with none is not one. */
-function storedOnly(buf: RowBuffer, rejected: Set<string>): CommittedBatch {
+/**
+ * The committed messages of `buf` without the rows the database rejected (`rejected`: how many
+ * times each row text was); a message left with none is not one. Equal rows are rejected from
+ * the last: the database stored the first (a unique index added by hand refuses its twin: a
+ * message sent twice), and a row refused for itself is refused each time.
+ */
+function storedOnly(buf: RowBuffer, rejected: Map<string, number>): CommittedBatch {
   const c = buf.committed;
-  const out: CommittedBatch = { tenants: [], ids: [], ts: [], received: [], attrs: [] };
-  for (let i = 0; i < c.ids.length; i++) {
+  const kept: Array<[number, string]> = [];
+  for (let i = c.ids.length - 1; i >= 0; i--) {
     const rows = buf.lines.slice(buf.firstLines[i], buf.firstLines[i + 1] ?? buf.lines.length);
-    const refused = rows.filter((l) => rejected.has(l));
+    const refused = rows.filter((l) => {
+      const n = rejected.get(l);
+      if (!n) return false;
+      rejected.set(l, n - 1);
+      return true;
+    });
     let attrs = c.attrs[i]!;
     if (refused.length === rows.length) continue;
     if (refused.length > 0) {
@@ -262,6 +272,10 @@ function storedOnly(buf: RowBuffer, rejected: Set<string>): CommittedBatch {
       for (const l of refused) delete values[rowNames(l).attr];
       attrs = JSON.stringify(values);
     }
+    kept.push([i, attrs]);
+  }
+  const out: CommittedBatch = { tenants: [], ids: [], ts: [], received: [], attrs: [] };
+  for (const [i, attrs] of kept.reverse()) {
     out.tenants.push(c.tenants[i]!);
     out.ids.push(c.ids[i]!);
     out.ts.push(c.ts[i]!);
@@ -269,4 +283,11 @@ function storedOnly(buf: RowBuffer, rejected: Set<string>): CommittedBatch {
     out.attrs.push(attrs);
   }
   return out;
+}
+
+/** How many times each text is in `lines`. */
+function counted(lines: string[]): Map<string, number> {
+  const n = new Map<string, number>();
+  for (const l of lines) n.set(l, (n.get(l) ?? 0) + 1);
+  return n;
 }

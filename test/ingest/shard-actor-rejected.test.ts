@@ -55,3 +55,42 @@ describe('the shard actor', () => {
     ]);
   });
 });
+
+describe('the shard actor, with a unique index added by hand', () => {
+  it('tells of a stored row whose twin in the same buffer was rejected (a message sent twice)', async () => {
+    const row: AttrRow = { template_id: 1, attr_id: 1, label: 'a', type: 'dynamic', value_type: 'integer', static_value: null };
+    const model = buildDeviceModel('t', 'one', [row]);
+    const cache = new DeviceCache(
+      (devices) => Promise.resolve(new Map(devices.map(({ tenant, id }) => [`${tenant}/${id}`, model]))),
+      10,
+      60_000,
+    );
+    // The database refuses a row it holds already (UNIQUE (tenant, device_id, attr, ts)): the
+    // first of two equal rows is stored, the second rejected.
+    const stored = new Set<string>();
+    const writer = {
+      write: (lines: string[]) => {
+        const rejectedLines: string[] = [];
+        for (const l of lines) {
+          const key = l.split('\t').slice(0, 5).join('\t');
+          if (stored.has(key)) rejectedLines.push(l);
+          else stored.add(key);
+        }
+        return Promise.resolve({ seconds: 0, rejected: rejectedLines.length, rejectedLines });
+      },
+    };
+    const committed: CommittedBatch[] = [];
+    const actor = new ShardActor(cache, writer as unknown as HistoryWriter, { batchRows: 100, onCommitted: (b) => committed.push(b) });
+    // The same message twice (a QoS 1 redelivery), with the device's own timestamp.
+    const payloads = ['{"a":5,"timestamp":1000}', '{"a":5,"timestamp":1000}'].map((p) => Buffer.from(p));
+    const delta = await actor.handle({
+      keys: ['t/one', 't/one'].join('\0'),
+      payload: Buffer.concat(payloads),
+      offsets: Uint32Array.from([0, payloads[0]!.length, payloads[0]!.length * 2]),
+      received: Float64Array.from([1e6, 2e6]),
+    });
+    expect(delta.dropped).toEqual({ db_rejected: 1 });
+    const all = committed.flatMap((b) => b.ids.map((id, i) => [id, b.received[i], JSON.parse(b.attrs[i]!) as unknown]));
+    expect(all).toEqual([['one', 1e6, { a: 5 }]]);
+  });
+});
