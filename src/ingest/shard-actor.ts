@@ -205,6 +205,21 @@ export class ShardActor {
     }, 0);
   }
 
+  /**
+   * Tells the live stream of a buffer's committed messages, without the values the database
+   * rejected (the rest of the buffer was committed all the same). Never throws: the messages are
+   * stored, and their acknowledgements must not wait on what the stream makes of them.
+   */
+  private tellCommitted(buf: RowBuffer, rejectedLines: string[]): void {
+    if (!this.opts.onCommitted) return;
+    try {
+      const committed = rejectedLines.length === 0 ? buf.committed : storedOnly(buf, counted(rejectedLines));
+      if (committed.ids.length > 0) this.opts.onCommitted(committed);
+    } catch (err) {
+      this.opts.log?.error('committed messages could not be passed to the live stream', { error: err as Error });
+    }
+  }
+
   private async flush(): Promise<void> {
     if (this.writing) return;
     clearTimeout(this.timer);
@@ -234,9 +249,7 @@ export class ShardActor {
         const now = Date.now();
         for (const receivedUs of buf.received) observeSince(this.metrics.commitLatency, receivedUs, now);
         // Committed: now, and only now, the live stream may show these messages.
-        // (without the values the database rejected: the rest of the buffer was committed all the same)
-        const committed = rejectedLines.length === 0 ? buf.committed : storedOnly(buf, counted(rejectedLines));
-        if (this.opts.onCommitted && committed.ids.length > 0) this.opts.onCommitted(committed);
+        this.tellCommitted(buf, rejectedLines);
       }
     } finally {
       this.writing = false;

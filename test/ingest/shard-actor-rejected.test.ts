@@ -94,3 +94,39 @@ describe('the shard actor, with a unique index added by hand', () => {
     expect(all).toEqual([['one', 1e6, { a: 5 }]]);
   });
 });
+
+describe('the shard actor, when the live stream cannot take a commit', () => {
+  it('still answers for the stored messages (their acknowledgements do not wait on the stream)', async () => {
+    const models: Record<string, DeviceModel> = {
+      't/one': buildDeviceModel('t', 'one', [
+        { template_id: 1, attr_id: 1, label: 'a', type: 'dynamic', value_type: 'integer', static_value: null },
+      ]),
+    };
+    const cache = new DeviceCache(
+      (devices) => Promise.resolve(new Map(devices.map(({ tenant, id }) => [`${tenant}/${id}`, models[`${tenant}/${id}`]!]))),
+      10,
+      60_000,
+    );
+    let stored = 0;
+    const writer = {
+      write: (lines: string[]) => {
+        stored += lines.length;
+        return Promise.resolve({ seconds: 0, rejected: 0, rejectedLines: [] });
+      },
+    };
+    const actor = new ShardActor(cache, writer as unknown as HistoryWriter, {
+      batchRows: 100,
+      onCommitted: () => {
+        throw new Error('the stream failed');
+      },
+    });
+    const payload = Buffer.from('{"a":1}');
+    // Before, the error escaped the COPY's turn and the buffer's waiters were never answered: this never settled.
+    const delta = await Promise.race([
+      actor.handle({ keys: 't/one', payload, offsets: Uint32Array.from([0, payload.length]), received: Float64Array.from([1e6]) }),
+      new Promise<'stalled'>((r) => setTimeout(() => r('stalled'), 2000)),
+    ]);
+    expect(delta).not.toBe('stalled');
+    expect(stored).toBe(1);
+  });
+});
