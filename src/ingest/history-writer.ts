@@ -5,7 +5,9 @@
 // again if one went missing meanwhile. A batch refused for a lasting reason (a data, constraint
 // or size error: the row, not the database, is at fault) is split in halves down to the rows
 // that fail; those are dropped, counted and logged (tenant, device, attribute), the rest
-// commits, so one bad row cannot stall a shard forever. The parts not yet committed are kept
+// commits, so one bad row cannot stall a shard forever. A part refused for its size (out of
+// memory, or of lock table slots: one per partition its rows fall in) is split in halves too,
+// nothing dropped. The parts not yet committed are kept
 // across retries: an outage in the middle of a split goes on where it stopped, and never
 // writes a committed row again.
 //
@@ -81,6 +83,17 @@ class InDoubt extends Error {
   ) {
     super(cause.message);
   }
+}
+
+/**
+ * The COPY ran out of (shared) memory: SQLSTATE 53200, which is also how PostgreSQL says its lock
+ * table is full. A COPY locks every partition (and its indexes) its rows fall in, so rows of many
+ * partitions (buffered readings of many days, a clock gone wrong) fail so whenever they are sent
+ * together, however often: retried whole, the shard stalled for good (found by an audit). Fewer
+ * rows need fewer locks (and less memory): the part is split in halves, none of them dropped.
+ */
+function isTooBig(err: unknown): boolean {
+  return sqlState(err) === '53200';
 }
 
 function isMissingPartition(err: unknown): boolean {
@@ -165,6 +178,11 @@ export class HistoryWriter {
           await this.ensureChunks(chunks, layout);
           continue;
         }
+        if (isTooBig(err) && part.length > 1) {
+          const mid = part.length >> 1;
+          todo.splice(0, 1, part.slice(0, mid), part.slice(mid));
+          continue;
+        }
         if (!isRowError(err)) throw err;
         if (part.length > 1) {
           const mid = part.length >> 1;
@@ -211,7 +229,7 @@ export class HistoryWriter {
       });
       await client.query('COMMIT');
     } catch (err) {
-      if (isRowError(err)) {
+      if (isRowError(err) || isTooBig(err)) {
         // Refused, so not committed: the connection is clean again once rolled back.
         await client.query('ROLLBACK').catch((e: Error) => (broken = e));
         throw err;
