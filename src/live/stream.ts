@@ -173,14 +173,23 @@ abstract class Client {
   /**
    * The texts `max_messages` still allows (not counted yet: `sent` counts those that went out;
    * dropped ones do not count). A client that lost messages keeps the last place for its
-   * `lagged`, and what comes meanwhile is lost with them.
+   * `lagged`, and what comes meanwhile is lost with them: the caller counts as dropped every
+   * text of the batch that did not go out, unless the stream ends with it (`lost`).
    */
   protected allowed(texts: string[]): string[] {
     if (this.remaining === undefined) return texts;
     const room = this.remaining - (this.dropped > 0 ? 1 : 0);
-    if (texts.length <= room) return texts;
-    if (this.dropped > 0) this.dropping(texts.length - room);
-    return texts.slice(0, room);
+    return texts.length <= room ? texts : texts.slice(0, room);
+  }
+
+  /**
+   * `out` of a batch of `all` texts went out: the others are lost (counted, told in `lagged`),
+   * unless `max_messages` is reached (the stream ends: they were never its). Before (found by a
+   * review), those past the limit were not counted when the buffer filled before it: a client
+   * was told of fewer than it lost.
+   */
+  protected lost(all: number, out: number): void {
+    if (out < all && this.remaining !== 0) this.dropping(all - out);
   }
 
   /** `n` messages went out (lagged included): counted toward `max_messages`. */
@@ -220,7 +229,7 @@ class WsClient extends Client {
     });
     this.hub.counters.sent.inc(i);
     this.sent(i);
-    if (i < texts.length) this.dropping(texts.length - i);
+    this.lost(all.length, i);
     this.finishIfDone();
   }
 
@@ -275,9 +284,14 @@ class SseClient extends Client {
 
   send(all: string[]): void {
     if (this.closed) return;
+    if (this.choked) {
+      // (all lost: the limit is not reached while it is open, so none of them was past it)
+      this.dropping(all.length);
+      return;
+    }
     const texts = this.allowed(all);
-    if (this.choked) this.dropping(texts.length);
-    else this.write(texts);
+    this.write(texts);
+    this.lost(all.length, texts.length);
     this.finishIfDone();
   }
 
