@@ -47,6 +47,12 @@ describe('POST /device/{id}/credentials', () => {
     expect((await http<CredentialView[]>('GET', url(d), { token: t.token })).body[0]!.expires_at).toBe(c.expires_at);
   });
 
+  it('takes a fraction of any length, as ISO 8601 and the other times of the API do', async () => {
+    const d = await newDevice(svc, t);
+    const c = await newCredential(svc, t, d, { type: 'password', expires_at: '2099-06-30T14:00:00.1234567891234+02:00' });
+    expect(c.expires_at).toBe('2099-06-30T12:00:00.123456+00:00');
+  });
+
   it('expires_at null, as the answers write "never", is the same as leaving it out', async () => {
     const d = await newDevice(svc, t);
     const c = await newCredential(svc, t, d, { type: 'password', expires_at: null });
