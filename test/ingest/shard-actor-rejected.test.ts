@@ -130,3 +130,37 @@ describe('the shard actor, when the live stream cannot take a commit', () => {
     expect(stored).toBe(1);
   });
 });
+
+describe('the shard actor, with a large COPY whose rows are all rejected', () => {
+  it('still answers (INGEST_BATCH_ROWS up to 1,000,000: the rejected rows are gathered without a spread)', async () => {
+    const model = buildDeviceModel('t', 'one', [
+      { template_id: 1, attr_id: 1, label: 'a', type: 'dynamic', value_type: 'integer', static_value: null },
+    ]);
+    const cache = new DeviceCache(
+      (devices) => Promise.resolve(new Map(devices.map(({ tenant, id }) => [`${tenant}/${id}`, model]))),
+      10,
+      60_000,
+    );
+    // A constraint added by hand refuses every row of the COPY.
+    const writer = {
+      write: (lines: string[]) => Promise.resolve({ seconds: 0, rejected: lines.length, rejectedLines: [...lines] }),
+    };
+    const actor = new ShardActor(cache, writer as unknown as HistoryWriter, { batchRows: 1_000_000 });
+    const n = 300_000;
+    const one = Buffer.from('{"a":1}');
+    const offsets = Uint32Array.from({ length: n + 1 }, (_, i) => i * one.length);
+    // Before, `push(...refused)` of 300,000 rows threw "Maximum call stack size exceeded" out of
+    // the flush: the handle never settled.
+    const delta = await Promise.race([
+      actor.handle({
+        keys: Array.from({ length: n }, () => 't/one').join('\0'),
+        payload: Buffer.concat(Array.from({ length: n }, () => one)),
+        offsets,
+        received: Float64Array.from({ length: n }, (_, i) => 1e6 + i),
+      }),
+      new Promise<'stalled'>((r) => setTimeout(() => r('stalled'), 20_000)),
+    ]);
+    expect(delta).not.toBe('stalled');
+    expect((delta as { dropped: Record<string, number> }).dropped).toEqual({ db_rejected: n });
+  }, 60_000);
+});
