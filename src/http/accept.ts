@@ -21,6 +21,23 @@ export function accepts(header: string, mediaType: string): boolean {
   return best !== undefined && best.q > 0;
 }
 
+/**
+ * Whether `header` names `mediaType` itself (not through `type/*` or `*` + `/*`) with a weight
+ * above 0: media types are case-insensitive and may carry parameters (RFC 9110 §8.3.1), and
+ * `q=0` refuses the type (§12.4.2). For an answer only given to a client that asks for it by
+ * name, as `GET /stream`'s Server-Sent Events (docs/live.md §2).
+ */
+export function names(header: string, mediaType: string): boolean {
+  let q: number | undefined;
+  for (const range of header.split(',')) {
+    const [name, ...params] = range.split(';').map((s) => s.trim().toLowerCase());
+    if (name !== mediaType) continue;
+    const weight = params.find((p) => p.startsWith('q='));
+    q = weight === undefined ? 1 : Number(weight.slice(2));
+  }
+  return q !== undefined && q > 0;
+}
+
 /** The 406 answer when `accept` excludes `mediaType`, else undefined. */
 export function notAcceptable(accept: string, mediaType: string): Reply | undefined {
   if (accepts(accept, mediaType)) return undefined;

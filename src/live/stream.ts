@@ -11,6 +11,7 @@ import client from 'prom-client';
 import uWS from 'uWebSockets.js';
 import type { Claims, Tokens } from '../auth/tokens.js';
 import { errors, type ApiError } from '../errors.js';
+import { names } from '../http/accept.js';
 import { unknownParameter } from '../http/query.js';
 import { requestIdFor } from '../http/request-id.js';
 import { statusLine } from '../http/status-line.js';
@@ -766,7 +767,7 @@ export class LiveHub {
         res.cork(() => writeError(res, admitted.status, admitted.error, request.id));
         return;
       }
-      if (!accept.includes('text/event-stream')) {
+      if (!names(accept, 'text/event-stream')) {
         this.answered(request, 400);
         const e = errors.notAStream();
         res.cork(() => writeError(res, e.httpStatus, e.message, request.id));

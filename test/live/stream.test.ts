@@ -205,6 +205,26 @@ describe('GET /stream over WebSocket', () => {
     expect(await sse.json()).toEqual({ message: 'templates must be template ids, got "abc"', status: 400 });
     const plain = await fetch(`${svc.base}/stream`, { headers: { Authorization: `Bearer ${a.token}` } });
     expect(plain.status).toBe(400);
+    // Accept as RFC 9110 reads it (found by an audit): q=0 refuses Server-Sent Events (it opened
+    // one), and a media type in other letter cases is the same type (it was a 400).
+    for (const accept of ['text/event-stream;q=0', 'application/json, text/event-stream; q=0', '*/*', 'text/*']) {
+      const refused = await fetch(`${svc.base}/stream`, { headers: { Accept: accept, Authorization: `Bearer ${a.token}` } });
+      expect({ accept, status: refused.status }).toEqual({ accept, status: 400 });
+      expect(await refused.json()).toMatchObject({ status: 400 });
+    }
+    for (const accept of ['Text/Event-Stream', 'TEXT/EVENT-STREAM;q=0.5', 'application/json;q=0.9, text/event-stream;charset=utf-8']) {
+      const ctl = new AbortController();
+      const opened = await fetch(`${svc.base}/stream`, {
+        headers: { Accept: accept, Authorization: `Bearer ${a.token}` },
+        signal: ctl.signal,
+      });
+      expect({ accept, status: opened.status, type: opened.headers.get('content-type') }).toEqual({
+        accept,
+        status: 200,
+        type: 'text/event-stream',
+      });
+      ctl.abort();
+    }
     // A misspelt filter parameter is refused rather than ignored (it would widen the stream).
     await expect(openWs(wsUrl(`?devices=${a.devices[0]!}`), { token: a.token })).rejects.toThrow('HTTP 400');
     const misspelt = await fetch(`${svc.base}/stream?devices=${a.devices[0]!}`, {
