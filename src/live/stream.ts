@@ -81,12 +81,17 @@ function subscriptionOfQuery(query: URLSearchParams): Subscription {
   return parseSubscription({ devices: values('device'), templates: values('template'), attrs: values('attr') });
 }
 
-/** `max_messages`: a positive integer, or absent. */
+/**
+ * `max_messages`: a positive integer, or absent. Read as every integer query parameter is
+ * (docs/api.md "Queries"): decimal digits with an optional sign, blanks around allowed, within
+ * 2^53 - 1; the OpenAPI document declares it `integer`, `minimum: 1`, with no maximum.
+ */
 function maxMessagesOf(query: URLSearchParams): number | undefined {
   const v = query.get('max_messages');
   if (v === null) return undefined;
-  if (!/^[0-9]{1,9}$/.test(v) || Number(v) < 1) throw new BadSubscription(`max_messages must be a positive integer, got "${v}"`);
-  return Number(v);
+  const n = /^\s*[+-]?\d+\s*$/.test(v) ? Number(v) : NaN;
+  if (!Number.isSafeInteger(n) || n < 1) throw new BadSubscription(`max_messages must be a positive integer, got "${v}"`);
+  return n;
 }
 
 const describe = (s: Subscription) =>

@@ -236,6 +236,31 @@ describe('GET /stream over WebSocket', () => {
     });
   });
 
+  it('reads max_messages as every integer query parameter (found by an audit)', async () => {
+    const a = await tenant('wsmax', 1);
+    // docs/api.md: digits with an optional sign, blanks around allowed, up to 2^53 - 1; the OpenAPI
+    // document declares `integer`, `minimum: 1`. Before: "+2" and " 2" were 400, and so was any
+    // value of ten digits or more.
+    for (const max of ['%2B2', '%202%20', '02', '10000000000', '9007199254740991']) {
+      const ws = await openWs(wsUrl(`?max_messages=${max}`), { token: a.token });
+      await ws.next((m) => m.type === 'subscribed', `subscribed with max_messages=${max}`);
+      ws.close();
+    }
+    const sse = await openSse(`${svc.base}/stream?max_messages=%2B1`, a.token);
+    await sse.ended;
+    expect(sse.events).toEqual([{ event: 'closed', data: { type: 'closed', reason: 'max_messages reached' } }]);
+    for (const max of ['0', '-1', '1.5', '1e3', '', '9007199254740992', 'x']) {
+      const refused = await fetch(`${svc.base}/stream?max_messages=${max}`, {
+        headers: { Accept: 'text/event-stream', Authorization: `Bearer ${a.token}` },
+      });
+      expect({ max, status: refused.status, body: await refused.json() }).toEqual({
+        max,
+        status: 400,
+        body: { message: `max_messages must be a positive integer, got "${max}"`, status: 400 },
+      });
+    }
+  });
+
   it('closes with 1009 and a reason on a client message over 64 KiB', async () => {
     const a = await tenant('wsbig', 1);
     const ws = await openWs(wsUrl(), { token: a.token });
