@@ -134,6 +134,33 @@ describe('fixed-length buckets', () => {
     expect((await get(q, tiny)).body).toEqual(expected);
   });
 
+  it('an average is the double nearest the exact average, from the rows and from the rollups alike (was one unit off)', async () => {
+    const pool = svc.service.pool;
+    const t = await createTemplate(pool, tenant, 'mean', [{ label: 'temperature', type: 'dynamic', value_type: 'float' }]);
+    const mean = await createDevice(pool, tenant, [t]);
+    // (0.01 + 0 + 0) / 3 = 1/300, whose nearest double is 0.0033333333333333335 (as 0.01 / 3 in
+    // doubles); numeric's avg kept 16 digits, 0.0033333333333333333, rounded to the double below.
+    // 4.001 / 3 likewise: 1.3336666666666666 (doubles say ...668, 4.001 being stored a little above).
+    await insertHistory(pool, [
+      { tenant, device: mean, attr: 'temperature', ts: '2024-05-02T10:00:00Z', value: '0.01' },
+      { tenant, device: mean, attr: 'temperature', ts: '2024-05-02T10:00:01Z', value: '0' },
+      { tenant, device: mean, attr: 'temperature', ts: '2024-05-02T10:00:02Z', value: '0' },
+      { tenant, device: mean, attr: 'temperature', ts: '2024-05-02T11:00:00Z', value: '4.001' },
+      { tenant, device: mean, attr: 'temperature', ts: '2024-05-02T11:00:01Z', value: '0' },
+      { tenant, device: mean, attr: 'temperature', ts: '2024-05-02T11:00:02Z', value: '0' },
+    ]);
+    const q = '?attr=temperature&interval=1h&agg=avg,sum,count&dateFrom=2024-05-02T10:00:00Z&dateTo=2024-05-02T11:59:59.999999Z';
+    const expected = [
+      { ts: at('2024-05-02T10:00:00Z'), avg: 0.0033333333333333335, sum: 0.01, count: 3 },
+      { ts: at('2024-05-02T11:00:00Z'), avg: 1.3336666666666666, sum: 4.001, count: 3 },
+    ];
+    const rows = await get(q, mean);
+    expect(rows.status).toBe(200);
+    expect(rows.body).toEqual(expected);
+    await svc.service.historyMaintenance.rollUp();
+    expect((await get(q, mean)).body).toEqual(expected);
+  });
+
   it('bounds are inclusive and cut buckets: a partial bucket aggregates only the rows inside', async () => {
     const r = await get('?attr=temperature&interval=1h&agg=sum,count&dateFrom=2024-05-01T10:10:00Z&dateTo=2024-05-01T11:10:00Z');
     expect(r.body).toEqual([
