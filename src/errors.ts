@@ -76,6 +76,8 @@ export const errors = {
   brokerUnavailable: () => plain(503, 'The message broker is not available; the configuration was not sent'),
   actuationBodyNotObject: () => plain(400, 'The body must be a JSON object with an "attrs" object (attribute label to new value)'),
   actuationValueTooDeep: () => plain(400, 'An attribute value is nested too deeply to be sent'),
+  actuationValueBeyondDouble: () =>
+    plain(400, 'An attribute value is a number beyond the range of a double (such as 1e400) and cannot be sent'),
 
   // Pre-shared keys
   missingKeyLength: () => plain(400, 'Missing key_length parameter'),

@@ -136,6 +136,23 @@ describe('through the external broker (MQTT_URL)', () => {
     await dev.endAsync();
   });
 
+  it('a number beyond a double (1e400, also nested): 400, nothing sent (it was sent as null)', async () => {
+    const dev = await deviceClient(svc.env.MQTT_URL!, { username: `${tenant}:${device}` });
+    const got = await listen(dev, [`${tenant}:${device}/config`]);
+    for (const raw of ['{"attrs":{"setpoint":1e400}}', '{"attrs":{"mode":{"levels":[1,-1e400]}}}']) {
+      const res = await actuate(device, null, { raw });
+      expect([res.status, res.body]).toEqual([
+        400,
+        { message: 'An attribute value is a number beyond the range of a double (such as 1e400) and cannot be sent', status: 400 },
+      ]);
+    }
+    // A later, valid actuation is the first thing the device sees.
+    expect((await actuate(device, null, { raw: '{"attrs":{"setpoint":1e300}}' })).status).toBe(200);
+    await eventually(() => got.length >= 1 || undefined, 'the valid message');
+    expect(got.map((g) => g.payload)).toEqual(['{"setpoint":1e+300}']);
+    await dev.endAsync();
+  });
+
   it("another tenant's device is unknown; a device with the same id elsewhere gets nothing", async () => {
     const otherTenant = `x${tenant}`;
     const otherToken = await tenantToken(svc.base, svc.token, otherTenant);

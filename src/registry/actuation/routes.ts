@@ -20,8 +20,8 @@ export const actuationRoutes: RouteSpec<{ actuation: ActuationService }>[] = [
     responses: {
       200: { description: 'Sent. The key has a leading space, as in the reference.', schema: 'ActuationSent' },
       400: {
-        description: 'Not a JSON object with an object `attrs`.',
-        errors: ['actuationBodyNotObject', 'actuationValueTooDeep', 'payloadNotJson'],
+        description: 'Not a JSON object with an object `attrs`; a value nested too deeply or a number beyond a double.',
+        errors: ['actuationBodyNotObject', 'actuationValueTooDeep', 'actuationValueBeyondDouble', 'payloadNotJson'],
       },
       403: { description: 'Some labels are not actuator attributes of the device.', errors: ['notConfigurable'] },
       404: { description: 'No such device.', errors: ['noSuchDevice'] },

@@ -35,12 +35,19 @@ export class ActuationService {
     const refused = Object.keys(attrs).filter((label) => !actuators.has(label));
     if (refused.length > 0) throw errors.notConfigurable(refused);
     let message: string;
+    let beyondDouble = false;
     try {
-      message = JSON.stringify(attrs);
+      // A number beyond a double (1e400) parses as Infinity, which JSON.stringify writes as null:
+      // the device would get null for the value asked for. Such a body is refused instead.
+      message = JSON.stringify(attrs, (_key, value: unknown) => {
+        if (typeof value === 'number' && !Number.isFinite(value)) beyondDouble = true;
+        return value;
+      });
     } catch {
       // Parsed, but too deep for JSON.stringify's recursion (thousands of levels): nothing is sent.
       throw errors.actuationValueTooDeep();
     }
+    if (beyondDouble) throw errors.actuationValueBeyondDouble();
     try {
       await this.publisher.publish(configTopics(tenant, id), message);
     } catch (err) {
