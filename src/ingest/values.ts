@@ -40,9 +40,23 @@ const geopoint: Converter = (v) => {
   return JSON.stringify(v);
 };
 
+/** Whether `v` holds a number beyond a double (JSON.parse reads `1e400` as Infinity). */
+function holdsNonFinite(v: unknown): boolean {
+  let found = false;
+  JSON.stringify(v, (_key, value: unknown) => {
+    if (typeof value === 'number' && !Number.isFinite(value)) found = true;
+    return value;
+  });
+  return found;
+}
+
 const anyJson: Converter = (v) => {
   try {
-    return JSON.stringify(v);
+    const text = JSON.stringify(v);
+    // JSON.stringify writes Infinity as null: a number beyond a double would be stored as null,
+    // not as what the device sent, so it does not fit. Only text with a null can hold one.
+    if (text.includes('null') && holdsNonFinite(v)) return undefined;
+    return text;
   } catch {
     return undefined; // nested deeper than the stack allows (JSON.parse took it, stringify cannot)
   }

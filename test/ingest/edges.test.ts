@@ -155,6 +155,19 @@ describe('through the run broker (MQTT_URL), MAX_MESSAGE_BYTES=256', () => {
       await droppedAtLeast('wrong_type', before + 1);
     });
 
+    it('a number beyond a double (1e400) in a value of a type without a rule does not fit (wrong_type), rather than stored as null', async () => {
+      const before = dropped(await metrics(), 'wrong_type');
+      const d = await newDevice([{ label: 'reading', type: 'dynamic', value_type: 'object' }]);
+      await send(d, '{"reading":1e400,"name":"m1"}');
+      await send(d, '{"reading":{"x":[1,-1e400]},"name":"m2"}');
+      await send(d, '{"reading":{"x":[null,1e300]},"name":"m3"}');
+      const all = await stored(d, 4);
+      expect(all.reading!.map((r) => r.value)).toEqual([{ x: [null, 1e300] }]);
+      await droppedAtLeast('wrong_type', before + 2);
+      await settle();
+      expect(await historyCount(svc.service.pool, tenant, d)).toBe(4);
+    });
+
     it('a date alone ("2024-05-01") is ISO 8601: midnight UTC of that day', async () => {
       const d = await newDevice();
       await send(d, JSON.stringify({ temperature: 1, timestamp: '2024-05-01' }));
