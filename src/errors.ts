@@ -67,6 +67,8 @@ export const errors = {
   badDeviceId: () =>
     new ApiError(400, { message: ['Device ID must be 2-6 characters and must be hexadecimal (0-9,a-f,A-F).'], status: 400 }),
   pskOverride: (label: string) => plain(400, `The key of psk attribute ${label} is set by gen_psk or a key copy, not by the override list`),
+  pskMetadataOverride: (label: string) =>
+    plain(400, `The value of psk metadata attribute ${label} is a key: it cannot be set by the override list`),
   deviceIdInUse: (id: string) => plain(400, `Device ID ${id} is already in use`),
   deviceIdWithCount: () => plain(400, 'A device ID can only be given for single device creation'),
   deviceIdGenerationFailed: () => plain(500, 'Failed to generate unique device_id'),

@@ -63,6 +63,44 @@ describe('keys and device/template changes', () => {
     expect((await http('GET', `${svc.base}/device/abcd`, { token: svc.token })).status).toBe(404);
   });
 
+  it('the override list cannot set the value of a psk metadata attribute either (create or update): 400, nothing stored', async () => {
+    // It was 200 "device updated", the value stored in clear and shown by no view, public or internal.
+    const template = await createTemplate(svc.base, svc.token, {
+      label: 'with-psk-metadata',
+      attrs: [
+        {
+          label: 'serial',
+          type: 'static',
+          value_type: 'string',
+          static_value: 'S1',
+          metadata: [{ label: 'mkey', type: 'static', value_type: 'psk' }],
+        },
+      ],
+    });
+    const serial = template.attrs.find((a) => a.label === 'serial')!;
+    const meta = serial.metadata![0]!;
+    const body = {
+      label: 'm',
+      templates: [template.id],
+      attrs: [{ id: serial.id, label: 'serial', metadata: [{ id: meta.id, static_value: 'topsecret' }] }],
+    };
+    const expected = {
+      message: 'The value of psk metadata attribute mkey is a key: it cannot be set by the override list',
+      status: 400,
+    };
+    const post = await http('POST', `${svc.base}/device`, { token: svc.token, body: { ...body, id: 'abce' } });
+    expect([post.status, post.body]).toEqual([400, expected]);
+    expect((await http('GET', `${svc.base}/device/abce`, { token: svc.token })).status).toBe(404);
+    const created = await http<{ devices: { id: string }[] }>('POST', `${svc.base}/device`, {
+      token: svc.token,
+      body: { label: 'm', templates: [template.id] },
+    });
+    const id = created.body.devices[0]!.id;
+    const put = await http('PUT', `${svc.base}/device/${id}`, { token: svc.token, body });
+    expect([put.status, put.body]).toEqual([400, expected]);
+    expect(await countOf(svc.service.pool, 'SELECT count(*)::int AS n FROM device_overrides WHERE device_id = $1', [id])).toBe(0);
+  });
+
   it('a device update dropping the template deletes its keys', async () => {
     const {
       ids: [id],

@@ -130,6 +130,7 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
           'repeatedAttributes',
           'unknownTemplateInAttrList',
           'pskOverride',
+          'pskMetadataOverride',
         ],
       },
       404: {
@@ -319,7 +320,14 @@ export const deviceRoutes: RouteSpec<Deps>[] = [
       200: { description: 'The device, with `updated`.', schema: 'DeviceUpdated' },
       400: {
         description: 'Bad body or override list.',
-        errors: [...BODY_ERRORS, 'missingOverrideLabel', 'repeatedAttributes', 'unknownTemplateInAttrList', 'pskOverride'],
+        errors: [
+          ...BODY_ERRORS,
+          'missingOverrideLabel',
+          'repeatedAttributes',
+          'unknownTemplateInAttrList',
+          'pskOverride',
+          'pskMetadataOverride',
+        ],
       },
       404: {
         description: 'No such device or template, or an unknown attribute of the override list (HTTP 404 with body status 400).',

@@ -317,6 +317,9 @@ export class DeviceService {
         if (!meta) throw errors.unknownOverrideMetadata(m.id);
         if (seen.has(meta.id)) throw errors.repeatedAttributes();
         seen.add(meta.id);
+        // A psk metadata attribute's value is a key too: no view shows an override of it, so one
+        // would be stored (in clear) and never seen.
+        if (meta.valueType === 'psk' && m.staticValue !== undefined) throw errors.pskMetadataOverride(meta.label);
         override(meta, m.staticValue);
       }
     }
