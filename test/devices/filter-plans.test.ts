@@ -3,7 +3,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { type AttrPlan, listDevices } from '../../src/registry/devices/repo.js';
 import { createDevices, createTemplate } from '../helpers/registry-api.js';
-import { useService } from '../helpers/service.js';
+import { http, useService } from '../helpers/service.js';
 import { locator, thermometer } from './fixtures.js';
 
 const svc = useService();
@@ -32,6 +32,18 @@ beforeAll(async () => {
     attrs: [{ label: 'serial', static_value: 'SN-5' }],
   });
   await createDevices(svc.base, token, { id: 'd6', label: 'f', templates: [] });
+  // A psk attribute: its template value, and an override kept from before it became psk, match nothing.
+  const keyed = await createTemplate(svc.base, token, {
+    label: 'keyed',
+    attrs: [{ label: 'pin', type: 'static', value_type: 'string', static_value: 'P0' }],
+  });
+  await createDevices(svc.base, token, { id: 'd7', label: 'g', templates: [keyed.id], attrs: [{ label: 'pin', static_value: 'P7' }] });
+  await createDevices(svc.base, token, { id: 'd8', label: 'h', templates: [keyed.id] });
+  const put = await http('PUT', `${svc.base}/template/${keyed.id}`, {
+    token,
+    body: { label: 'keyed', attrs: [{ label: 'pin', type: 'static', value_type: 'psk', static_value: 'P0' }] },
+  });
+  expect(put.status, put.text).toBe(200);
 });
 
 const ids = async (plan: AttrPlan, attrs: Array<{ label: string; value: string }>, label?: string) =>
@@ -62,6 +74,8 @@ describe('attr= filter plans', () => {
     ],
     ['with a label filter', [{ label: 'vendor', value: 'initech' }], 'c', ['d3']],
     ['nothing', [{ label: 'vendor', value: 'nobody' }], undefined, []],
+    ['a psk attribute: its template value', [{ label: 'pin', value: 'P0' }], undefined, []],
+    ['a psk attribute: an override from before it became psk', [{ label: 'pin', value: 'P7' }], undefined, []],
   ];
   it.each(cases)('%s', async (_name, attrs, label, expected) => {
     expect(await ids('walk', attrs, label)).toEqual(expected);

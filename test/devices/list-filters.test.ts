@@ -2,7 +2,7 @@
 // (case-sensitive, literal, prefix or suffix only) and attr=<label>=<value> (split at the first
 // `=`, the device's own value wins). Each describe block works in a fresh tenant.
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { DeviceList, TemplateList, TemplateView } from '../helpers/api.js';
+import type { DeviceList, DeviceView, TemplateList, TemplateView } from '../helpers/api.js';
 import { createDevices, createTemplate } from '../helpers/registry-api.js';
 import { http, useService } from '../helpers/service.js';
 import { deviceQueries } from './fixtures.js';
@@ -138,5 +138,39 @@ describe('attr=<label>=<value>: split at the first `=`, the device override wins
     expect(res.status, res.text).toBe(200);
     expect(await idsOf(token, 'attr=conf=x=y=z')).toEqual(['a1', 'a2']);
     expect(await idsOf(token, 'attr=conf=a=b')).toEqual([]);
+  });
+});
+
+describe('attr=<label>=<value> on a psk attribute: a device shows no value for it, so none matches', () => {
+  // A psk attribute's value in a device is its key, never shown by a public view. A template
+  // value or an override left from before the attribute became psk matched the filter although
+  // no view showed it (found by an audit).
+  let token: string;
+  beforeAll(async () => {
+    token = (await svc.freshTenant('pskfilter')).token;
+  });
+
+  it('an override kept when the attribute became psk, and a psk template value, match nothing', async () => {
+    const t = await createTemplate(svc.base, token, {
+      label: 'conv',
+      attrs: [{ label: 'cv', type: 'static', value_type: 'string', static_value: 'T' }],
+    });
+    await createDevices(svc.base, token, { id: 'c1', label: 'conv', templates: [t.id], attrs: [{ label: 'cv', static_value: 'OVR' }] });
+    await createDevices(svc.base, token, { id: 'c2', label: 'conv', templates: [t.id] });
+    expect(await idsOf(token, 'attr=cv=OVR')).toEqual(['c1']);
+    const res = await http('PUT', `${svc.base}/template/${t.id}`, {
+      token,
+      body: { label: 'conv', attrs: [{ label: 'cv', type: 'static', value_type: 'psk', static_value: 'T' }] },
+    });
+    expect(res.status, res.text).toBe(200);
+    const view = await http<DeviceView>('GET', `${svc.base}/device/c1`, { token });
+    expect(view.body.attrs[String(t.id)]![0]).not.toHaveProperty('static_value');
+    for (const q of ['attr=cv=OVR', 'attr=cv=T']) {
+      expect(await idsOf(token, q)).toEqual([]);
+      const page = await http<DeviceList>('GET', `${svc.base}/device?${q}`, { token });
+      expect([page.status, page.body.devices.map((d) => d.id), page.body.pagination.total]).toEqual([200, [], 0]);
+    }
+    // The template itself still shows and matches its own value.
+    expect((await http<TemplateList>('GET', `${svc.base}/template?attr=cv=T`, { token })).body.templates.map((x) => x.id)).toEqual([t.id]);
   });
 });

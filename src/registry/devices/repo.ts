@@ -45,6 +45,8 @@ function listWhere(tenant: string, q: DeviceQuery, p: Params, plan: AttrPlan): s
     const online = onlineSql(p.add(q.status.offlineAfterSeconds));
     conds.push(q.status.online ? online : `NOT ${online}`);
   }
+  // A psk attribute's value in a device is its key, which no public view shows (nor its template
+  // value, nor an override kept from before it became psk): attr= never matches one.
   for (const a of f.attrs) {
     const label = p.add(a.label);
     const value = p.add(a.value);
@@ -55,15 +57,15 @@ function listWhere(tenant: string, q: DeviceQuery, p: Params, plan: AttrPlan): s
       // the planner cannot choose to walk every device on a misestimated join.
       conds.push(
         `d.id = ANY(ARRAY(SELECT o.device_id FROM device_overrides o JOIN template_attrs x ON x.tenant = o.tenant AND x.id = o.attr_id
-             WHERE o.tenant = ${t} AND x.parent_id IS NULL AND x.label = ${label} AND o.static_value = ${value}
+             WHERE o.tenant = ${t} AND x.parent_id IS NULL AND x.label = ${label} AND x.value_type <> 'psk' AND o.static_value = ${value}
            UNION ALL
            SELECT dt.device_id FROM template_attrs x JOIN device_templates dt ON dt.tenant = x.tenant AND dt.template_id = x.template_id
-             WHERE x.tenant = ${t} AND x.parent_id IS NULL AND x.label = ${label} AND x.static_value = ${value}
+             WHERE x.tenant = ${t} AND x.parent_id IS NULL AND x.label = ${label} AND x.value_type <> 'psk' AND x.static_value = ${value}
                AND NOT EXISTS (SELECT 1 FROM device_overrides o WHERE o.tenant = dt.tenant AND o.device_id = dt.device_id AND o.attr_id = x.id)))`,
       );
       continue;
     }
-    const labelled = `ARRAY(SELECT x.id FROM template_attrs x WHERE x.tenant = ${t} AND x.parent_id IS NULL AND x.label = ${label})`;
+    const labelled = `ARRAY(SELECT x.id FROM template_attrs x WHERE x.tenant = ${t} AND x.parent_id IS NULL AND x.label = ${label} AND x.value_type <> 'psk')`;
     // Same rule, checked per device (the OR keeps both checks correlated, walking the devices
     // in page order; the InitPlans turn the label into ids once per query).
     conds.push(
@@ -71,7 +73,7 @@ function listWhere(tenant: string, q: DeviceQuery, p: Params, plan: AttrPlan): s
            AND o.static_value = ${value} AND o.attr_id = ANY(${labelled}))
         OR EXISTS (SELECT 1 FROM device_templates dt WHERE dt.tenant = d.tenant AND dt.device_id = d.id
            AND dt.template_id = ANY(ARRAY(SELECT x.template_id FROM template_attrs x
-                 WHERE x.tenant = ${t} AND x.parent_id IS NULL AND x.label = ${label} AND x.static_value = ${value}))
+                 WHERE x.tenant = ${t} AND x.parent_id IS NULL AND x.label = ${label} AND x.value_type <> 'psk' AND x.static_value = ${value}))
            AND NOT EXISTS (SELECT 1 FROM device_overrides o JOIN template_attrs x ON x.tenant = o.tenant AND x.id = o.attr_id
                  WHERE o.tenant = d.tenant AND o.device_id = d.id AND x.template_id = dt.template_id AND x.parent_id IS NULL AND x.label = ${label})))`,
     );
