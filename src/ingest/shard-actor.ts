@@ -12,7 +12,8 @@
 // database outages themselves. A message that would lose values to its device's model (a key
 // the model does not know, a value of another type, a translator that fails) while that model
 // is older than the message (device-cache.ts) is set aside, and rendered again with the model
-// read afresh: one more query per batch that has such messages.
+// read afresh: one more query per batch that has such messages. The device's later messages of
+// the batch are set aside with it, so its messages keep their order.
 import { setImmediate } from 'node:timers/promises';
 import type { DeviceCache } from './device-cache.js';
 import { renderMessage, type DeviceModel, type MessageOutcome } from './device-model.js';
@@ -109,13 +110,19 @@ export class ShardActor {
     const devices = await this.cache.resolve(keys, task.received);
     const message = (i: number) => task.payload.subarray(task.offsets[i], task.offsets[i + 1]);
     let recheck: number[] | undefined;
+    // The devices with a message set aside: their later messages of the batch wait with it, so
+    // one device's messages are still rendered (and told to the live stream) in arrival order.
+    let aside: Set<string> | undefined;
     for (let i = 0; i < keys.length; i++) {
       const m = devices.model(i);
       if (!m) this.drop('unknown_device');
-      else if (!this.render(m, message(i), task.received[i]!, this.withRoom(), devices.stale(i))) (recheck ??= []).push(i);
+      else if (aside?.has(keys[i]!) || !this.render(m, message(i), task.received[i]!, this.withRoom(), devices.stale(i))) {
+        (recheck ??= []).push(i);
+        (aside ??= new Set()).add(keys[i]!);
+      }
     }
     if (recheck) {
-      const fresh = await this.cache.reload(recheck.map((i) => keys[i]!));
+      const fresh = await this.cache.reload([...aside!]);
       for (const i of recheck) {
         const m = fresh(keys[i]!);
         if (!m) this.drop('unknown_device');
