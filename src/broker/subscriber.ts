@@ -23,7 +23,7 @@
 // a cost that grows with what is in flight. The price: a message whose shard is stalled holds
 // back the PUBACKs of later messages on its connection (already committed; a crash then means
 // redelivery, i.e. duplicates, never loss). Stalls are database-wide in practice (an outage),
-// when every shard waits anyway.
+// when every shard waits anyway. A clean stop (close) sends those held back out of order.
 import net from 'node:net';
 import tls from 'node:tls';
 import { EventEmitter } from 'node:events';
@@ -248,6 +248,7 @@ export class SubscriberConnection extends EventEmitter {
       socket.resume();
       if (this.sessionOpen) {
         this.flushAcks();
+        this.flushAcksOutOfOrder();
         // Reason 0 keeps the session (MQTT 5 would drop it only with a session expiry of 0).
         socket.end(mqttPacket.generate({ cmd: 'disconnect' }, { protocolVersion: this.opts.version }));
       } else {
@@ -615,6 +616,31 @@ export class SubscriberConnection extends EventEmitter {
       out[k * 4 + 3] = id & 0xff;
     }
     this.inflight -= n;
+    this.write(out);
+  }
+
+  /**
+   * At a clean stop: the PUBACKs of the acknowledged messages still waiting behind an older one
+   * (its shard did not commit in time), out of order. Held back, they were never sent, and the
+   * next instance stored those committed messages a second time (found by an audit). The older
+   * ones stay unacknowledged and are delivered again.
+   */
+  private flushAcksOutOfOrder(): void {
+    const ids: number[] = [];
+    for (let k = 0; k < this.inflight; k++) {
+      const id = this.arrivals[(this.head + k) & 0xffff]!;
+      if (this.state[id] === 2) ids.push(id);
+    }
+    if (ids.length === 0) return;
+    const out = Buffer.allocUnsafe(ids.length * 4);
+    ids.forEach((id, k) => {
+      // Not in flight any more: no later use of its handle can answer for it again.
+      this.state[id] = 0;
+      out[k * 4] = 0x40;
+      out[k * 4 + 1] = 0x02;
+      out[k * 4 + 2] = id >> 8;
+      out[k * 4 + 3] = id & 0xff;
+    });
     this.write(out);
   }
 
