@@ -325,6 +325,9 @@ export class DeviceAuthorisation {
   /** An authorised attrs message to the inbox: QoS 0 goes on at once, QoS 1/2 (the PUBACK) when ingest uses its ack handle. */
   private handOver(client: Client, device: DeviceRef, packet: PublishPacket, done: PublishDone): void {
     if (this.holding) return;
+    // Not retained: no one may subscribe to an attrs topic, so aedes would keep the last message
+    // of each (up to MAX_MESSAGE_BYTES) in memory for good, even after its device is removed.
+    packet.retain = false;
     if (packet.qos === 2) {
       // A QoS 2 message sent again before its PUBREL (the device missed the PUBREC) is the one
       // already taken in and committed (MQTT-4.3.3-2): aedes, which runs this hook before it
