@@ -43,7 +43,7 @@ export const REGISTRY_CHANNEL = 'device-registry:registry-events';
 const NOTIFY_CHANNEL = 'registry_events';
 /** The listening connection's name in pg_stat_activity. */
 export const LISTEN_APPLICATION_NAME = 'device-registry-listen';
-// NOTIFY payloads must stay under 8000 bytes: a larger devices.removed is split (notifications),
+// NOTIFY payloads must stay under 8000 bytes: a larger devices.removed or devices.changed is split (notifications),
 // any other larger event degrades to a tenant-wide one (payload).
 const MAX_NOTIFY_BYTES = 7000;
 /** Room for the envelope around an event: `{"origin":"<uuid>","event":...}`. */
@@ -53,13 +53,16 @@ const ENVELOPE_BYTES = 64;
 export const fitsOneNotification = (event: RegistryEvent): boolean =>
   Buffer.byteLength(JSON.stringify(event)) + ENVELOPE_BYTES <= MAX_NOTIFY_BYTES;
 /**
- * The notifications that tell other instances of `event`. A `devices.removed` too large for one
- * goes as several, each with part of the ids: a tenant-wide event would drop their caches but
- * not close those devices' MQTT connections on their embedded brokers (docs/credentials.md §3).
- * Any other event too large goes as `tenant.changed` (`payload`).
+ * The notifications that tell other instances of `event`. A `devices.removed` or
+ * `devices.changed` too large for one goes as several, each with part of the ids (and the same
+ * action and templates). A tenant-wide event in its place would not close removed devices' MQTT
+ * connections on the other instances' embedded brokers (docs/credentials.md §3), and would tell
+ * their live stream clients `tenant` `changed` where this instance's clients are told which
+ * devices were created or updated (POST /device?count=1000 names ~9 kB of ids; found by an
+ * audit). Any other event too large goes as `tenant.changed` (`payload`).
  */
 function notifications(event: RegistryEvent): RegistryEvent[] {
-  if (event.type !== 'devices.removed' || fitsOneNotification(event)) return [event];
+  if ((event.type !== 'devices.removed' && event.type !== 'devices.changed') || fitsOneNotification(event)) return [event];
   const parts: RegistryEvent[] = [];
   const room = MAX_NOTIFY_BYTES - ENVELOPE_BYTES - Buffer.byteLength(JSON.stringify({ ...event, deviceIds: [] }));
   let ids: string[] = [];

@@ -22,7 +22,7 @@ describe('two instances', () => {
   it('a client of one instance sees what the other committed', async () => {
     // A Mosquitto of the test's own (shared subscriptions split the messages between the two);
     // without the binary the test fails.
-    broker = await startMosquitto(path.join(projectRoot, 'test/ingest/fixtures/mosquitto.conf'));
+    broker ??= await startMosquitto(path.join(projectRoot, 'test/ingest/fixtures/mosquitto.conf'));
     const first = await testEnv({
       MQTT_URL: broker.url,
       MQTT_SUBSCRIBER_CONNECTIONS: '2',
@@ -99,5 +99,41 @@ describe('two instances', () => {
       metric((await http<string>('GET', `${base}/metrics`)).text, 'live_fanout_skipped_messages_total');
     expect((await skipped(a.base)) + (await skipped(b.base))).toBe(large.length);
     stream.close();
+  }, 180_000);
+
+  it('a client of one instance is told of every device another created, by id, however many at once', async () => {
+    // POST /device?count=1000 names 1,000 devices (~9 kB of ids): more than one NOTIFY holds. A
+    // client of the instance that created them gets one `device` `created` naming them all; one
+    // of the other instance used to get a bare `tenant` `changed` instead (the notification
+    // degraded to a tenant-wide one), so it could not tell which devices were new.
+    broker ??= await startMosquitto(path.join(projectRoot, 'test/ingest/fixtures/mosquitto.conf'));
+    const first = await testEnv({
+      MQTT_URL: broker.url,
+      INGEST_WORKERS: '1',
+      JWT_SECRET: crypto.randomBytes(24).toString('hex'),
+      LOG_LEVEL: 'info',
+      LOG_FORMAT: 'json',
+    });
+    const a = await spawned.ready(first);
+    const b = await spawned.ready({ ...first, DATA_DIR: (await testEnv()).DATA_DIR });
+    const tenant = `big${crypto.randomBytes(3).toString('hex')}`;
+    const token = await tenantToken(a.base, await login(a.base), tenant);
+    const t = await createTemplate(a.base, token, { label: 'many', attrs: [{ label: 'n', type: 'dynamic', value_type: 'integer' }] });
+    const onA = await openWs(`${a.base.replace('http', 'ws')}/stream`, { token });
+    const onB = await openWs(`${b.base.replace('http', 'ws')}/stream`, { token });
+    await onA.next((m) => m.type === 'subscribed', 'subscribed on the first');
+    await onB.next((m) => m.type === 'subscribed', 'subscribed on the second');
+
+    const ids = (await createDevices(a.base, token, { label: 'm', templates: [t.id] }, '?count=1000')).map((x) => x.id);
+    const named = (s: typeof onA) =>
+      s.messages.filter((m) => m.type === 'device' && m.action === 'created').flatMap((m) => m.device_ids as string[]);
+    await onA.next(() => named(onA).length >= ids.length, 'the creation on the first');
+    await onB.next(() => named(onB).length >= ids.length || onB.messages.some((m) => m.type === 'tenant'), 'the creation on the second');
+    // Heard on the second instance as on the first: every id once, nothing tenant-wide.
+    expect(onB.messages.filter((m) => m.type === 'tenant')).toEqual([]);
+    expect(named(onB).sort()).toEqual([...ids].sort());
+    expect(named(onA).sort()).toEqual([...ids].sort());
+    onA.close();
+    onB.close();
   }, 180_000);
 });
