@@ -43,7 +43,7 @@ export const REGISTRY_CHANNEL = 'device-registry:registry-events';
 const NOTIFY_CHANNEL = 'registry_events';
 /** The listening connection's name in pg_stat_activity. */
 export const LISTEN_APPLICATION_NAME = 'device-registry-listen';
-// NOTIFY payloads must stay under 8000 bytes: a larger devices.removed or devices.changed is split (notifications),
+// NOTIFY payloads must stay under 8000 bytes: a larger event naming devices or templates is split (notifications),
 // any other larger event degrades to a tenant-wide one (payload).
 const MAX_NOTIFY_BYTES = 7000;
 /** Room for the envelope around an event: `{"origin":"<uuid>","event":...}`. */
@@ -53,31 +53,45 @@ const ENVELOPE_BYTES = 64;
 export const fitsOneNotification = (event: RegistryEvent): boolean =>
   Buffer.byteLength(JSON.stringify(event)) + ENVELOPE_BYTES <= MAX_NOTIFY_BYTES;
 /**
- * The notifications that tell other instances of `event`. A `devices.removed` or
- * `devices.changed` too large for one goes as several, each with part of the ids (and the same
- * action and templates). A tenant-wide event in its place would not close removed devices' MQTT
- * connections on the other instances' embedded brokers (docs/credentials.md §3), and would tell
- * their live stream clients `tenant` `changed` where this instance's clients are told which
- * devices were created or updated (POST /device?count=1000 names ~9 kB of ids; found by an
- * audit). Any other event too large goes as `tenant.changed` (`payload`).
+ * The notifications that tell other instances of `event`. An event naming devices or templates
+ * (`devices.removed`, `devices.changed`, `templates.changed`) too large for one goes as several,
+ * each with part of the ids (and the rest of the event as it is). A tenant-wide event in its
+ * place would not close removed devices' MQTT connections on the other instances' embedded
+ * brokers (docs/credentials.md §3), and would tell their live stream clients `tenant` `changed`
+ * where this instance's clients are told which devices or templates changed (POST
+ * /device?count=1000 names ~9 kB of ids; DELETE /template of 900 templates with 8-digit ids, ~8
+ * kB; found by an audit). Any other event too large goes as `tenant.changed` (`payload`).
  */
 function notifications(event: RegistryEvent): RegistryEvent[] {
-  if ((event.type !== 'devices.removed' && event.type !== 'devices.changed') || fitsOneNotification(event)) return [event];
+  if (fitsOneNotification(event)) return [event];
+  switch (event.type) {
+    case 'devices.removed':
+    case 'devices.changed':
+      return split(event.deviceIds, (deviceIds) => ({ ...event, deviceIds }));
+    case 'templates.changed':
+      return split(event.templateIds, (templateIds) => ({ ...event, templateIds }));
+    default:
+      return [event];
+  }
+}
+
+/** `ids` cut in parts whose events (`withIds`) each fit one notification. */
+function split<I extends string | number>(ids: readonly I[], withIds: (ids: I[]) => RegistryEvent): RegistryEvent[] {
   const parts: RegistryEvent[] = [];
-  const room = MAX_NOTIFY_BYTES - ENVELOPE_BYTES - Buffer.byteLength(JSON.stringify({ ...event, deviceIds: [] }));
-  let ids: string[] = [];
+  const room = MAX_NOTIFY_BYTES - ENVELOPE_BYTES - Buffer.byteLength(JSON.stringify(withIds([])));
+  let part: I[] = [];
   let bytes = 0;
-  for (const id of event.deviceIds) {
+  for (const id of ids) {
     const size = Buffer.byteLength(JSON.stringify(id)) + 1;
-    if (ids.length > 0 && bytes + size > room) {
-      parts.push({ ...event, deviceIds: ids });
-      ids = [];
+    if (part.length > 0 && bytes + size > room) {
+      parts.push(withIds(part));
+      part = [];
       bytes = 0;
     }
-    ids.push(id);
+    part.push(id);
     bytes += size;
   }
-  if (ids.length > 0) parts.push({ ...event, deviceIds: ids });
+  if (part.length > 0) parts.push(withIds(part));
   return parts;
 }
 

@@ -4,6 +4,7 @@
 // PostgreSQL NOTIFY), and the first's device views know when those devices were last seen.
 import crypto from 'node:crypto';
 import path from 'node:path';
+import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { projectRoot } from '../../src/paths.js';
 import { startMosquitto, type Mosquitto } from '../helpers/mosquitto.js';
@@ -101,11 +102,13 @@ describe('two instances', () => {
     stream.close();
   }, 180_000);
 
-  it('a client of one instance is told of every device another created, by id, however many at once', async () => {
+  it('a client of one instance is told of every device another created and every template it removed, by id, however many at once', async () => {
     // POST /device?count=1000 names 1,000 devices (~9 kB of ids): more than one NOTIFY holds. A
     // client of the instance that created them gets one `device` `created` naming them all; one
     // of the other instance used to get a bare `tenant` `changed` instead (the notification
-    // degraded to a tenant-wide one), so it could not tell which devices were new.
+    // degraded to a tenant-wide one), so it could not tell which devices were new. Likewise
+    // DELETE /template of 900 templates with 8-digit ids (template ids are shared by all tenants,
+    // so a large deployment's are long).
     broker ??= await startMosquitto(path.join(projectRoot, 'test/ingest/fixtures/mosquitto.conf'));
     const first = await testEnv({
       MQTT_URL: broker.url,
@@ -133,7 +136,31 @@ describe('two instances', () => {
     expect(onB.messages.filter((m) => m.type === 'tenant')).toEqual([]);
     expect(named(onB).sort()).toEqual([...ids].sort());
     expect(named(onA).sort()).toEqual([...ids].sort());
-    onA.close();
-    onB.close();
+
+    // 900 templates with ids past 10,000,000, then all removed at once on the first instance.
+    const db = new pg.Client({ connectionString: first.DATABASE_URL });
+    await db.connect();
+    await db.query("SELECT setval('template_ids', 10000000)");
+    await db.end();
+    const tenant2 = `tpl${crypto.randomBytes(3).toString('hex')}`;
+    const token2 = await tenantToken(a.base, await login(a.base), tenant2);
+    const templateIds: string[] = [];
+    for (let i = 0; i < 900; i++) templateIds.push(String((await createTemplate(a.base, token2, { label: `t${i}`, attrs: [] })).id));
+    const tplOnA = await openWs(`${a.base.replace('http', 'ws')}/stream`, { token: token2 });
+    const tplOnB = await openWs(`${b.base.replace('http', 'ws')}/stream`, { token: token2 });
+    await tplOnA.next((m) => m.type === 'subscribed', 'subscribed on the first');
+    await tplOnB.next((m) => m.type === 'subscribed', 'subscribed on the second');
+    expect((await http('DELETE', `${a.base}/template`, { token: token2 })).status).toBe(200);
+    const removed = (s: typeof onA) =>
+      s.messages.filter((m) => m.type === 'template' && m.action === 'removed').flatMap((m) => m.template_ids as string[]);
+    await tplOnA.next(() => removed(tplOnA).length >= templateIds.length, 'the removal on the first');
+    await tplOnB.next(
+      () => removed(tplOnB).length >= templateIds.length || tplOnB.messages.some((m) => m.type === 'tenant'),
+      'the removal on the second',
+    );
+    expect(tplOnB.messages.filter((m) => m.type === 'tenant')).toEqual([]);
+    expect(removed(tplOnB).sort()).toEqual([...templateIds].sort());
+    expect(removed(tplOnA).sort()).toEqual([...templateIds].sort());
+    for (const s of [onA, onB, tplOnA, tplOnB]) s.close();
   }, 180_000);
 });
