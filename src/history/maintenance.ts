@@ -2,7 +2,8 @@
 //   * on plain PostgreSQL it creates the partitions of the previous, current and next two chunk
 //     intervals ahead of time (workers create others on demand) and drops whole partitions
 //     older than HISTORY_RETENTION_DAYS; on TimescaleDB it sets the retention policy once at
-//     start (TimescaleDB creates and drops chunks itself);
+//     start (TimescaleDB creates and drops chunks itself), except on the Apache-only build,
+//     which has none: there it drops expired chunks at start and at every pass;
 //   * on both, it moves the start of the open region to the start of the previous chunk
 //     (sql/022_history_closed_spans.sql): reads then plan the open chunks only, and find older
 //     rows through the series' spans;
@@ -49,8 +50,11 @@ export async function startHistoryMaintenance(opts: {
   const { rows: changed } = await pool.query<{ same: boolean }>('SELECT history_set_chunk_interval($1::interval) AS same', [
     opts.chunkInterval,
   ]);
-  const { rows } = await pool.query<{ timescale: boolean; secs: number }>(
-    'SELECT timescale, extract(epoch FROM chunk_interval)::float8 AS secs FROM history_settings',
+  // Who applies HISTORY_RETENTION_DAYS: the service at every pass (plain PostgreSQL, and
+  // TimescaleDB's Apache-only build, which has no retention policy: before an audit, there only
+  // at start), or a TimescaleDB retention policy set once at start.
+  const { rows } = await pool.query<{ timescale: boolean; secs: number; byService: boolean }>(
+    'SELECT timescale, extract(epoch FROM chunk_interval)::float8 AS secs, history_retention_by_service() AS "byService" FROM history_settings',
   );
   const settings = { ...rows[0]!, same: changed[0]!.same };
   if (!settings.same) {
@@ -103,10 +107,10 @@ export async function startHistoryMaintenance(opts: {
     return true;
   };
 
-  /** Partitions ahead (plain) and retention: waited for at start. */
+  /** Partitions ahead (plain) and retention where the service applies it: waited for at start. */
   const housekeep = async () => {
     await pool.query(`SELECT history_ensure_partition(now() + s.chunk_interval * g) FROM history_settings s, generate_series(-1, 2) AS g`);
-    if (!settings.timescale) {
+    if (settings.byService) {
       const res = await pool.query<{ dropped: number }>('SELECT history_apply_retention($1::int) AS dropped', [retention]);
       const dropped = res.rows[0]?.dropped ?? 0;
       if (dropped > 0) log.info('history retention dropped expired partitions', { partitions: dropped, retentionDays: retention });
@@ -147,7 +151,7 @@ export async function startHistoryMaintenance(opts: {
   };
   const failed = (err: Error) => log.warn('history maintenance failed; trying again later', { error: err.message });
 
-  if (settings.timescale) await pool.query('SELECT history_apply_retention($1::int)', [retention]);
+  if (!settings.byService) await pool.query('SELECT history_apply_retention($1::int)', [retention]);
   await housekeep();
   await checkSizing().catch(failed);
   // Moving the open region is not waited for: on a database upgraded with a long history, the

@@ -25,6 +25,19 @@ export function timescaleLayout(): Promise<boolean> {
   return cached;
 }
 
+/** TimescaleDB's license setting on the test server (`timescale`: community, `apache`: the Apache-only build); null without TimescaleDB. */
+export async function timescaleLicense(): Promise<string | null> {
+  if (!(await timescaleLayout())) return null;
+  const client = new pg.Client({ connectionString: inject('adminDatabaseUrl') });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ license: string | null }>(`SELECT current_setting('timescaledb.license', true) AS license`);
+    return rows[0]!.license ?? 'timescale';
+  } finally {
+    await client.end();
+  }
+}
+
 /** The title suffix of a TimescaleDB-only block, and a line in the output when it does not run. */
 export function timescaleOnly(file: string, has: boolean): string {
   if (!has)
