@@ -268,6 +268,41 @@ describe(`retention (HISTORY_RETENTION_DAYS), ${TIMESCALE ? 'TimescaleDB: a rete
     },
   );
 
+  it('several instances starting at once with HISTORY_RETENTION_DAYS and a changed HISTORY_CHUNK_INTERVAL all start (on TimescaleDB: one retention policy, one compression policy)', async () => {
+    const db = await freshDatabase();
+    await (await start({ DATABASE_URL: db })).stop();
+    for (const [days, interval] of [
+      ['30', '12 hours'],
+      ['10', '1 day'],
+    ]) {
+      // Before, on TimescaleDB, the instances' policy changes raced: "tuple concurrently deleted"
+      // stopped a start (plain PostgreSQL's retention took its lock already).
+      const started = await Promise.allSettled(
+        Array.from({ length: 4 }, () => start({ DATABASE_URL: db, HISTORY_RETENTION_DAYS: days, HISTORY_CHUNK_INTERVAL: interval })),
+      );
+      expect(started.filter((r) => r.status === 'rejected').map((r) => String(r.reason))).toEqual([]);
+      const s = (started[0] as PromiseFulfilledResult<TestService>).value;
+      if (TIMESCALE) {
+        const { rows } = await s.service.pool.query<{ proc_name: string; ok: boolean }>(
+          `SELECT proc_name, coalesce((config->>'compress_after')::interval = $1::interval * 2,
+                                      (config->>'drop_after')::interval = $2::int * interval '1 day') AS ok
+             FROM timescaledb_information.jobs WHERE hypertable_name = 'history' ORDER BY proc_name`,
+          [interval, days],
+        );
+        // (The Apache-only build has no policies: the service drops expired chunks itself.)
+        expect(rows.map((r) => [r.proc_name, r.ok])).toEqual(
+          APACHE
+            ? []
+            : [
+                ['policy_compression', true],
+                ['policy_retention', true],
+              ],
+        );
+      }
+      for (const r of running.splice(0)) await r.stop();
+    }
+  }, 120_000);
+
   it('without HISTORY_RETENTION_DAYS nothing is dropped (and on TimescaleDB a policy set earlier is removed)', async () => {
     const db = await freshDatabase();
     const first = await start({ DATABASE_URL: db, HISTORY_RETENTION_DAYS: '30' });
