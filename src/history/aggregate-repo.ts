@@ -136,11 +136,12 @@ async function rolledHours(
   b: Bucketing,
 ): Promise<{ from: string; to: string } | undefined> {
   const sql = bucketSql(b, '$4::text');
-  // Not before the oldest chunk there is (none: no hour at all): TimescaleDB's retention drops
-  // chunks on its own schedule, and the rollups of their hours are forgotten only by the next
-  // maintenance pass. Hours left out are read from the rows, so an old value here is safe.
-  const { oldestUs } = await horizonOf(pool);
-  const oldest = oldestUs === undefined ? 'infinity' : microsToText(oldestUs);
+  // Not before the oldest chunk there is, nor TimescaleDB's retention cut (none: no hour at
+  // all): its retention drops chunks on its own schedule, and the rollups of their hours are
+  // forgotten only by the next maintenance pass. Hours left out are read from the rows, so an
+  // old value here is safe.
+  const { rollupsFromUs } = await horizonOf(pool);
+  const oldest = rollupsFromUs === undefined ? 'infinity' : microsToText(rollupsFromUs);
   const L = hourOf(`greatest($1::timestamptz, $3::timestamptz) + ${HOUR} - interval '1 microsecond'`);
   const R = `least(${hourOf(`$2::timestamptz + interval '1 microsecond'`)}, (SELECT rolled_before FROM history_settings))`;
   const aligned =

@@ -16,6 +16,13 @@ export interface Horizon {
    * (oldestChunkUs), and the rollups of hours before it are left out (their rows are read).
    */
   oldestUs: number | undefined;
+  /**
+   * From where the hourly rollups may answer, µs (undefined: nowhere): the oldest chunk's start,
+   * and on TimescaleDB not before its retention policy's cut, since the policy drops chunks on
+   * its own schedule and a late row may make a dropped chunk again before the rollup pass
+   * forgets its hours (sql/140_history_rollups_from_retention.sql).
+   */
+  rollupsFromUs: number | undefined;
 }
 
 /** How long a read horizon is used before it is read again. */
@@ -30,11 +37,12 @@ interface Cached {
 const cache = new WeakMap<pg.Pool, Cached>();
 
 async function read(pool: pg.Pool): Promise<Horizon> {
-  const { rows } = await pool.query<{ closed_us: string | null; chunk_us: number; oldest_us: string | null }>({
+  const { rows } = await pool.query<{ closed_us: string | null; chunk_us: number; oldest_us: string | null; rollups_us: string | null }>({
     name: 'history-horizon',
     text: `SELECT CASE WHEN closed_before = '-infinity' THEN NULL ELSE (extract(epoch FROM closed_before) * 1000000)::int8::text END AS closed_us,
                   (extract(epoch FROM chunk_interval) * 1000000)::float8 AS chunk_us,
-                  (extract(epoch FROM history_oldest_chunk_start()) * 1000000)::int8::text AS oldest_us
+                  (extract(epoch FROM history_oldest_chunk_start()) * 1000000)::int8::text AS oldest_us,
+                  (extract(epoch FROM history_rollups_from()) * 1000000)::int8::text AS rollups_us
              FROM history_settings`,
   });
   const row = rows[0]!;
@@ -42,6 +50,7 @@ async function read(pool: pg.Pool): Promise<Horizon> {
     closedUs: row.closed_us === null ? -Infinity : Number(row.closed_us),
     chunkUs: row.chunk_us,
     oldestUs: row.oldest_us === null ? undefined : Number(row.oldest_us),
+    rollupsFromUs: row.rollups_us === null ? undefined : Number(row.rollups_us),
   };
 }
 

@@ -210,29 +210,39 @@ describe(`retention (HISTORY_RETENTION_DAYS), ${TIMESCALE ? 'TimescaleDB: a rete
     expect(res.map((r) => r.value)).toEqual([4, 3]);
   });
 
-  it.skipIf(TIMESCALE)(
-    'the rollups of a dropped partition go with it: a late row that makes it again is aggregated alone (was counted with the dropped rows)',
+  it.skipIf(APACHE)(
+    `the rollups of a dropped ${TIMESCALE ? 'chunk are not used' : 'partition go with it'}: a late row that makes it again is aggregated alone (was counted with the dropped rows)`,
     async () => {
       const db = await freshDatabase();
       const tenant = `ret${crypto.randomBytes(3).toString('hex')}`;
-      const s = await start({ DATABASE_URL: db, HISTORY_RETENTION_DAYS: '3' });
+      const s = await start({ DATABASE_URL: db, HISTORY_RETENTION_DAYS: '30' });
       const pool = s.service.pool;
       const t = await createTemplate(pool, tenant, 't', [{ label: 'v', type: 'dynamic', value_type: 'integer' }]);
       await createDevice(pool, tenant, [t], { id: 'aa' });
       const day = new Date(Date.now() - 10 * 86_400_000).toISOString().slice(0, 10);
-      // Two rows of an expired day (late: their hours marked), rolled up by a pass.
+      // Two rows of ten days ago (late: their hours marked), rolled up by a pass while kept.
       await insertHistory(pool, [
         { tenant, device: 'aa', attr: 'v', ts: `${day}T01:10:00Z`, value: '5' },
         { tenant, device: 'aa', attr: 'v', ts: `${day}T02:10:00Z`, value: '6' },
       ]);
       await s.service.historyMaintenance.rollUp();
       expect(await countOf(pool, `SELECT count(*) AS n FROM history_rollup WHERE tenant = '${tenant}'`)).toBe(2);
-      // Retention drops their partition; before the next pass, a late row of that day makes it again.
-      expect(await countOf(pool, 'SELECT history_apply_retention(3) AS n')).toBeGreaterThan(0);
+      // The retention shortened to 3 days drops their partition (TimescaleDB: a policy of 3 days,
+      // its job run now instead of on its schedule); before the next pass, a late row of that day
+      // makes it again.
+      if (TIMESCALE) {
+        await pool.query(`SELECT remove_retention_policy('history'), add_retention_policy('history', drop_after => interval '3 days')`);
+        await pool.query('CALL run_job($1)', [(await policies(s)).policy_retention!.id]);
+      } else expect(await countOf(pool, 'SELECT history_apply_retention(3) AS n')).toBeGreaterThan(0);
+      expect(await countOf(pool, `SELECT count(*) AS n FROM history WHERE tenant = '${tenant}'`)).toBe(0);
       await insertHistory(pool, [{ tenant, device: 'aa', attr: 'v', ts: `${day}T03:10:00Z`, value: '7' }]);
-      await s.service.historyMaintenance.rollUp();
       const q = `interval=1d&agg=sum,count&dateFrom=${day}T00:00:00Z&dateTo=${day}T23:59:59.999999Z`;
-      expect(await readAll(s, tenant, 'aa', 'v', q)).toEqual([{ ts: `${day}T00:00:00.000000Z`, sum: 7, count: 1 }]);
+      const answer = [{ ts: `${day}T00:00:00.000000Z`, sum: 7, count: 1 }];
+      // Read before the next pass (the horizon the reads use is read again: at most 5 s old).
+      await new Promise((r) => setTimeout(r, 5100));
+      expect(await readAll(s, tenant, 'aa', 'v', q)).toEqual(answer);
+      await s.service.historyMaintenance.rollUp();
+      expect(await readAll(s, tenant, 'aa', 'v', q)).toEqual(answer);
     },
   );
 
