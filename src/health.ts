@@ -38,6 +38,14 @@ export class Readiness {
   draining = false;
   /** The check of the scrape under way: both gauges below read the same one (one database query per scrape). */
   private scraping: Promise<ReadinessReport> | undefined;
+  /**
+   * The database query of the checks, while it runs: every check waits for it (each at most
+   * DATABASE_TIMEOUT_MS) instead of starting its own, so a hung database holds one pool
+   * connection for the health checks, not one per probe until the pool is used up.
+   */
+  private querying: Promise<{ rows: Array<{ version: number }> }> | undefined;
+  /** GET /health's `SELECT 1` while it runs, shared the same way. */
+  private pinging: Promise<unknown> | undefined;
 
   constructor(private readonly opts: ReadinessOptions) {
     // prom-client collects the two gauges side by side: the first starts the check, the second
@@ -72,28 +80,33 @@ export class Readiness {
     return { ready: reasons.length === 0, checks, reasons };
   }
 
+  /** GET /health: whether the database answers `SELECT 1` within DATABASE_TIMEOUT_MS. */
+  async databaseAnswers(): Promise<boolean> {
+    const ping = (this.pinging ??= this.opts.pool.query('SELECT 1').finally(() => (this.pinging = undefined)));
+    return within(ping).then(
+      () => true,
+      () => false,
+    );
+  }
+
   /** One query answers both: the database is reachable, and which migrations it has. */
   private async checkDatabase(): Promise<{ database: string; migrations: string }> {
-    let timer: NodeJS.Timeout | undefined;
     try {
-      const { rows } = await Promise.race([
-        this.opts.pool.query<{ version: number }>('SELECT version FROM schema_migrations').catch((err: unknown) => {
-          // The database answered, but holds no migrations at all (a new or restored database).
-          if ((err as { code?: unknown }).code === UNDEFINED_TABLE) return { rows: [] };
-          throw err;
-        }),
-        new Promise<never>(
-          (_, reject) =>
-            (timer = setTimeout(() => reject(new Error(`no answer within ${DATABASE_TIMEOUT_MS / 1000} s`)), DATABASE_TIMEOUT_MS)),
-        ),
-      ]);
+      const { rows } = await within(
+        (this.querying ??= this.opts.pool
+          .query<{ version: number }>('SELECT version FROM schema_migrations')
+          .catch((err: unknown) => {
+            // The database answered, but holds no migrations at all (a new or restored database).
+            if ((err as { code?: unknown }).code === UNDEFINED_TABLE) return { rows: [] };
+            throw err;
+          })
+          .finally(() => (this.querying = undefined))),
+      );
       const applied = new Set(rows.map((r) => r.version));
       const missing = this.opts.migrations.filter((m) => !applied.has(m.version)).map((m) => m.name);
       return { database: 'ok', migrations: missing.length === 0 ? 'ok' : `not applied: ${missing.join(', ')}` };
     } catch (err) {
       return { database: `unreachable: ${(err as Error).message}`, migrations: 'unknown: the database did not answer' };
-    } finally {
-      clearTimeout(timer);
     }
   }
 
@@ -110,4 +123,13 @@ export class Readiness {
       return `stalled: ${pending} messages wait, none acknowledged for ${Math.round(idleMs / 1000)} s`;
     return 'ok';
   }
+}
+
+/** `work`, or a rejection once DATABASE_TIMEOUT_MS has passed (the work goes on: callers share it). */
+function within<T>(work: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>(
+    (_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${DATABASE_TIMEOUT_MS / 1000} s`)), DATABASE_TIMEOUT_MS)),
+  );
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
 }
