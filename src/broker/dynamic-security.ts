@@ -27,6 +27,13 @@ const CONNECT_MS = 10_000;
 const SWEEP_MS = 60_000;
 /** Devices per command message when many are removed at once (two commands each). */
 const REMOVAL_BATCH = 50;
+/**
+ * How long a batch of the start-up reconciliation (or of a removed device's accounts, which no API answer waits for) may wait for the broker's answer. Mosquitto
+ * saves its whole dynamic-security file after every command, so a command costs it time in
+ * proportion to its accounts (~60 ms each with 15,000): a batch of 100 removals outlasts
+ * ACTUATION_TIMEOUT_MS, which bounds API answers, not this.
+ */
+const RECONCILE_BATCH_MS = 120_000;
 const ROLE_PREFIX = 'device:';
 
 interface Answer {
@@ -169,7 +176,7 @@ export class DynamicSecurity implements BrokerAccounts {
     void (async () => {
       for (let i = 0; i < event.deviceIds.length; i += REMOVAL_BATCH) {
         const usernames = event.deviceIds.slice(i, i + REMOVAL_BATCH).map((id) => deviceName(event.tenant, id));
-        const answers = await this.send(usernames.flatMap(removal));
+        const answers = await this.send(usernames.flatMap(removal), Math.max(this.opts.timeoutMs, RECONCILE_BATCH_MS));
         for (const a of answers) this.check(a, notFound);
       }
     })().catch((err: Error) =>
@@ -188,10 +195,13 @@ export class DynamicSecurity implements BrokerAccounts {
    */
   async reconcile(): Promise<Reconciled> {
     await this.sweepExpired();
-    const [clients, roles] = await this.send([
-      { command: 'listClients', verbose: false, count: -1 },
-      { command: 'listRoles', verbose: false, count: -1 },
-    ]);
+    const [clients, roles] = await this.send(
+      [
+        { command: 'listClients', verbose: false, count: -1 },
+        { command: 'listRoles', verbose: false, count: -1 },
+      ],
+      Math.max(this.opts.timeoutMs, RECONCILE_BATCH_MS),
+    );
     this.check(clients);
     this.check(roles);
     const present = new Set((clients!.data?.clients ?? []).filter((u) => parseDeviceName(u) !== undefined));
@@ -203,7 +213,8 @@ export class DynamicSecurity implements BrokerAccounts {
     );
     const commands = [...removed.flatMap(removal), ...orphanRoles.map((rolename) => ({ command: 'deleteRole', rolename }))];
     for (let i = 0; i < commands.length; i += 2 * REMOVAL_BATCH) {
-      for (const a of await this.send(commands.slice(i, i + 2 * REMOVAL_BATCH))) this.check(a, notFound);
+      const batch = commands.slice(i, i + 2 * REMOVAL_BATCH);
+      for (const a of await this.send(batch, Math.max(this.opts.timeoutMs, RECONCILE_BATCH_MS))) this.check(a, notFound);
     }
     if (removed.length > 0)
       this.opts.log.info('removed broker accounts of devices without credentials', {
@@ -245,7 +256,7 @@ export class DynamicSecurity implements BrokerAccounts {
   }
 
   /** Sends commands in one message; resolves with their answers, in order. */
-  private send(commands: object[]): Promise<Array<Answer | undefined>> {
+  private send(commands: object[], timeoutMs = this.opts.timeoutMs): Promise<Array<Answer | undefined>> {
     if (commands.length === 0) return Promise.resolve([]);
     if (!this.client.connected) return Promise.reject(new Error('not connected to the broker'));
     const batch = `${this.prefix}:${++this.sequence}`;
@@ -256,7 +267,7 @@ export class DynamicSecurity implements BrokerAccounts {
       const timer = setTimeout(() => {
         for (const id of ids) this.waiting.delete(id);
         reject(new Error('the broker did not answer the dynamic-security commands in time'));
-      }, this.opts.timeoutMs);
+      }, timeoutMs);
       ids.forEach((id, i) =>
         this.waiting.set(id, (a) => {
           this.waiting.delete(id);

@@ -157,4 +157,30 @@ describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped M
       await again.exited;
     }
   });
+
+  it('at start: thousands of accounts of no device are removed, however long the broker takes (found by an audit)', async () => {
+    // Mosquitto saves its dynamic-security file after every command, so with many accounts a
+    // batch of removals outlasts ACTUATION_TIMEOUT_MS; the start used to fail on it ("the broker
+    // did not answer the dynamic-security commands in time"), at every start.
+    const admin = await connect(url, { username: 'broker-admin', password: passwords.MQTT_ADMIN_PASSWORD, protocolVersion: 5 });
+    clients.push(admin);
+    const strays = Array.from({ length: 3000 }, (_, i) => `${a.name}:${(0xf00000 + i).toString(16)}`);
+    for (let i = 0; i < strays.length; i += 500) {
+      const commands = strays.slice(i, i + 500).map((username) => ({ command: 'createClient', username, password: 'stray-password' }));
+      await admin.publishAsync('$CONTROL/dynamic-security/v1', JSON.stringify({ commands }), { qos: 1 });
+    }
+    await eventually(() => mosquittoCtrl('listClients').includes(strays.at(-1)!) || undefined, 'the stray accounts', 60_000);
+    const again = spawnService({ ...svc.env, LOG_LEVEL: 'info', ACTUATION_TIMEOUT_MS: '300' });
+    try {
+      const started = await again.waitFor(/"msg":"ready"|start failed/, 120_000);
+      expect(started).toContain('"msg":"ready"');
+      const left = mosquittoCtrl('listClients')
+        .split('\n')
+        .filter((u) => strays.includes(u.trim()));
+      expect(left).toEqual([]);
+    } finally {
+      again.child.kill('SIGTERM');
+      await again.exited;
+    }
+  }, 240_000);
 });
