@@ -19,29 +19,38 @@ afterAll(() => broker?.stop());
 const DEVICES = 8;
 const PER_DEVICE = 25;
 
+/**
+ * Two instances on one database and a Mosquitto of the test's own (shared subscriptions split the
+ * messages between them; without the binary the test fails), and a fresh tenant's token.
+ */
+async function twoInstances(settings: Record<string, string>, prefix: string) {
+  broker ??= await startMosquitto(path.join(projectRoot, 'test/ingest/fixtures/mosquitto.conf'));
+  const first = await testEnv({
+    MQTT_URL: broker.url,
+    INGEST_WORKERS: '1',
+    JWT_SECRET: crypto.randomBytes(24).toString('hex'),
+    LOG_LEVEL: 'info',
+    LOG_FORMAT: 'json',
+    ...settings,
+  });
+  const a = await spawned.ready(first);
+  const b = await spawned.ready({ ...first, DATA_DIR: (await testEnv()).DATA_DIR });
+  const tenant = `${prefix}${crypto.randomBytes(3).toString('hex')}`;
+  const token = await tenantToken(a.base, await login(a.base), tenant);
+  return { a, b, tenant, token, brokerUrl: broker.url, databaseUrl: first.DATABASE_URL! };
+}
+
 describe('two instances', () => {
   it('a client of one instance sees what the other committed', async () => {
     // A Mosquitto of the test's own (shared subscriptions split the messages between the two);
     // without the binary the test fails.
-    broker ??= await startMosquitto(path.join(projectRoot, 'test/ingest/fixtures/mosquitto.conf'));
-    const first = await testEnv({
-      MQTT_URL: broker.url,
-      MQTT_SUBSCRIBER_CONNECTIONS: '2',
-      INGEST_WORKERS: '1',
-      JWT_SECRET: crypto.randomBytes(24).toString('hex'),
-      LOG_LEVEL: 'info',
-      LOG_FORMAT: 'json',
-    });
-    const a = await spawned.ready(first);
-    const b = await spawned.ready({ ...first, DATA_DIR: (await testEnv()).DATA_DIR });
-    const tenant = `fan${crypto.randomBytes(3).toString('hex')}`;
-    const token = await tenantToken(a.base, await login(a.base), tenant);
+    const { a, b, tenant, token, brokerUrl } = await twoInstances({ MQTT_SUBSCRIBER_CONNECTIONS: '2' }, 'fan');
     const t = await createTemplate(a.base, token, { label: 'counter', attrs: [{ label: 'n', type: 'dynamic', value_type: 'integer' }] });
     const ids = (await createDevices(a.base, token, { label: 'c', templates: [t.id] }, `?count=${DEVICES}`)).map((x) => x.id);
     const stream = await openWs(`${a.base.replace('http', 'ws')}/stream`, { token });
     await stream.next((m) => m.type === 'subscribed', 'subscribed');
 
-    const url = broker.url;
+    const url = brokerUrl;
     await Promise.all(
       ids.map(async (id) => {
         const c = await deviceClient(url, { username: `${tenant}:${id}` });
@@ -109,18 +118,7 @@ describe('two instances', () => {
     // degraded to a tenant-wide one), so it could not tell which devices were new. Likewise
     // DELETE /template of 900 templates with 8-digit ids (template ids are shared by all tenants,
     // so a large deployment's are long).
-    broker ??= await startMosquitto(path.join(projectRoot, 'test/ingest/fixtures/mosquitto.conf'));
-    const first = await testEnv({
-      MQTT_URL: broker.url,
-      INGEST_WORKERS: '1',
-      JWT_SECRET: crypto.randomBytes(24).toString('hex'),
-      LOG_LEVEL: 'info',
-      LOG_FORMAT: 'json',
-    });
-    const a = await spawned.ready(first);
-    const b = await spawned.ready({ ...first, DATA_DIR: (await testEnv()).DATA_DIR });
-    const tenant = `big${crypto.randomBytes(3).toString('hex')}`;
-    const token = await tenantToken(a.base, await login(a.base), tenant);
+    const { a, b, token, databaseUrl } = await twoInstances({}, 'big');
     const t = await createTemplate(a.base, token, { label: 'many', attrs: [{ label: 'n', type: 'dynamic', value_type: 'integer' }] });
     const onA = await openWs(`${a.base.replace('http', 'ws')}/stream`, { token });
     const onB = await openWs(`${b.base.replace('http', 'ws')}/stream`, { token });
@@ -138,7 +136,7 @@ describe('two instances', () => {
     expect(named(onA).sort()).toEqual([...ids].sort());
 
     // 900 templates with ids past 10,000,000, then all removed at once on the first instance.
-    const db = new pg.Client({ connectionString: first.DATABASE_URL });
+    const db = new pg.Client({ connectionString: databaseUrl });
     await db.connect();
     await db.query("SELECT setval('template_ids', 10000000)");
     await db.end();
