@@ -46,7 +46,11 @@ export const LIVE_PAGE = String.raw`<!doctype html>
 <script>
 "use strict";
 const WINDOW_MS = 5 * 60 * 1000;
-const state = { token: null, devices: new Map(), chosen: null, values: {}, points: {}, ws: null };
+// Values and points by attribute label in objects without a prototype: a label may be any
+// name, "constructor" and "__proto__" too (found by an audit: in plain objects such a label
+// threw or was never shown).
+const byLabel = () => Object.create(null);
+const state = { token: null, devices: new Map(), chosen: null, values: byLabel(), points: byLabel(), ws: null };
 const $ = (id) => document.getElementById(id);
 // The API's root, whether the page was opened as /live or /live/ (or under a proxy's prefix).
 const BASE = location.pathname.replace(/\/live\/?$/, "/");
@@ -114,8 +118,8 @@ function renderDevices() {
 
 async function choose(id) {
   state.chosen = id;
-  state.values = {};
-  state.points = {};
+  state.values = byLabel();
+  state.points = byLabel();
   renderDevices();
   const d = state.devices.get(id);
   $("device-title").textContent = d.label + " (" + id + ")";
