@@ -810,6 +810,8 @@ export class LiveHub {
         res.writeHeader('X-Request-Id', request.id);
         res.writeHeader('Content-Type', 'text/event-stream');
         res.writeHeader('Cache-Control', 'no-cache');
+        // nginx buffers proxied answers by default: this asks it not to (each event as it comes).
+        res.writeHeader('X-Accel-Buffering', 'no');
         res.write(': device-registry live stream\n\n');
       });
       client = new SseClient(admitted.claims.service, this, res);

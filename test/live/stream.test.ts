@@ -218,11 +218,13 @@ describe('GET /stream over WebSocket', () => {
         headers: { Accept: accept, Authorization: `Bearer ${a.token}` },
         signal: ctl.signal,
       });
-      expect({ accept, status: opened.status, type: opened.headers.get('content-type') }).toEqual({
+      expect({
         accept,
-        status: 200,
-        type: 'text/event-stream',
-      });
+        status: opened.status,
+        type: opened.headers.get('content-type'),
+        cache: opened.headers.get('cache-control'),
+        proxyBuffering: opened.headers.get('x-accel-buffering'),
+      }).toEqual({ accept, status: 200, type: 'text/event-stream', cache: 'no-cache', proxyBuffering: 'no' });
       ctl.abort();
     }
     // A misspelt filter parameter is refused rather than ignored (it would widen the stream).
