@@ -72,18 +72,25 @@ describe('embedded broker shutdown', () => {
       }),
     );
     await connack;
-    for (let i = 1; i <= MESSAGES; i++)
-      socket.write(
-        mqttPacket.generate({
-          cmd: 'publish',
-          topic: 'acme:dev1/attrs',
-          payload: Buffer.from(`{"n":${i}}`),
-          qos: 1,
-          messageId: i,
-          retain: false,
-          dup: false,
-        }),
-      );
+    // One write, so one socket chunk: aedes reads a connection's next chunk only once every
+    // packet of the last one was handled (here: acknowledged), and the acks come only after all
+    // were taken. Written one by one, a loaded machine delivered them in several chunks and the
+    // test waited for ever (seen in full-suite runs: timed out at 30 s).
+    socket.write(
+      Buffer.concat(
+        Array.from({ length: MESSAGES }, (_, i) =>
+          mqttPacket.generate({
+            cmd: 'publish',
+            topic: 'acme:dev1/attrs',
+            payload: Buffer.from(`{"n":${i + 1}}`),
+            qos: 1,
+            messageId: i + 1,
+            retain: false,
+            dup: false,
+          }),
+        ),
+      ),
+    );
     await taken;
 
     // What the router thread's stop() does: the last commit's acks, the drain resolving (promise
