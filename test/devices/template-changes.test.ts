@@ -89,6 +89,48 @@ describe('template updates reach devices at once', () => {
       expect(all.filter((l) => l === 'zz')).toHaveLength(1);
     }
   });
+
+  it('two updates at once adding the same label, while a device is being created from both templates: one is 200, the other 400', async () => {
+    // Before (found by an audit): both updates read the templates' devices before the creation
+    // committed, so neither locked the other template nor saw the other's new label: all three
+    // answered 200 and the device had `zz` twice. Made certain here: the creation is held at its
+    // insert (a row of the same id, uncommitted) after it locked its templates, both updates wait
+    // for their template behind it, then the row is rolled back.
+    const pool = svc.service.pool;
+    const waiting = () =>
+      countOf(pool, "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'");
+    const until = async (n: number) => {
+      for (let i = 0; i < 500 && (await waiting()) < n; i++) await new Promise((r) => setTimeout(r, 10));
+      expect(await waiting()).toBeGreaterThanOrEqual(n);
+    };
+    for (let round = 0; round < 3; round++) {
+      const a = await createTemplate(svc.base, svc.token, { label: 'a', attrs: [{ label: 'a', type: 'dynamic', value_type: 'float' }] });
+      const b = await createTemplate(svc.base, svc.token, { label: 'b', attrs: [{ label: 'b', type: 'dynamic', value_type: 'float' }] });
+      const id = `c0ffe${round}`;
+      const blocker = await pool.connect();
+      try {
+        await blocker.query('BEGIN');
+        await blocker.query("INSERT INTO devices (tenant, id, label) VALUES ('admin', $1, 'held')", [id]);
+        const created = http('POST', `${svc.base}/device`, { token: svc.token, body: { id, label: 'both', templates: [a.id, b.id] } });
+        await until(1);
+        const zz = { label: 'zz', type: 'dynamic', value_type: 'float' };
+        const updates = Promise.all([
+          putTemplate(a.id, { label: 'a', attrs: [{ label: 'a', type: 'dynamic', value_type: 'float' }, zz] }),
+          putTemplate(b.id, { label: 'b', attrs: [{ label: 'b', type: 'dynamic', value_type: 'float' }, zz] }),
+        ]);
+        await until(3);
+        await blocker.query('ROLLBACK');
+        expect((await created).status).toBe(200);
+        const [ra, rb] = await updates;
+        expect([ra.status, rb.status].sort()).toEqual([200, 400]);
+      } finally {
+        blocker.release();
+      }
+      const labels = (await getDevice(svc.base, svc.token, id)).attrs;
+      const all = Object.values(labels).flatMap((attrs) => attrs.map((x) => x.label));
+      expect(all.filter((l) => l === 'zz')).toHaveLength(1);
+    }
+  });
 });
 
 describe('template deletion and devices', () => {

@@ -109,18 +109,32 @@ export async function lockTemplate(db: Db, tenant: string, id: number): Promise<
  * id order, as device creation and DELETE /template lock: never a deadlock), so two updates
  * that would give one device a repeated label cannot both pass `labelsClashOnDevices`, each
  * before the other committed. Returns whether the template exists.
+ *
+ * The neighbours are read again until a read finds no new one: the first statement's snapshot
+ * is taken before it waits for the template's row lock, so a device creation or update holding
+ * the template FOR SHARE at that moment (and giving a device this template and another) is not
+ * in it. Once the template is locked no device can start using it, so a read begun after the
+ * lock sees every neighbour (before, found by an audit: PUT of two templates at once, each
+ * adding label `y`, both during a POST /device from both, all three answered 200 and every
+ * device had `y` twice).
  */
 export async function lockTemplateAndNeighbours(db: Db, tenant: string, id: number): Promise<boolean> {
-  const { rows } = await db.query<{ id: string }>(
-    `SELECT id::text FROM templates
-      WHERE tenant = $1
-        AND (id = $2 OR id IN (SELECT other.template_id FROM device_templates dt
-                                 JOIN device_templates other ON other.tenant = dt.tenant AND other.device_id = dt.device_id
-                                WHERE dt.tenant = $1 AND dt.template_id = $2))
-      ORDER BY id FOR UPDATE`,
-    [tenant, id],
-  );
-  return rows.some((r) => r.id === String(id));
+  let locked = new Set<string>();
+  for (;;) {
+    const { rows } = await db.query<{ id: string }>(
+      `SELECT id::text FROM templates
+        WHERE tenant = $1
+          AND (id = $2 OR id IN (SELECT other.template_id FROM device_templates dt
+                                   JOIN device_templates other ON other.tenant = dt.tenant AND other.device_id = dt.device_id
+                                  WHERE dt.tenant = $1 AND dt.template_id = $2))
+        ORDER BY id FOR UPDATE`,
+      [tenant, id],
+    );
+    if (!rows.some((r) => r.id === String(id))) return false;
+    // Locks are kept until commit: a neighbour read before and gone now stays locked, harmlessly.
+    if (rows.every((r) => locked.has(r.id))) return true;
+    locked = new Set([...locked, ...rows.map((r) => r.id)]);
+  }
 }
 
 export async function insertTemplate(db: Db, tenant: string, label: string, offlineAfter: number | null): Promise<number> {
