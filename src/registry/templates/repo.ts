@@ -228,10 +228,17 @@ export async function deleteTemplate(db: Db, tenant: string, id: number): Promis
   await db.query('DELETE FROM templates WHERE tenant = $1 AND id = $2', [tenant, id]);
 }
 
-/** Locks every template of the tenant (DELETE /template), so no device starts using one meanwhile. */
-export async function lockAllTemplates(db: Db, tenant: string): Promise<void> {
+/**
+ * Locks every template of the tenant (DELETE /template), so no device starts using one meanwhile;
+ * returns their ids, the only ones `deleteAllTemplates` may remove. A template created after this
+ * statement's snapshot is not locked, and a device may be being created from it (not yet
+ * visible to `anyTemplateInUse`): before, found by an audit, the deletion then waited for that
+ * creation and removed the template under its new device, both answering 200.
+ */
+export async function lockAllTemplates(db: Db, tenant: string): Promise<string[]> {
   // In id order, as device creation locks its templates: the two never deadlock.
-  await db.query('SELECT 1 FROM templates WHERE tenant = $1 ORDER BY id FOR UPDATE', [tenant]);
+  const { rows } = await db.query<{ id: string }>('SELECT id::text FROM templates WHERE tenant = $1 ORDER BY id FOR UPDATE', [tenant]);
+  return rows.map((r) => r.id);
 }
 
 export async function anyTemplateInUse(db: Db, tenant: string): Promise<boolean> {
@@ -239,9 +246,12 @@ export async function anyTemplateInUse(db: Db, tenant: string): Promise<boolean>
   return rowCount === 1;
 }
 
-/** Returns the ids removed. */
-export async function deleteAllTemplates(db: Db, tenant: string): Promise<number[]> {
-  const { rows } = await db.query<{ id: number }>('DELETE FROM templates WHERE tenant = $1 RETURNING id', [tenant]);
+/** Removes the templates `lockAllTemplates` locked (and checked); returns the ids removed. */
+export async function deleteAllTemplates(db: Db, tenant: string, locked: string[]): Promise<number[]> {
+  const { rows } = await db.query<{ id: number }>('DELETE FROM templates WHERE tenant = $1 AND id = ANY($2::bigint[]) RETURNING id', [
+    tenant,
+    locked,
+  ]);
   return rows.map((r) => r.id);
 }
 

@@ -222,10 +222,10 @@ export class TemplateService {
   /** Removes every template of the tenant, or none when any is used by a device. */
   async removeAll(tenant: string): Promise<TemplateRecord[]> {
     const { all, ids } = await this.events.change(async (c, announce) => {
-      await repo.lockAllTemplates(c, tenant);
+      const locked = await repo.lockAllTemplates(c, tenant);
       if (await repo.anyTemplateInUse(c, tenant)) throw errors.templatesInUse();
       const all = await repo.getAllTemplates(c, tenant);
-      const deleted = await repo.deleteAllTemplates(c, tenant);
+      const deleted = await repo.deleteAllTemplates(c, tenant, locked);
       if (deleted.length > 0) await announce(changedEvent(tenant, deleted, 'removed'));
       return { all, ids: deleted };
     });
