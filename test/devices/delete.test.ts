@@ -65,4 +65,38 @@ describe('DELETE /device', () => {
       result: 'ok',
     });
   });
+
+  it('a device updated while it waits is answered as updated: removed_devices shows what was removed', async () => {
+    // Before (found by an audit): the devices were read without a lock, then deleted; a PUT
+    // /device committing in between was removed with it but answered in its old state (and a
+    // device created in between was removed and not listed at all: seen with 10,000 devices and
+    // a POST /device 5 ms after the DELETE). Made certain here: an open transaction holds the
+    // device's row, the PUT waits for it, the DELETE behind the PUT.
+    const { tenant, token } = await svc.freshTenant('delall');
+    const t = await createTemplate(svc.base, token, thermometer);
+    const [{ id }] = await createDevices(svc.base, token, { label: 'old', templates: [t.id] });
+    const pool = svc.service.pool;
+    const waiting = () =>
+      countOf(pool, "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'");
+    const hold = await pool.connect();
+    try {
+      await hold.query('BEGIN');
+      await hold.query('SELECT 1 FROM devices WHERE tenant = $1 AND id = $2 FOR UPDATE', [tenant, id]);
+      const updating = http('PUT', `${svc.base}/device/${id}`, { token, body: { label: 'new', templates: [t.id] } });
+      for (let i = 0; i < 500 && (await waiting()) < 1; i++) await new Promise((r) => setTimeout(r, 10));
+      const deleting = http<DevicesRemoved>('DELETE', `${svc.base}/device`, { token });
+      for (let i = 0; i < 500 && (await waiting()) < 2; i++) await new Promise((r) => setTimeout(r, 10));
+      // The DELETE may be waiting (after the fix) or may have read already (before): give it time.
+      await new Promise((r) => setTimeout(r, 200));
+      await hold.query('COMMIT');
+      const [updated, deleted] = await Promise.all([updating, deleting]);
+      expect(updated.status).toBe(200);
+      expect(deleted.status).toBe(200);
+      expect(deleted.body.removed_devices.map((d) => [d.id, d.label])).toEqual([[id, 'new']]);
+    } finally {
+      await hold.query('ROLLBACK').catch(() => undefined);
+      hold.release();
+    }
+    expect((await http('GET', `${svc.base}/device/${id}`, { token })).status).toBe(404);
+  });
 });

@@ -295,7 +295,22 @@ export async function deleteDevice(db: Db, tenant: string, id: string): Promise<
 }
 
 /** Returns the ids removed (a device created since the caller's read is removed and named too). */
-export async function deleteAllDevices(db: Db, tenant: string): Promise<string[]> {
-  const { rows } = await db.query<{ id: string }>('DELETE FROM devices WHERE tenant = $1 RETURNING id', [tenant]);
+/**
+ * Locks every device of the tenant (DELETE /device), in id order; returns their ids, the only
+ * ones `deleteAllDevices` may remove: each is then read (after any write to it committed) for
+ * the answer. A device created after this statement's snapshot is kept, as if created just after
+ * (before, found by an audit, it was removed but missing from `removed_devices`).
+ */
+export async function lockAllDevices(db: Db, tenant: string): Promise<string[]> {
+  const { rows } = await db.query<{ id: string }>('SELECT id FROM devices WHERE tenant = $1 ORDER BY id FOR UPDATE', [tenant]);
+  return rows.map((r) => r.id);
+}
+
+/** Removes the devices `lockAllDevices` locked; returns the ids removed. */
+export async function deleteAllDevices(db: Db, tenant: string, locked: string[]): Promise<string[]> {
+  const { rows } = await db.query<{ id: string }>('DELETE FROM devices WHERE tenant = $1 AND id = ANY($2::text[]) RETURNING id', [
+    tenant,
+    locked,
+  ]);
   return rows.map((r) => r.id);
 }

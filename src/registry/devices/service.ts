@@ -264,8 +264,9 @@ export class DeviceService {
 
   async removeAll(tenant: string): Promise<DeviceRecord[]> {
     const { views, ids } = await this.events.change(async (c, announce) => {
+      const locked = await repo.lockAllDevices(c, tenant);
       const all = await repo.getAllDevices(c, tenant);
-      const deleted = await repo.deleteAllDevices(c, tenant);
+      const deleted = await repo.deleteAllDevices(c, tenant, locked);
       if (deleted.length > 0) await announce(removedEvent(tenant, deleted));
       return { views: all, ids: deleted };
     });
