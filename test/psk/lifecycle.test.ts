@@ -162,3 +162,46 @@ describe('keys and device/template changes', () => {
     expect(events).toContainEqual({ type: 'devices.changed', tenant: 'admin', deviceIds: [id] });
   });
 });
+
+describe('gen_psk at the same time as a template update', () => {
+  // Before (found by an audit): gen_psk did not lock the device's templates, so a PUT /template
+  // committing between its read of the attributes and its write made it answer 500 (foreign key
+  // violation: the attribute removed) or store a key for an attribute just made `string`, its
+  // key just dropped; the key came back when the attribute became `psk` again.
+  const K = (valueType: string) => ({ label: 'k', type: 'static', value_type: valueType, static_value: 's' });
+  const internal = (id: string) => http<DeviceView>('GET', `${svc.internal}/internal/device/${id}`, { token: svc.token });
+
+  it('an attribute removed meanwhile: 200 or 204, never 500', async () => {
+    for (let round = 0; round < 10; round++) {
+      const t = await createTemplate(svc.base, svc.token, { label: 'p', attrs: [K('psk')] });
+      const made = await http<{ devices: Array<{ id: string }> }>('POST', `${svc.base}/device?count=10`, {
+        token: svc.token,
+        body: { label: 'p', templates: [t.id] },
+      });
+      const answers = await Promise.all([
+        http('PUT', `${svc.base}/template/${t.id}`, { token: svc.token, body: { label: 'p', attrs: [] } }),
+        ...made.body.devices.map((d) => genPsk(svc.base, svc.token, d.id, '?key_length=8')),
+      ]);
+      for (const a of answers) expect([a.status, a.body]).toEqual([expect.toBeOneOf([200, 204]), a.body]);
+    }
+  });
+
+  it('an attribute made `string` meanwhile keeps no key: none comes back when it is `psk` again', async () => {
+    for (let round = 0; round < 10; round++) {
+      const t = await createTemplate(svc.base, svc.token, { label: 'p', attrs: [K('psk')] });
+      const made = await http<{ devices: Array<{ id: string }> }>('POST', `${svc.base}/device?count=10`, {
+        token: svc.token,
+        body: { label: 'p', templates: [t.id] },
+      });
+      const ids = made.body.devices.map((d) => d.id);
+      await Promise.all([
+        http('PUT', `${svc.base}/template/${t.id}`, { token: svc.token, body: { label: 'p', attrs: [K('string')] } }),
+        ...ids.map((id) => genPsk(svc.base, svc.token, id, '?key_length=8')),
+      ]);
+      expect(
+        (await http('PUT', `${svc.base}/template/${t.id}`, { token: svc.token, body: { label: 'p', attrs: [K('psk')] } })).status,
+      ).toBe(200);
+      for (const id of ids) expect(attrOf((await internal(id)).body, 'k')!.static_value).toBeUndefined();
+    }
+  });
+});

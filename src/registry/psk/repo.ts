@@ -9,6 +9,23 @@ export interface DeviceAttr {
   valueType: string;
 }
 
+/**
+ * Locks the templates of a device (locked itself, so its template list holds) FOR SHARE, in id
+ * order as device creation locks them: a template update (FOR UPDATE) then waits for the key
+ * written, or the key write for the update. Before, found by an audit: gen_psk racing a PUT
+ * /template that removed the psk attribute answered 500 (foreign key violation), and one that
+ * made it `string` dropped the device's key before gen_psk stored a new one for it, which came
+ * back when the attribute became `psk` again.
+ */
+export async function lockTemplatesOfDevice(db: Db, tenant: string, deviceId: string): Promise<void> {
+  await db.query(
+    `SELECT 1 FROM templates t
+      WHERE t.tenant = $1 AND t.id IN (SELECT dt.template_id FROM device_templates dt WHERE dt.tenant = $1 AND dt.device_id = $2)
+      ORDER BY t.id FOR SHARE`,
+    [tenant, deviceId],
+  );
+}
+
 /** The top-level attributes of a device's templates, in id order. */
 export async function deviceAttrs(db: Db, tenant: string, deviceId: string): Promise<DeviceAttr[]> {
   const { rows } = await db.query<DeviceAttr>(

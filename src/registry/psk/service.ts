@@ -37,6 +37,7 @@ export class PskService {
     return this.events.change(async (c, announce) => {
       await requireDevice(c, tenant, deviceId, true);
       if (keyLength instanceof ApiError) throw keyLength;
+      await repo.lockTemplatesOfDevice(c, tenant, deviceId);
       const n = keyLength;
       const attrs = await repo.deviceAttrs(c, tenant, deviceId);
       let targets = attrs.filter((a) => a.valueType === PSK);
@@ -76,6 +77,8 @@ export class PskService {
   /** The device (404), then its attribute `label` (404), which must be a psk one (400). */
   private async pskAttr(c: pg.PoolClient, tenant: string, deviceId: string, label: string, lock: boolean): Promise<repo.DeviceAttr> {
     await requireDevice(c, tenant, deviceId, lock);
+    // The destination's attribute must stay a psk one until the key is stored (as in generate).
+    if (lock) await repo.lockTemplatesOfDevice(c, tenant, deviceId);
     const attr = (await repo.deviceAttrs(c, tenant, deviceId)).find((a) => a.label === label);
     if (!attr) throw errors.copyAttrNotFound(label);
     if (attr.valueType !== PSK) throw errors.copyAttrNotPsk(label);
