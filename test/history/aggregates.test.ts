@@ -22,6 +22,25 @@ type Bucket = { ts: string } & Record<string, unknown>;
 
 const get = <T = Bucket[]>(query: string, id = device, as = token) => getHistory<T>(svc.base, as, id, query);
 const at = (iso: string) => iso.replace('Z', '.000000Z').replace(/\.(\d{3})\.000000Z$/, '.$1000Z');
+
+/**
+ * A fresh device of template `label` (one float attribute `temperature`) holding `values` (ts,
+ * value): the buckets `query` reads must be `expected`, from the rows and again from the rollups.
+ */
+async function sameFromRowsAndRollups(label: string, values: Array<[string, string]>, query: string, expected: Bucket[]) {
+  const pool = svc.service.pool;
+  const t = await createTemplate(pool, tenant, label, [{ label: 'temperature', type: 'dynamic', value_type: 'float' }]);
+  const id = await createDevice(pool, tenant, [t]);
+  await insertHistory(
+    pool,
+    values.map(([ts, value]) => ({ tenant, device: id, attr: 'temperature', ts, value })),
+  );
+  const rows = await get(query, id);
+  expect(rows.status).toBe(200);
+  expect(rows.body).toEqual(expected);
+  await svc.service.historyMaintenance.rollUp();
+  expect((await get(query, id)).body).toEqual(expected);
+}
 const hours = (fromIso: string, count: number) => Array.from({ length: count }, (_, i) => new Date(Date.parse(fromIso) + i * 3_600_000));
 
 beforeAll(async () => {
@@ -109,56 +128,46 @@ describe('fixed-length buckets', () => {
   });
 
   it('an average or sum nearer zero than the smallest double is 0, from the rows and from the rollups alike (was 500)', async () => {
-    const pool = svc.service.pool;
-    const t = await createTemplate(pool, tenant, 'tiny', [{ label: 'temperature', type: 'dynamic', value_type: 'float' }]);
-    const tiny = await createDevice(pool, tenant, [t]);
     // 5e-324 is the smallest double: the average of it and two zeros (1.7e-324) and the sum
     // 1.04e-322 - 1e-322 - 5e-324 (-1e-324) round to 0, which PostgreSQL refuses to cast to float8.
-    await insertHistory(pool, [
-      { tenant, device: tiny, attr: 'temperature', ts: '2024-05-02T10:00:00Z', value: '5e-324' },
-      { tenant, device: tiny, attr: 'temperature', ts: '2024-05-02T10:00:01Z', value: '0' },
-      { tenant, device: tiny, attr: 'temperature', ts: '2024-05-02T10:00:02Z', value: '0' },
-      { tenant, device: tiny, attr: 'temperature', ts: '2024-05-02T11:00:00Z', value: '1.04e-322' },
-      { tenant, device: tiny, attr: 'temperature', ts: '2024-05-02T11:00:01Z', value: '-1e-322' },
-      { tenant, device: tiny, attr: 'temperature', ts: '2024-05-02T11:00:02Z', value: '-5e-324' },
-    ]);
-    const q = '?attr=temperature&interval=1h&agg=avg,min,max,sum,count&dateFrom=2024-05-02T10:00:00Z&dateTo=2024-05-02T11:59:59Z';
-    const expected = [
-      { ts: at('2024-05-02T10:00:00Z'), avg: 0, min: 0, max: 5e-324, sum: 5e-324, count: 3 },
-      { ts: at('2024-05-02T11:00:00Z'), avg: 0, min: -1e-322, max: 1.04e-322, sum: 0, count: 3 },
-    ];
-    const rows = await get(q, tiny);
-    expect(rows.status).toBe(200);
-    expect(rows.body).toEqual(expected);
-    await svc.service.historyMaintenance.rollUp();
-    expect((await get(q, tiny)).body).toEqual(expected);
+    await sameFromRowsAndRollups(
+      'tiny',
+      [
+        ['2024-05-02T10:00:00Z', '5e-324'],
+        ['2024-05-02T10:00:01Z', '0'],
+        ['2024-05-02T10:00:02Z', '0'],
+        ['2024-05-02T11:00:00Z', '1.04e-322'],
+        ['2024-05-02T11:00:01Z', '-1e-322'],
+        ['2024-05-02T11:00:02Z', '-5e-324'],
+      ],
+      '?attr=temperature&interval=1h&agg=avg,min,max,sum,count&dateFrom=2024-05-02T10:00:00Z&dateTo=2024-05-02T11:59:59Z',
+      [
+        { ts: at('2024-05-02T10:00:00Z'), avg: 0, min: 0, max: 5e-324, sum: 5e-324, count: 3 },
+        { ts: at('2024-05-02T11:00:00Z'), avg: 0, min: -1e-322, max: 1.04e-322, sum: 0, count: 3 },
+      ],
+    );
   });
 
   it('an average is the double nearest the exact average, from the rows and from the rollups alike (was one unit off)', async () => {
-    const pool = svc.service.pool;
-    const t = await createTemplate(pool, tenant, 'mean', [{ label: 'temperature', type: 'dynamic', value_type: 'float' }]);
-    const mean = await createDevice(pool, tenant, [t]);
     // (0.01 + 0 + 0) / 3 = 1/300, whose nearest double is 0.0033333333333333335 (as 0.01 / 3 in
     // doubles); numeric's avg kept 16 digits, 0.0033333333333333333, rounded to the double below.
     // 4.001 / 3 likewise: 1.3336666666666666 (doubles say ...668, 4.001 being stored a little above).
-    await insertHistory(pool, [
-      { tenant, device: mean, attr: 'temperature', ts: '2024-05-02T10:00:00Z', value: '0.01' },
-      { tenant, device: mean, attr: 'temperature', ts: '2024-05-02T10:00:01Z', value: '0' },
-      { tenant, device: mean, attr: 'temperature', ts: '2024-05-02T10:00:02Z', value: '0' },
-      { tenant, device: mean, attr: 'temperature', ts: '2024-05-02T11:00:00Z', value: '4.001' },
-      { tenant, device: mean, attr: 'temperature', ts: '2024-05-02T11:00:01Z', value: '0' },
-      { tenant, device: mean, attr: 'temperature', ts: '2024-05-02T11:00:02Z', value: '0' },
-    ]);
-    const q = '?attr=temperature&interval=1h&agg=avg,sum,count&dateFrom=2024-05-02T10:00:00Z&dateTo=2024-05-02T11:59:59.999999Z';
-    const expected = [
-      { ts: at('2024-05-02T10:00:00Z'), avg: 0.0033333333333333335, sum: 0.01, count: 3 },
-      { ts: at('2024-05-02T11:00:00Z'), avg: 1.3336666666666666, sum: 4.001, count: 3 },
-    ];
-    const rows = await get(q, mean);
-    expect(rows.status).toBe(200);
-    expect(rows.body).toEqual(expected);
-    await svc.service.historyMaintenance.rollUp();
-    expect((await get(q, mean)).body).toEqual(expected);
+    await sameFromRowsAndRollups(
+      'mean',
+      [
+        ['2024-05-02T10:00:00Z', '0.01'],
+        ['2024-05-02T10:00:01Z', '0'],
+        ['2024-05-02T10:00:02Z', '0'],
+        ['2024-05-02T11:00:00Z', '4.001'],
+        ['2024-05-02T11:00:01Z', '0'],
+        ['2024-05-02T11:00:02Z', '0'],
+      ],
+      '?attr=temperature&interval=1h&agg=avg,sum,count&dateFrom=2024-05-02T10:00:00Z&dateTo=2024-05-02T11:59:59.999999Z',
+      [
+        { ts: at('2024-05-02T10:00:00Z'), avg: 0.0033333333333333335, sum: 0.01, count: 3 },
+        { ts: at('2024-05-02T11:00:00Z'), avg: 1.3336666666666666, sum: 4.001, count: 3 },
+      ],
+    );
   });
 
   it('bounds are inclusive and cut buckets: a partial bucket aggregates only the rows inside', async () => {
