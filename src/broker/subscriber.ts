@@ -560,8 +560,11 @@ export class SubscriberConnection extends EventEmitter {
   /** The PUBLISH frame whose variable header starts at `start`: handed over with its ack handle. False if malformed. */
   private publish(buf: Buffer, header: number, start: number, end: number, generation: number): boolean {
     const qos = (header >> 1) & 3;
+    // Every read below stays inside the frame: a short one is malformed, never a throw (in the
+    // socket's data handler a throw would end the process).
+    if (qos === 3 || end - start < 2) return false;
     let p = start + 2 + buf.readUInt16BE(start);
-    if (p > end) return false;
+    if (p + (qos > 0 ? 2 : 0) > end) return false;
     const topic = buf.toString('utf8', start + 2, p);
     let ack = NO_ACK;
     if (qos > 0) {
@@ -570,9 +573,9 @@ export class SubscriberConnection extends EventEmitter {
       ack = new InflightAck(this, generation, qos, id, qos === 1 ? this.track(id) : 0);
     }
     if (this.opts.version === 5) {
-      // Skip the properties (no topic aliases: none were offered to the broker). A malformed
-      // length shows below as properties running past the frame.
-      readVarint(buf, p, Infinity, varint);
+      // Skip the properties (no topic aliases: none were offered to the broker). A length that
+      // does not end inside the frame, or properties running past it, are malformed.
+      if (!readVarint(buf, p, end, varint)) return false;
       p = varint.next + varint.value;
     }
     if (p > end) return false;
@@ -597,8 +600,7 @@ export class SubscriberConnection extends EventEmitter {
 
   /**
    * One write with the PUBACKs of the acknowledged messages at the head of the arrival order
-   * (those behind an unacknowledged one wait for it). PUBACK with reason 0 is the same 4 bytes
-   * in 3.1.1 and 5.
+   * (those behind an unacknowledged one wait for it).
    */
   private flushAcks(): void {
     this.flushScheduled = false;
@@ -610,10 +612,7 @@ export class SubscriberConnection extends EventEmitter {
       const id = this.arrivals[this.head]!;
       this.state[id] = 0;
       this.head = (this.head + 1) & 0xffff;
-      out[k * 4] = 0x40;
-      out[k * 4 + 1] = 0x02;
-      out[k * 4 + 2] = id >> 8;
-      out[k * 4 + 3] = id & 0xff;
+      writePuback(out, k, id);
     }
     this.inflight -= n;
     this.write(out);
@@ -636,10 +635,7 @@ export class SubscriberConnection extends EventEmitter {
     ids.forEach((id, k) => {
       // Not in flight any more: no later use of its handle can answer for it again.
       this.state[id] = 0;
-      out[k * 4] = 0x40;
-      out[k * 4 + 1] = 0x02;
-      out[k * 4 + 2] = id >> 8;
-      out[k * 4 + 3] = id & 0xff;
+      writePuback(out, k, id);
     });
     this.write(out);
   }
@@ -656,6 +652,14 @@ export class SubscriberConnection extends EventEmitter {
 }
 
 const PINGREQ = Buffer.from([0xc0, 0x00]);
+
+/** The `k`-th 4-byte PUBACK of `out`, for packet id `id`: with reason 0 it is the same in 3.1.1 and 5. */
+function writePuback(out: Buffer, k: number, id: number): void {
+  out[k * 4] = 0x40;
+  out[k * 4 + 1] = 0x02;
+  out[k * 4 + 2] = id >> 8;
+  out[k * 4 + 3] = id & 0xff;
+}
 /** Packet ids of this connection's UNSUBSCRIBEs (SUBSCRIBE uses 1, sent on connects that do not unsubscribe). */
 const UNSUBSCRIBE_ID = 1;
 const STALE_UNSUBSCRIBE_ID = 2;
