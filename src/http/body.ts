@@ -7,12 +7,23 @@ import { errors, type ApiError } from '../errors.js';
 const JSON_TYPE = /^application\/json\s*(;|$)/i;
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
+/** The client went away before its whole body arrived: there is nothing to answer, and nothing was done. */
+export class BodyAborted extends Error {
+  constructor() {
+    super('the client went away before its whole body arrived');
+  }
+}
+
 /**
  * Collects the request body, copying each chunk (uWS reuses them). Past `limit` bytes the
- * promise rejects with 413 at once; the connection is closed when the 413 is written.
+ * promise rejects with 413 at once; the connection is closed when the 413 is written. A client
+ * that goes away first (its connection closed, or ended by uWS's idle timeout) rejects it with
+ * `BodyAborted` through `onAbort` (uWS calls no `onData` again then, and a request waiting for
+ * the rest would stay in flight for ever).
  */
-export function readBody(res: uWS.HttpResponse, limit: number): Promise<Buffer> {
+export function readBody(res: uWS.HttpResponse, limit: number, onAbort: (listener: () => void) => void): Promise<Buffer> {
   return new Promise((resolve, reject) => {
+    onAbort(() => reject(new BodyAborted()));
     const chunks: Buffer[] = [];
     let size = 0;
     let over = false;

@@ -19,7 +19,7 @@ import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
 import type { QueryLimits } from '../schemas/queries.js';
 import type { QueryCheck, QueryFailure, QueryValues } from '../schemas/validator.js';
-import { parseJson, readBody } from './body.js';
+import { BodyAborted, parseJson, readBody } from './body.js';
 import { requestIdFor } from './request-id.js';
 import { statusLine } from './status-line.js';
 import { operationKey, queryChecks } from './route.js';
@@ -262,8 +262,11 @@ class Exchange implements Request {
     });
     this.match = site.router.match(this.method, this.path);
     this.params = this.match.kind === 'route' ? this.match.params : NO_PARAMS;
-    this.rawBody = this.match.kind === 'route' && this.match.endpoint.route.body ? readBody(res, site.maxBodyBytes) : undefined;
-    // The body may fail (413) while the token is still being checked: mark it handled here;
+    this.rawBody =
+      this.match.kind === 'route' && this.match.endpoint.route.body
+        ? readBody(res, site.maxBodyBytes, (fn) => this.abortListeners.push(fn))
+        : undefined;
+    // The body may fail (413, or the client gone) while the token is still being checked: mark it handled here;
     // `readJson` awaits it and answers the error.
     this.rawBody?.catch(() => undefined);
   }
@@ -280,6 +283,8 @@ async function answer(site: Site, ex: Exchange): Promise<void> {
   try {
     reply = await handle(site, ex);
   } catch (err) {
+    // Gone before its whole body came: no handler ran, no answer can be written.
+    if (err instanceof BodyAborted) return;
     reply = errorReply(err, ex);
   }
   const status = reply.stream && !ex.head ? await sendStream(ex, reply, reply.stream) : send(ex, reply, site.inFlight.draining);
