@@ -74,7 +74,8 @@ function wellFormed(text: string, value: unknown): boolean {
     if (typeof v === 'string') {
       if (LONE_SURROGATE.test(v)) return false;
     } else if (Array.isArray(v)) {
-      pending.push(...(v as unknown[]));
+      // One by one: spread into push, an array of some 120,000 items overflows the call stack.
+      for (const x of v as unknown[]) pending.push(x);
     } else if (typeof v === 'object' && v !== null) {
       for (const [k, x] of Object.entries(v)) {
         if (LONE_SURROGATE.test(k)) return false;

@@ -4,7 +4,7 @@ import pg from 'pg';
 import type { DevicesCreated, ErrorBody, UserAnswer } from '../helpers/api.js';
 import { countOf } from '../helpers/db.js';
 import { createDevice, createTemplate } from '../helpers/registry-fixtures.js';
-import { http, useService } from '../helpers/service.js';
+import { http, login, startTestService, useService } from '../helpers/service.js';
 
 const svc = useService({ MAX_BODY_BYTES: '2048' });
 
@@ -159,6 +159,29 @@ describe('request bodies', () => {
     expect(pair.status, pair.text).toBe(200);
     expect(pair.body.devices[0]!.label).toBe('\u{1F600} \\ud800_0');
   });
+
+  it('a body with a surrogate pair escaped and a list of 150,000 items is read like any other (no 500)', async () => {
+    // This file's service caps bodies at 2 KiB: one with the default cap (1 MiB).
+    const big = await startTestService();
+    try {
+      const token = await login(big.base);
+      const template = await http<{ template: { id: number } }>('POST', `${big.base}/template`, { token, body: { label: 't', attrs: [] } });
+      expect(template.status, template.text).toBe(200);
+      // The escape makes the body's strings be walked for lone surrogates; that walk overflowed
+      // the call stack on a long list (500, RangeError), though the body is well-formed.
+      const raw = `{"label":"\\ud83d\\ude00","templates":[${Array<number>(150_000).fill(template.body.template.id).join(',')}]}`;
+      expect(raw.length).toBeLessThan(1_048_576);
+      const res = await http<DevicesCreated>('POST', `${big.base}/device`, {
+        token,
+        rawBody: raw,
+        headers: { 'content-type': 'application/json' },
+      });
+      expect(res.status, res.text).toBe(200);
+      expect(res.body.devices.map((d) => d.label)).toEqual(['\u{1F600}_0']);
+    } finally {
+      await big.stop();
+    }
+  }, 60_000);
 
   it('a client that goes away mid-body does not hurt the service', async () => {
     const port = new URL(svc.base).port;
