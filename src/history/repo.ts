@@ -181,7 +181,8 @@ async function readClosed({ pool, mode, key, q, h }: SeriesRead, span: Span, nee
               LIMIT $7`,
       values: [key.tenant, key.id, key.label, key.series, microsToText(a), microsToText(b), need - out.length],
     });
-    out.push(...rows);
+    // One by one: spread into push, some 120,000 rows (lastN up to HISTORY_MAX_RESULTS) overflow the call stack.
+    for (const row of rows) out.push(row);
     if (desc) hi = a;
     else lo = b;
   }

@@ -373,3 +373,35 @@ describe('each statement of a read plans only the chunks of its range (a year of
     for (const n of several) expect(n).toBeLessThanOrEqual(5);
   });
 });
+
+describe('a read of more rows before the horizon than a call takes arguments', () => {
+  const svc = useService({ HISTORY_MAX_RESULTS: '200000' });
+
+  it('lastN and firstN of 150,000 rows: every row, in order (no 500)', async () => {
+    const { tenant, token } = await svc.freshTenant('many');
+    const pool = svc.service.pool;
+    const t = await createTemplate(pool, tenant, 'sensor', [{ label: 'a', type: 'dynamic', value_type: 'float' }]);
+    const device = await createDevice(pool, tenant, [t]);
+    await openRegionSet(svc);
+    // A second apart, five days ago: in closed chunks, read window by window (readClosed).
+    const first = Math.floor(Date.now() / 1000) * 1000 - 5 * DAY;
+    await pool.query(`SELECT history_ensure_partition(to_timestamp($1 / 1000.0) + d * interval '1 day') FROM generate_series(0, 2) d`, [
+      first,
+    ]);
+    await pool.query(
+      `INSERT INTO history (tenant, device_id, attr, series, ts, value)
+       SELECT $1, $2, 'a', history_series($1, $2, 'a'), to_timestamp($3 / 1000.0) + g * interval '1 second', g::text
+         FROM generate_series(0, 149999) g`,
+      [tenant, device, first],
+    );
+    for (const op of ['lastN', 'firstN'] as const) {
+      const res = await http<Array<{ value: number }>>('GET', `${svc.base}/history/device/${device}/history?${op}=150000&attr=a`, {
+        token,
+      });
+      // Before: 500, RangeError (Maximum call stack size exceeded) in readClosed.
+      expect(res.status, res.text.slice(0, 200)).toBe(200);
+      expect(res.body).toHaveLength(150_000);
+      expect([res.body[0]!.value, res.body[149_999]!.value]).toEqual(op === 'lastN' ? [149_999, 0] : [0, 149_999]);
+    }
+  }, 120_000);
+});
