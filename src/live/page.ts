@@ -46,6 +46,7 @@ export const LIVE_PAGE = String.raw`<!doctype html>
 <script>
 "use strict";
 const WINDOW_MS = 5 * 60 * 1000;
+const MAX_DRAWN = 600;
 // Values and points by attribute label in objects without a prototype: a label may be any
 // name, "constructor" and "__proto__" too (found by an audit: in plain objects such a label
 // threw or was never shown).
@@ -177,9 +178,20 @@ function renderChart() {
   const svg = $("chart");
   const w = 480, h = 200, pad = 30;
   const now = Date.now();
-  const pts = (state.points[$("series").value] || []).filter((p) => p.t >= now - WINDOW_MS);
-  let min = Math.min(...pts.map((p) => p.v)), max = Math.max(...pts.map((p) => p.v));
-  if (!pts.length) { min = 0; max = 1; }
+  // Points older than the window are dropped for good: a tab left open keeps minutes, not days.
+  for (const points of Object.values(state.points)) {
+    let old = 0;
+    while (old < points.length && points[old].t < now - WINDOW_MS) old++;
+    if (old) points.splice(0, old);
+  }
+  const all = state.points[$("series").value] || [];
+  // A loop, not Math.min(...): a busy device's minutes hold more points than a call takes arguments.
+  let min = Infinity, max = -Infinity;
+  for (const p of all) { if (p.v < min) min = p.v; if (p.v > max) max = p.v; }
+  if (!all.length) { min = 0; max = 1; }
+  // At most MAX_DRAWN points drawn (evenly chosen, the newest always): the chart is 480 pixels wide.
+  const step = Math.max(1, Math.ceil((all.length - 1) / (MAX_DRAWN - 1)));
+  const pts = all.filter((p, i) => i % step === 0 || i === all.length - 1);
   if (min === max) { min -= 1; max += 1; }
   const x = (t) => pad + ((t - (now - WINDOW_MS)) / WINDOW_MS) * (w - 2 * pad);
   const y = (v) => h - pad - ((v - min) / (max - min)) * (h - 2 * pad);
@@ -191,7 +203,7 @@ function renderChart() {
     '<text x="2" y="' + (h - pad) + '" font-size="10">' + min + '</text>' +
     '<path id="series-line" d="' + path + '" fill="none" stroke="#1f5fbf" stroke-width="2"/>' +
     pts.map((p) => '<circle class="point" cx="' + x(p.t).toFixed(1) + '" cy="' + y(p.v).toFixed(1) + '" r="2.5" fill="#1f5fbf"/>').join("");
-  svg.dataset.points = String(pts.length);
+  svg.dataset.points = String(all.length);
 }
 setInterval(renderChart, 5000);
 
