@@ -20,6 +20,7 @@ import * as repo from '../registry/credentials/repo.js';
 import type { BrokerAccounts } from '../registry/credentials/service.js';
 import type { RegistryEvent } from '../registry/events.js';
 import { deviceName, parseDeviceName } from '../topics.js';
+import { brokerLogin } from './broker-url.js';
 
 const COMMANDS = '$CONTROL/dynamic-security/v1';
 const RESPONSES = `${COMMANDS}/response`;
@@ -91,7 +92,9 @@ export class DynamicSecurity implements BrokerAccounts {
 
   /** Connects, reconciles the broker with the registry, and sweeps expired credentials every minute. */
   static async start(opts: DynamicSecurityOptions): Promise<DynamicSecurity> {
-    const client = mqtt.connect(opts.url, {
+    const { url: address, ...credentials } = brokerLogin(opts.url);
+    const client = mqtt.connect(address, {
+      ...credentials,
       clientId: opts.clientId,
       clean: true,
       reconnectPeriod: 1000,

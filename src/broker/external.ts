@@ -20,6 +20,7 @@
 import mqtt from 'mqtt';
 import type { Logger } from '../log.js';
 import { ATTRS_FILTERS, parseDeviceTopic, type DeviceTopic } from '../topics.js';
+import { brokerLogin } from './broker-url.js';
 import { ProtocolRefused, SubscriberConnection, type MqttVersion } from './subscriber.js';
 import { BrokerUnavailable } from '../errors.js';
 import { type AckHandle, type BrokerLink, type Inbox, type LinkState } from './link.js';
@@ -134,7 +135,9 @@ async function connectSubscribers(
 
 /** The actuation publisher, connected (it reconnects by itself later); rejects if the first connection fails. */
 async function connectPublisher(opts: ExternalLinkOptions, prefix: string, version: MqttVersion): Promise<mqtt.MqttClient> {
-  const publisher = mqtt.connect(opts.url, {
+  const { url: address, ...credentials } = brokerLogin(opts.url);
+  const publisher = mqtt.connect(address, {
+    ...credentials,
     clientId: `${prefix}-actuation`,
     protocolVersion: version,
     clean: true,

@@ -12,6 +12,7 @@
 // everything published after the UNSUBACK went to the other member.
 import mqtt from 'mqtt';
 import type { Logger } from '../log.js';
+import { brokerLogin } from './broker-url.js';
 import type { AckHandle } from './link.js';
 import { SubscriberConnection, type MqttVersion } from './subscriber.js';
 
@@ -92,7 +93,9 @@ export class SessionDrain {
 
 /** Ends a session (nothing must be routed to it any more): a clean start discards it, an expiry of 0 keeps none. */
 export async function endSession(url: string, clientId: string, version: MqttVersion): Promise<void> {
-  const client = await mqtt.connectAsync(url, {
+  const { url: address, ...credentials } = brokerLogin(url);
+  const client = await mqtt.connectAsync(address, {
+    ...credentials,
     clientId,
     clean: true,
     protocolVersion: version,

@@ -30,6 +30,7 @@ import { EventEmitter } from 'node:events';
 import mqttPacket from 'mqtt-packet';
 import type { IConnackPacket, IPubrelPacket, ISubackPacket, Packet } from 'mqtt-packet';
 import type { Logger } from '../log.js';
+import { brokerLogin } from './broker-url.js';
 import { NO_ACK, type AckHandle } from './link.js';
 
 /** How long the first connection waits for the broker's CONNACK before the start fails. */
@@ -340,8 +341,7 @@ export class SubscriberConnection extends EventEmitter {
             ...(this.opts.maxPacketBytes !== undefined ? { maximumPacketSize: this.opts.maxPacketBytes } : {}),
           }
         : undefined;
-    const username = this.url.username ? decodeURIComponent(this.url.username) : undefined;
-    const password = this.url.password ? Buffer.from(decodeURIComponent(this.url.password)) : undefined;
+    const { username, password } = brokerLogin(this.opts.url);
     return mqttPacket.generate(
       {
         cmd: 'connect',
@@ -351,7 +351,7 @@ export class SubscriberConnection extends EventEmitter {
         clean: false,
         keepalive: this.keepalive,
         ...(username !== undefined ? { username } : {}),
-        ...(password !== undefined ? { password } : {}),
+        ...(password !== undefined ? { password: Buffer.from(password) } : {}),
         ...(properties ? { properties } : {}),
       },
       { protocolVersion: this.opts.version },
