@@ -199,6 +199,20 @@ function url(env: Env, name: string, protocols: string[]): string | undefined {
   return v;
 }
 
+/** MQTT_URL: its user name and password are percent-decoded for the broker's login, so they must decode (the value is never quoted: it holds a password). */
+function brokerUrl(env: Env): string | undefined {
+  const v = url(env, 'MQTT_URL', ['mqtt:', 'mqtts:', 'tcp:', 'ssl:']);
+  if (v === undefined) return undefined;
+  const { username, password } = new URL(v);
+  try {
+    decodeURIComponent(username);
+    decodeURIComponent(password);
+  } catch {
+    throw new ConfigError('MQTT_URL', "has a '%' in its user name or password that is not followed by two hex digits (write '%' as %25)");
+  }
+  return v;
+}
+
 function host(env: Env, name: string, dflt: string): string {
   const v = value(env, name) ?? dflt;
   if (!/^[A-Za-z0-9.:_-]+$/.test(v)) throw new ConfigError(name, `must be a host name or IP address, got "${v}"`);
@@ -350,7 +364,7 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     pgPoolSize: integer(env, 'PG_POOL_SIZE', 10, 1, 1000),
     dbStatementTimeoutMs: integer(env, 'DB_STATEMENT_TIMEOUT_MS', 60_000, 0, 86_400_000),
     dbKeepaliveSeconds: integer(env, 'DB_KEEPALIVE_SECONDS', 30, 1, 7200),
-    mqttUrl: url(env, 'MQTT_URL', ['mqtt:', 'mqtts:', 'tcp:', 'ssl:']),
+    mqttUrl: brokerUrl(env),
     mqttHost: host(env, 'MQTT_HOST', '0.0.0.0'),
     mqttPort: integer(env, 'MQTT_PORT', 1883, 0, 65535),
     mqttClientId: mqttName(env, 'MQTT_CLIENT_ID', 'device-registry-ingest', 40),

@@ -1,3 +1,4 @@
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { stripVTControlCharacters } from 'node:util';
@@ -118,6 +119,21 @@ describe('configuration', () => {
     const lines = svc.output.filter((l) => l.trim() !== '');
     expect(lines).toHaveLength(1);
     expect(stripVTControlCharacters(lines[0]!)).toContain('got "80\\n[01:00:00.000] INFO: ready"');
+  });
+
+  it("MQTT_URL with a '%' that does not decode in its password: one line naming MQTT_URL, without the password", async () => {
+    // Before: accepted, then the ingest router thread died on decodeURIComponent at its first
+    // connection ("URI malformed" and a stack trace, then "the ingest router thread exited").
+    expect(() => readConfig({ MQTT_URL: 'mqtt://svc:a%zz@127.0.0.1:1883' })).toThrow(ConfigError);
+    expect(readConfig({ MQTT_URL: 'mqtt://svc:a%25zz%3A@127.0.0.1:1883' }).mqttUrl).toBe('mqtt://svc:a%25zz%3A@127.0.0.1:1883');
+    const password = `pw-${crypto.randomBytes(8).toString('hex')}%zz`;
+    const svc = spawnService({ MQTT_URL: `mqtt://svc:${password}@127.0.0.1:1`, DATA_DIR: await tempDir() });
+    expect(await svc.exited).toBe(2);
+    expect(svc.output.filter((l) => l.trim() !== '')).toHaveLength(1);
+    expect(startFailure(svc)).toBe(
+      "configuration error: MQTT_URL has a '%' in its user name or password that is not followed by two hex digits (write '%' as %25)",
+    );
+    expect(svc.output.join('\n')).not.toContain(password.slice(0, 19));
   });
 
   it('a bad LOG_FORMAT is a configuration error too (written as JSON)', async () => {
