@@ -104,7 +104,7 @@ function tlsOptions(t: TlsListener): tls.TlsOptions {
   return options;
 }
 
-/** Listens; a taken port stops the start naming its variable. */
+/** Listens; a taken port stops the start naming its variable, any other failure naming it and MQTT_HOST. */
 function listen(server: net.Server, host: string, port: number, variable: string): Promise<number> {
   return new Promise<number>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) => {
@@ -116,7 +116,16 @@ function listen(server: net.Server, host: string, port: number, variable: string
           ),
         );
       } else {
-        reject(err);
+        // Named like the HTTP listeners' failures (src/http/server.ts), not the bare system error.
+        const cause =
+          err.code === 'EADDRNOTAVAIL'
+            ? 'no network interface of this machine has that address'
+            : err.code === 'ENOTFOUND' || err.code === 'EAI_AGAIN'
+              ? 'the host name does not resolve'
+              : err.code === 'EACCES'
+                ? 'permission denied (a port below 1024 needs privileges)'
+                : err.message;
+        reject(new Error(`cannot listen on ${host}:${port} (${variable}/MQTT_HOST); ${cause}`));
       }
     });
     // A deep accept queue (the kernel caps it at net.core.somaxconn): a reconnect storm of

@@ -153,6 +153,20 @@ describe('zero-setup start', { timeout: 90_000 }, () => {
     );
   });
 
+  it('an MQTT_HOST that does not resolve, or is no address of this machine, stops the start with one line naming it', async () => {
+    // Before: "start failed: ingest could not start: getaddrinfo ENOTFOUND …", naming no variable.
+    for (const [mqttHost, cause] of [
+      ['no-such-host.invalid', 'the host name does not resolve'],
+      ['192.0.2.1', 'no network interface of this machine has that address'],
+    ]) {
+      const svc = spawned.spawn(await testEnv({ MQTT_URL: undefined, MQTT_HOST: mqttHost }));
+      expect(await svc.exited).toBe(2);
+      expect(startFailure(svc)).toBe(
+        `start failed: ingest could not start: cannot listen on ${mqttHost}:0 (MQTT_PORT/MQTT_HOST); ${cause}`,
+      );
+    }
+  });
+
   it.runIf(process.getuid?.() === 0)(
     'as root with DATA_DIR inside a private directory (a checkout under /root): the cluster is kept where postgres can reach it, linked from DATA_DIR',
     async () => {
