@@ -5,6 +5,7 @@ import fs from 'node:fs/promises';
 import { existsSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { ConfigError } from '../config.js';
 import type { Logger } from '../log.js';
 import { freePort } from '../net.js';
 import { claimDataDir, clusterDirOf, isAlive } from './data-dir.js';
@@ -101,6 +102,8 @@ async function startCluster(
   const password = initialised ? (await fs.readFile(passwordFile, 'utf8')).trim() : crypto.randomBytes(24).toString('hex');
   const pgPort = port ?? (await freePort('127.0.0.1'));
   const isRoot = process.getuid?.() === 0;
+  // PostgreSQL's last FATAL line: why it would not start (a refused setting), for the start failure.
+  let fatal: string | undefined;
   const pg = new EmbeddedPostgres({
     databaseDir: clusterDir,
     port: pgPort,
@@ -116,7 +119,10 @@ async function startCluster(
       ...['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
       ...Object.entries(settings).flatMap(([name, v]) => ['-c', `${name}=${v}`]),
     ],
-    onLog: (message: string) => log.debug('postgres', { line: message.trim() }),
+    onLog: (message: string) => {
+      for (const m of message.matchAll(/\bFATAL:\s+([^\n]*)/g)) fatal = m[1]!.trim();
+      log.debug('postgres', { line: message.trim() });
+    },
     onError: (err: unknown) => log.warn('postgres', { error: String(err) }),
   });
   if (!initialised) {
@@ -141,8 +147,12 @@ async function startCluster(
     await pg.start();
   } catch (err) {
     // The library rejects with an Error, or with nothing when postgres exits before it is ready.
+    // A setting PostgreSQL refused (EMBEDDED_PG_SETTINGS) is named as such, not as a taken port.
+    const setting = fatal === undefined ? undefined : /parameter "([^"]+)"/.exec(fatal)?.[1];
+    if (setting !== undefined && Object.hasOwn(settings, setting))
+      throw new ConfigError('EMBEDDED_PG_SETTINGS', `holds a setting PostgreSQL refused: ${fatal}`);
     throw new Error(
-      `embedded PostgreSQL did not start on 127.0.0.1:${pgPort} (port taken? set EMBEDDED_PG_PORT): ${err instanceof Error ? String(err) : 'exited early'}`,
+      `embedded PostgreSQL did not start on 127.0.0.1:${pgPort} (port taken? set EMBEDDED_PG_PORT): ${err instanceof Error ? String(err) : (fatal ?? 'exited early')}`,
     );
   }
   log.info('embedded PostgreSQL listening', { address: `127.0.0.1:${pgPort}`, dir: clusterDir });

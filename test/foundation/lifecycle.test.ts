@@ -8,7 +8,16 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { freePort } from '../../src/net.js';
 import type { TokenAnswer } from '../helpers/api.js';
-import { http, loggedAddress, type SpawnedService, startFailure, tempDir, testEnv, useSpawnedServices } from '../helpers/service.js';
+import {
+  http,
+  loggedAddress,
+  type SpawnedService,
+  startFailure,
+  tempDir,
+  testEnv,
+  useSpawnedServices,
+  zeroSetupEnv,
+} from '../helpers/service.js';
 
 const spawned = useSpawnedServices();
 
@@ -165,6 +174,16 @@ describe('zero-setup start', { timeout: 90_000 }, () => {
         `start failed: ingest could not start: cannot listen on ${mqttHost}:0 (MQTT_PORT/MQTT_HOST); ${cause}`,
       );
     }
+  });
+
+  it('an EMBEDDED_PG_SETTINGS value PostgreSQL refuses stops the start with one line naming it and saying why', async () => {
+    // Before: "embedded PostgreSQL did not start on 127.0.0.1:<port> (port taken? set EMBEDDED_PG_PORT): exited early",
+    // PostgreSQL's reason only in its own output at LOG_LEVEL=debug.
+    const svc = spawned.spawn(await zeroSetupEnv({ EMBEDDED_PG_SETTINGS: 'shared_buffers=banana' }));
+    expect(await svc.exited).toBe(2);
+    expect(startFailure(svc)).toBe(
+      'configuration error: EMBEDDED_PG_SETTINGS holds a setting PostgreSQL refused: invalid value for parameter "shared_buffers": "banana"',
+    );
   });
 
   it.runIf(process.getuid?.() === 0)(
