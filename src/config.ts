@@ -196,6 +196,11 @@ function url(env: Env, name: string, protocols: string[]): string | undefined {
   if (!protocols.includes(parsed.protocol)) {
     throw new ConfigError(name, `must be a URL with scheme ${protocols.join(' or ')}, got "${parsed.protocol}"`);
   }
+  // A '/', '?' or '#' left unencoded in the password ends the host there: the rest of the password
+  // would be read as the path and shown in the start failure's "cannot use the database ...".
+  // Never quoted: it holds a password.
+  if ((parsed.pathname + parsed.search + parsed.hash).includes('@'))
+    throw new ConfigError(name, "has an '@' after its host: a '/', '?' or '#' in its user name or password must be written %2F, %3F, %23");
   return v;
 }
 

@@ -136,6 +136,25 @@ describe('configuration', () => {
     expect(svc.output.join('\n')).not.toContain(password.slice(0, 19));
   });
 
+  it("a '/' left unencoded in DATABASE_URL's password: one line naming DATABASE_URL, without the password", async () => {
+    // Before: accepted as host "postgres", port 1234 and the rest of the password as the path,
+    // shown whole in "start failed: cannot use the database postgres:1234/<rest>@127.0.0.1:1/x".
+    const rest = `pw${crypto.randomBytes(8).toString('hex')}`;
+    for (const name of ['DATABASE_URL', 'MQTT_URL'])
+      expect(() =>
+        readConfig({ [name]: `${name === 'MQTT_URL' ? 'mqtt' : 'postgres'}://svc:1234/${rest}@127.0.0.1:1/x`, PSK_ENCRYPTION_KEY: KEY }),
+      ).toThrow(new RegExp(`^${name} has an '@' after its host`));
+    const svc = spawnService({
+      DATABASE_URL: `postgres://postgres:1234/${rest}@127.0.0.1:1/x`,
+      PSK_ENCRYPTION_KEY: KEY,
+      DATA_DIR: await tempDir(),
+    });
+    expect(await svc.exited).toBe(2);
+    expect(svc.output.filter((l) => l.trim() !== '')).toHaveLength(1);
+    expect(startFailure(svc)).toMatch(/^configuration error: DATABASE_URL has an '@' after its host/);
+    expect(svc.output.join('\n')).not.toContain(rest);
+  });
+
   it('a bad LOG_FORMAT is a configuration error too (written as JSON)', async () => {
     const svc = spawnService({ LOG_FORMAT: 'xml', DATA_DIR: await tempDir() });
     expect(await svc.exited).toBe(2);
