@@ -55,4 +55,49 @@ describe('device status of a removed device', () => {
       await book.stop();
     }
   });
+
+  // A removal this instance did not hear of (another instance's, made while its registry events'
+  // listening connection was down: it hears `tenant.changed` for the gap, not `devices.removed`)
+  // left the entry: a `status` `offline` of the removed device a timeout later, and the id given
+  // again showed the old device's last_seen and `online` in its view while `?status=online`
+  // (the table) left it out (found by an audit). The entry is now forgotten once the read that
+  // follows the `tenant.changed` finds the device gone.
+  it('a device removed unheard is forgotten at the next tenant-wide change', async () => {
+    const pool = createPool(await freshDatabase(), 2, silent);
+    pools.push(pool);
+    await migrate(pool, silent);
+    let tell: (e: RegistryEvent) => void = () => undefined;
+    const events = { on: (l: (e: RegistryEvent) => void) => ((tell = l), () => undefined) } as unknown as RegistryEvents;
+    const book = new DeviceStatusBook(pool, events, { offlineAfterSeconds: 1, flushMs: 50, log: silent });
+    await book.start();
+    const changes: StatusChange[] = [];
+    book.onChange((c) => changes.push(c));
+    const settle = () => new Promise((r) => setTimeout(r, 200));
+    try {
+      await pool.query(`INSERT INTO devices (tenant, id, label) VALUES ('t1', 'abc123', 'old'), ('t1', 'def456', 'kept')`);
+      book.seen('t1', 'abc123', Date.now() * 1000);
+      book.seen('t1', 'def456', Date.now() * 1000);
+      await settle(); // (written, timeouts read)
+      expect(book.fields('t1', 'abc123').status).toBe('online');
+
+      // Removed by another instance while this one was not listening: only the gap is told.
+      await pool.query(`DELETE FROM devices WHERE tenant = 't1' AND id = 'abc123'`);
+      tell({ type: 'tenant.changed', tenant: '*' });
+      await settle();
+      expect(book.fields('t1', 'abc123')).toEqual({ last_seen: null, status: 'offline' });
+      expect(book.fields('t1', 'def456').status).toBe('online'); // (still there: kept)
+
+      // No `offline` of the removed device once its timeout (1 s) ran out; the kept one's comes.
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(changes.map((c) => `${c.deviceId} ${c.status}`)).toEqual(['abc123 online', 'def456 online', 'def456 offline']);
+
+      // The id given again is a device never seen.
+      await pool.query(`INSERT INTO devices (tenant, id, label) VALUES ('t1', 'abc123', 'new')`);
+      tell({ type: 'devices.changed', tenant: 't1', deviceIds: ['abc123'], action: 'created' });
+      await settle();
+      expect(book.fields('t1', 'abc123')).toEqual({ last_seen: null, status: 'offline' });
+    } finally {
+      await book.stop();
+    }
+  });
 });

@@ -296,25 +296,37 @@ export class DeviceStatusBook {
     }
   }
 
-  /** Reads the timeout of entries that do not know theirs (new, or their templates changed). */
+  /**
+   * Reads the timeout of entries that do not know theirs (new, or their templates changed). An
+   * entry whose device is gone is forgotten, without a status change: its removal was not heard
+   * (another instance's, while the registry events' listening connection was down: only a
+   * `tenant.changed` tells of that gap), and it kept the old device's last_seen for an id given
+   * again and told a `status` `offline` of a removed device.
+   */
   private async resolveTimeouts(): Promise<void> {
     const open = [...this.entries.values()].filter((e) => e.timeoutS === undefined || e.readAt !== e.changes);
     if (open.length === 0) return;
     const asOf = new Map(open.map((e) => [e, e.changes]));
-    const { rows } = await this.pool.query<{ tenant: string; id: string; secs: number | null }>(
+    const { rows } = await this.pool.query<{ tenant: string; id: string; secs: number | null; present: boolean }>(
       `SELECT u.tenant, u.id, (SELECT max(t.offline_after) FROM device_templates dt
                                  JOIN templates t ON t.tenant = dt.tenant AND t.id = dt.template_id
-                                WHERE dt.tenant = u.tenant AND dt.device_id = u.id) AS secs
+                                WHERE dt.tenant = u.tenant AND dt.device_id = u.id) AS secs,
+              EXISTS (SELECT 1 FROM devices d WHERE d.tenant = u.tenant AND d.id = u.id) AS present
          FROM unnest($1::text[], $2::text[]) AS u(tenant, id)`,
       [open.map((e) => e.tenant), open.map((e) => e.id)],
     );
     for (const r of rows) {
-      const e = this.entries.get(key(r.tenant, r.id));
+      const k = key(r.tenant, r.id);
+      const e = this.entries.get(k);
       const seen = e && asOf.get(e);
-      if (e && seen === e.changes) {
-        e.timeoutS = r.secs ?? this.opts.offlineAfterSeconds;
-        e.readAt = seen;
+      if (!e || seen !== e.changes) continue;
+      if (!r.present) {
+        this.entries.delete(k);
+        this.dirty.delete(e);
+        continue;
       }
+      e.timeoutS = r.secs ?? this.opts.offlineAfterSeconds;
+      e.readAt = seen;
     }
   }
 
