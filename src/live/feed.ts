@@ -13,7 +13,9 @@
 // An instance that starts listening (at start, or again after a loss) has missed what the others
 // learnt before: each of them writes what it holds (its peer-join hooks: device status) and then
 // answers `written` to that instance alone, which reads the database again (its peer-written
-// listeners). No timing is assumed: a slow instance answers late, not never.
+// listeners). No timing is assumed: a slow instance answers late, not never. An instance that
+// heard no other for PEER_TTL_MS (its own listening connection away) sent nothing meanwhile: on
+// hearing each of them again it writes and answers `written` to it in the same way.
 import crypto from 'node:crypto';
 import { BroadcastChannel } from 'node:worker_threads';
 import pg from 'pg';
@@ -31,6 +33,8 @@ const RELISTEN_MS = 1000;
 const HELLO_MS = 5000;
 /** Committed telemetry is sent while another instance was heard from within this. */
 const PEER_TTL_MS = 3 * HELLO_MS;
+/** An instance not heard from for this long is taken as gone (not told what it missed). */
+const PEER_FORGET_MS = 60 * 60_000;
 
 export type CommittedListener = (batch: CommittedBatch) => void;
 
@@ -67,6 +71,14 @@ export class LiveFeed {
   private relisten: NodeJS.Timeout | undefined;
   /** When another instance was last heard from (performance.now()). */
   private peerSeenAt = -Infinity;
+  /** The other instances heard from (origin → performance.now()), those not heard for PEER_FORGET_MS left out. */
+  private readonly peers = new Map<string, number>();
+  /**
+   * Instances that missed some of this one's commits: committed while no other instance was heard
+   * (this one's listening connection down for longer than PEER_TTL_MS), so not sent. Once heard
+   * again, each is told `written` after this one has written what it holds, and reads it back.
+   */
+  private readonly missedBy = new Set<string>();
   private closed = false;
   /** NOTIFYs go one after another on the sending connection. */
   private sending: Promise<void> = Promise.resolve();
@@ -99,7 +111,11 @@ export class LiveFeed {
     if (!this.opts.fanout) return;
     this.sender = await this.connectSender();
     await this.listen();
-    this.hello = setInterval(() => this.say('beat'), HELLO_MS).unref();
+    this.hello = setInterval(() => {
+      this.say('beat');
+      const forgetBefore = performance.now() - PEER_FORGET_MS;
+      for (const [peer, at] of this.peers) if (at < forgetBefore) this.peers.delete(peer);
+    }, HELLO_MS).unref();
   }
 
   on(listener: CommittedListener): () => void {
@@ -143,7 +159,9 @@ export class LiveFeed {
 
   private local(batch: CommittedBatch): void {
     this.deliver(batch);
-    if (this.opts.fanout && performance.now() - this.peerSeenAt < PEER_TTL_MS) this.sending = this.sending.then(() => this.notify(batch));
+    if (!this.opts.fanout) return;
+    if (performance.now() - this.peerSeenAt < PEER_TTL_MS) this.sending = this.sending.then(() => this.notify(batch));
+    else for (const peer of this.peers.keys()) this.missedBy.add(peer);
   }
 
   /** Tells the other instances that this one listens (`to`: one of them only). */
@@ -280,8 +298,11 @@ export class LiveFeed {
         const env = JSON.parse(msg.payload) as Envelope;
         if (env.o === this.origin) return;
         this.peerSeenAt = performance.now();
-        if (env.h === 'new') {
-          this.say('beat');
+        this.peers.set(env.o, this.peerSeenAt);
+        if (env.h === 'new' || this.missedBy.has(env.o)) {
+          // (a joining instance reads the table back itself; one that missed this one's commits is told to)
+          if (env.h === 'new') this.say('beat');
+          this.missedBy.delete(env.o);
           void this.answerJoin(env.o);
         }
         if (env.h === 'written' && env.t === this.origin) this.tell(this.peerWritten, 'peer written');

@@ -63,11 +63,11 @@ async function firstInstance() {
     env,
     a,
     views,
-    /** Each device one message, committed by the first instance (the second's broker is another). */
-    publishAll: () =>
+    /** Each device one message, committed by the first instance (the second's broker is another), or by the one of `mqttUrl`. */
+    publishAll: (mqttUrl = env.MQTT_URL!) =>
       Promise.all(
         ids.map(async (id) => {
-          const c = await deviceClient(env.MQTT_URL!, { username: `${tenant}:${id}` });
+          const c = await deviceClient(mqttUrl, { username: `${tenant}:${id}` });
           await c.publishAsync(`${tenant}:${id}/attrs`, JSON.stringify({ n: 1 }), { qos: 1 });
           await c.endAsync();
         }),
@@ -84,11 +84,11 @@ async function firstInstance() {
   };
 }
 
-/** The second instance comes to the first's views (it reads the table once the first has written). */
-async function agrees(views: (base: string) => Promise<string[]>, base: string, expected: string[]): Promise<void> {
+/** The second instance comes to the first's views (it reads the table once the first has written), or the other way round. */
+async function agrees(views: (base: string) => Promise<string[]>, base: string, expected: string[], which = 'second'): Promise<void> {
   await eventually(
     async () => JSON.stringify(await views(base)) === JSON.stringify(expected) || undefined,
-    'the same views on the second instance',
+    `the same views on the ${which} instance`,
     10_000,
   );
   expect(await views(base)).toEqual(expected);
@@ -115,6 +115,34 @@ describe('device status across instances', () => {
     // (the LISTEN connection is reopened 1 s after each loss)
     await agrees(first.views, b.base, expected);
   }, 60_000);
+
+  // The mirror case: the instance whose LISTEN connection is away is the one that commits. Once
+  // it had heard no other instance for 15 s (its hellos' lifetime) it stopped sending its
+  // telemetry, and when it listened again only it read the table back: the other instance, whose
+  // own connection never dropped, kept those devices `offline` with `last_seen: null` in its
+  // views, while its `?status=online` listed them (found by an audit). Now the instance that
+  // committed unsent writes what it holds on hearing the other again and tells it `written`.
+  it('an instance whose LISTEN connection was away for long has the others read what it committed meanwhile', async () => {
+    const first = await firstInstance();
+    const proxy = await listenBlockingProxy(first.env.DATABASE_URL!, LIVE_LISTEN_APP);
+    cleanups.push(() => proxy.close());
+    // The second instance commits (the devices publish to its broker), the first only reads.
+    const env = { ...first.env, DATABASE_URL: proxy.url, MQTT_URL: await quietBroker(), DATA_DIR: (await testEnv()).DATA_DIR };
+    const b = await spawned.ready(env);
+
+    proxy.block();
+    // (past the hellos' lifetime: the second now sends nothing)
+    await new Promise((r) => setTimeout(r, 17_000));
+    await first.publishAll(env.MQTT_URL);
+    proxy.unblock();
+
+    const expected = await eventually(async () => {
+      const v = await first.views(b.base);
+      return v.every((line) => line.includes(' online ')) ? v : undefined;
+    }, 'every device online on the second instance');
+    expect(expected).toHaveLength(DEVICES);
+    await agrees(first.views, first.a.base, expected, 'first');
+  }, 90_000);
 
   it('an instance that starts while another has not written its device status yet shows it all the same', async () => {
     const first = await firstInstance();
