@@ -276,7 +276,14 @@ export class DeviceStatusBook {
     }
   }
 
-  /** One statement for every dirty entry; a device removed meanwhile is skipped (the join). */
+  /**
+   * One statement for every dirty entry; a device removed meanwhile is skipped (the join). The
+   * devices are locked FOR KEY SHARE, in the order the deletions lock them (tenant, id): a device
+   * whose removal commits while the write waits for it is skipped too. Before (found by an audit),
+   * the foreign key's own check, made after the join had seen the device, failed the whole
+   * statement ("violates foreign key constraint"): a status-filtered list, which writes first,
+   * answered 500, and the sweep logged the database as unreachable.
+   */
   private async write(): Promise<void> {
     if (this.dirty.size === 0) return;
     const batch = [...this.dirty];
@@ -287,6 +294,8 @@ export class DeviceStatusBook {
          SELECT u.tenant, u.id, to_timestamp(u.us / 1000000.0)
            FROM unnest($1::text[], $2::text[], $3::float8[]) AS u(tenant, id, us)
            JOIN devices d ON d.tenant = u.tenant AND d.id = u.id
+          ORDER BY d.tenant, d.id
+            FOR KEY SHARE OF d
          ON CONFLICT (tenant, device_id) DO UPDATE SET last_seen = GREATEST(device_status.last_seen, EXCLUDED.last_seen)`,
         [batch.map((e) => e.tenant), batch.map((e) => e.id), batch.map((e) => e.lastSeenUs)],
       );
