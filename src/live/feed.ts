@@ -75,7 +75,8 @@ export class LiveFeed {
   private readonly peers = new Map<string, number>();
   /**
    * Instances that missed some of this one's commits: committed while no other instance was heard
-   * (this one's listening connection down for longer than PEER_TTL_MS), so not sent. Once heard
+   * (this one's listening connection down for longer than PEER_TTL_MS), so not sent, or whose
+   * NOTIFY failed (the sending connection lost). Once heard
    * again, each is told `written` after this one has written what it holds, and reads it back.
    */
   private readonly missedBy = new Set<string>();
@@ -112,7 +113,7 @@ export class LiveFeed {
     this.sender = await this.connectSender();
     await this.listen();
     this.hello = setInterval(() => {
-      this.say('beat');
+      void this.say('beat');
       const forgetBefore = performance.now() - PEER_FORGET_MS;
       for (const [peer, at] of this.peers) if (at < forgetBefore) this.peers.delete(peer);
     }, HELLO_MS).unref();
@@ -165,11 +166,16 @@ export class LiveFeed {
   }
 
   /** Tells the other instances that this one listens (`to`: one of them only). */
-  private say(h: 'new' | 'beat' | 'written', to?: string): void {
+  private say(h: 'new' | 'beat' | 'written', to?: string): Promise<boolean> {
     const envelope: Envelope = to === undefined ? { o: this.origin, h } : { o: this.origin, h, t: to };
-    this.sending = this.sending.then(async () => {
-      await this.send('SELECT pg_notify($1, $2)', [NOTIFY_CHANNEL, JSON.stringify(envelope)]).catch(() => undefined);
-    });
+    const sent = this.sending.then(() =>
+      this.send('SELECT pg_notify($1, $2)', [NOTIFY_CHANNEL, JSON.stringify(envelope)]).then(
+        () => true,
+        () => false,
+      ),
+    );
+    this.sending = sent.then(() => undefined);
+    return sent;
   }
 
   /** A query on the sending connection, opened again (at most once a RELISTEN_MS) once lost. */
@@ -237,6 +243,7 @@ export class LiveFeed {
       this.notified.inc(payloads.length);
     } catch (err) {
       this.failed.inc();
+      for (const peer of this.peers.keys()) this.missedBy.add(peer); // (told to read the table once heard again)
       if (!this.closed) this.opts.log.warn('could not pass committed telemetry to the other instances', { error: (err as Error).message });
     }
   }
@@ -301,7 +308,7 @@ export class LiveFeed {
         this.peers.set(env.o, this.peerSeenAt);
         if (env.h === 'new' || this.missedBy.has(env.o)) {
           // (a joining instance reads the table back itself; one that missed this one's commits is told to)
-          if (env.h === 'new') this.say('beat');
+          if (env.h === 'new') void this.say('beat');
           this.missedBy.delete(env.o);
           void this.answerJoin(env.o);
         }
@@ -326,7 +333,7 @@ export class LiveFeed {
       this.listenLater();
     });
     await c.query(`LISTEN ${NOTIFY_CHANNEL}`);
-    this.say('new');
+    void this.say('new');
     if (this.listenedBefore) this.tell(this.relistened, 'relisten');
     this.listenedBefore = true;
   }
@@ -338,7 +345,8 @@ export class LiveFeed {
         h().catch((err: Error) => this.opts.log.warn('could not write before answering a joining instance', { error: err.message })),
       ),
     );
-    if (!this.closed) this.say('written', peer);
+    // (not sent, the sending connection lost: told again once heard again)
+    if (!this.closed && !(await this.say('written', peer))) this.missedBy.add(peer);
   }
 
   private tell(listeners: Set<() => void>, what: string): void {

@@ -144,6 +144,30 @@ describe('device status across instances', () => {
     await agrees(first.views, first.a.base, expected, 'first');
   }, 90_000);
 
+  // A NOTIFY that failed (the sending connection lost, here cut by a proxy while the devices
+  // publish): the other instance never heard those commits and, its own connections being fine,
+  // never read the table again (found by an audit). Now it is told `written` once heard again.
+  it('an instance whose NOTIFY of committed telemetry failed has the others read what it committed', async () => {
+    const first = await firstInstance();
+    const proxy = await listenBlockingProxy(first.env.DATABASE_URL!, 'device-registry-live-notify');
+    cleanups.push(() => proxy.close());
+    // The second instance commits (the devices publish to its broker) through the proxy; the first only reads.
+    const env = { ...first.env, DATABASE_URL: proxy.url, MQTT_URL: await quietBroker(), DATA_DIR: (await testEnv()).DATA_DIR };
+    const b = await spawned.ready(env);
+
+    proxy.block();
+    await first.publishAll(env.MQTT_URL);
+    await new Promise((r) => setTimeout(r, 1500)); // (committed, and the NOTIFY failed)
+    proxy.unblock();
+
+    const expected = await eventually(async () => {
+      const v = await first.views(b.base);
+      return v.every((line) => line.includes(' online ')) ? v : undefined;
+    }, 'every device online on the second instance');
+    expect(expected).toHaveLength(DEVICES);
+    await agrees(first.views, first.a.base, expected, 'first');
+  }, 90_000);
+
   it('an instance that starts while another has not written its device status yet shows it all the same', async () => {
     const first = await firstInstance();
     await first.publishAll();
