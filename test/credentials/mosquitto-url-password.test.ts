@@ -4,10 +4,10 @@
 // (test/deploy/repo-mosquitto.ts).
 import crypto from 'node:crypto';
 import type mqtt from 'mqtt';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { useService } from '../helpers/service.js';
 import { eventually, historyCount } from '../helpers/registry-fixtures.js';
-import { mosquittoInstalled, RepoMosquitto } from '../deploy/repo-mosquitto.js';
+import { mosquittoInstalled, useRepoMosquitto } from '../deploy/repo-mosquitto.js';
 import { connect, newCredential, newDevice, newTenant } from './fixtures.js';
 
 describe.skipIf(!mosquittoInstalled())('MQTT_URL with a password holding URL delimiters', () => {
@@ -17,16 +17,11 @@ describe.skipIf(!mosquittoInstalled())('MQTT_URL with a password holding URL del
     MQTT_SERVICE_PASSWORD: `pa:ss@w/rd#?%${crypto.randomBytes(6).toString('hex')}`,
     MQTT_ADMIN_PASSWORD: crypto.randomBytes(12).toString('hex'),
   };
-  let broker: RepoMosquitto;
+  const broker = useRepoMosquitto(passwords);
   const clients: mqtt.MqttClient[] = [];
-  beforeAll(async () => {
-    broker = await RepoMosquitto.create(passwords);
-    await broker.start();
-  });
-  afterAll(() => broker?.dispose());
   const svc = useService(() => ({
-    // broker.url() percent-encodes the password.
-    MQTT_URL: broker.url('device-registry', passwords.MQTT_SERVICE_PASSWORD),
+    // broker().url() percent-encodes the password.
+    MQTT_URL: broker().url('device-registry', passwords.MQTT_SERVICE_PASSWORD),
     MQTT_SUBSCRIBER_CONNECTIONS: '2',
     MQTT_DYNAMIC_SECURITY: 'true',
     MQTT_DEVICE_AUTH: 'required',
@@ -39,7 +34,7 @@ describe.skipIf(!mosquittoInstalled())('MQTT_URL with a password holding URL del
     const t = await newTenant(svc, 'urlpw');
     const d = await newDevice(svc, t);
     const cred = await newCredential(svc, t, d);
-    const c = await connect(`mqtt://127.0.0.1:${broker.port}`, { username: `${t.name}:${d}`, password: cred.secret, protocolVersion: 5 });
+    const c = await connect(`mqtt://127.0.0.1:${broker().port}`, { username: `${t.name}:${d}`, password: cred.secret, protocolVersion: 5 });
     clients.push(c);
     await c.publishAsync(`${t.name}:${d}/attrs`, JSON.stringify({ temperature: 20.5 }), { qos: 1 });
     await eventually(async () => (await historyCount(svc.service.pool, t.name, d)) === 1 || undefined, 'the value stored');

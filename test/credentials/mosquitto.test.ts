@@ -8,7 +8,7 @@ import type mqtt from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { http, loggedAddress, spawnService, useService } from '../helpers/service.js';
 import { closedByPeer, eventually, historyCount } from '../helpers/registry-fixtures.js';
-import { mosquittoInstalled, RepoMosquitto } from '../deploy/repo-mosquitto.js';
+import { mosquittoInstalled, useRepoMosquitto } from '../deploy/repo-mosquitto.js';
 import { connackCode, connect, deleteCredential, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
 
 describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped Mosquitto', () => {
@@ -16,21 +16,19 @@ describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped M
     MQTT_SERVICE_PASSWORD: crypto.randomBytes(12).toString('hex'),
     MQTT_ADMIN_PASSWORD: crypto.randomBytes(12).toString('hex'),
   };
-  let broker: RepoMosquitto;
+
   let a: Tenant;
   let b: Tenant;
   let url: string;
   const clients: mqtt.MqttClient[] = [];
 
-  // The broker starts before the service and stops after it (afterAll hooks run last first).
-  beforeAll(async () => {
-    broker = await RepoMosquitto.create(passwords);
-    await broker.start();
-    url = `mqtt://127.0.0.1:${broker.port}`;
+  // The broker starts before the service and stops after it.
+  const broker = useRepoMosquitto(passwords);
+  beforeAll(() => {
+    url = `mqtt://127.0.0.1:${broker().port}`;
   });
-  afterAll(() => broker?.dispose());
   const svc = useService(() => ({
-    MQTT_URL: broker.url('device-registry', passwords.MQTT_SERVICE_PASSWORD),
+    MQTT_URL: broker().url('device-registry', passwords.MQTT_SERVICE_PASSWORD),
     MQTT_SHARE_GROUP: 'device-registry',
     MQTT_SUBSCRIBER_CONNECTIONS: '2',
     MQTT_DYNAMIC_SECURITY: 'true',
@@ -55,7 +53,7 @@ describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped M
   const mosquittoCtrl = (...args: string[]) =>
     execFileSync(
       'mosquitto_ctrl',
-      ['-h', '127.0.0.1', '-p', String(broker.port), '-u', 'broker-admin', '-P', passwords.MQTT_ADMIN_PASSWORD, 'dynsec', ...args],
+      ['-h', '127.0.0.1', '-p', String(broker().port), '-u', 'broker-admin', '-P', passwords.MQTT_ADMIN_PASSWORD, 'dynsec', ...args],
       { encoding: 'utf8' },
     );
 

@@ -5,6 +5,7 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { afterAll, beforeAll } from 'vitest';
 import { freePort } from '../../src/net.js';
 import { tempDir } from '../helpers/service.js';
 import { commandExists, dynsecPlugin, readRepoFile, repoFile } from './files.js';
@@ -16,6 +17,23 @@ export const mosquittoInstalled = (): boolean =>
 export interface BrokerPasswords {
   MQTT_SERVICE_PASSWORD: string;
   MQTT_ADMIN_PASSWORD: string;
+}
+
+/**
+ * The file's broker, started in beforeAll and disposed of in afterAll: called before the file's
+ * useService(), it starts before the service and stops after it (afterAll hooks run last first).
+ */
+export function useRepoMosquitto(passwords: BrokerPasswords): () => RepoMosquitto {
+  let broker: RepoMosquitto | undefined;
+  beforeAll(async () => {
+    broker = await RepoMosquitto.create(passwords);
+    await broker.start();
+  });
+  afterAll(() => broker?.dispose());
+  return () => {
+    if (!broker) throw new Error('the broker starts in beforeAll');
+    return broker;
+  };
 }
 
 export class RepoMosquitto {

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { HistoryRecord } from '../helpers/api.js';
 import { createDevice, createTemplate, deviceClient, eventually, historyCount } from '../helpers/registry-fixtures.js';
 import { http, tenantToken, useService } from '../helpers/service.js';
-import { mosquittoInstalled, RepoMosquitto } from './repo-mosquitto.js';
+import { mosquittoInstalled, useRepoMosquitto } from './repo-mosquitto.js';
 
 describe.skipIf(!mosquittoInstalled())('service + the compose broker configuration', () => {
   const passwords = {
@@ -18,20 +18,15 @@ describe.skipIf(!mosquittoInstalled())('service + the compose broker configurati
     MQTT_ADMIN_PASSWORD: crypto.randomBytes(12).toString('hex'),
   };
   const tenant = `dep${crypto.randomBytes(3).toString('hex')}`;
-  let broker: RepoMosquitto;
   let token: string;
   let device: string;
   let other: string;
   const clients: mqtt.MqttClient[] = [];
 
-  // The broker starts before the service and is disposed of after it (afterAll runs in reverse).
-  beforeAll(async () => {
-    broker = await RepoMosquitto.create(passwords);
-    await broker.start();
-  });
-  afterAll(() => broker?.dispose());
+  // The broker starts before the service and is disposed of after it.
+  const broker = useRepoMosquitto(passwords);
   const svc = useService(() => ({
-    MQTT_URL: broker.url('device-registry', passwords.MQTT_SERVICE_PASSWORD),
+    MQTT_URL: broker().url('device-registry', passwords.MQTT_SERVICE_PASSWORD),
     MQTT_SHARE_GROUP: 'device-registry',
     MQTT_SUBSCRIBER_CONNECTIONS: '2',
     MQTT_DYNAMIC_SECURITY: 'true',
@@ -59,7 +54,7 @@ describe.skipIf(!mosquittoInstalled())('service + the compose broker configurati
   });
 
   const connectAs = async (id: string, password: string, opts: mqtt.IClientOptions = {}) => {
-    const client = await deviceClient(broker.url(`${tenant}:${id}`, password), opts);
+    const client = await deviceClient(broker().url(`${tenant}:${id}`, password), opts);
     clients.push(client);
     return client;
   };
@@ -102,6 +97,6 @@ describe.skipIf(!mosquittoInstalled())('service + the compose broker configurati
   });
 
   it('refuses a device without an account', async () => {
-    await expect(deviceClient(broker.url(`${tenant}:ffffff`, 'guess'))).rejects.toThrow(/Not authorized/);
+    await expect(deviceClient(broker().url(`${tenant}:ffffff`, 'guess'))).rejects.toThrow(/Not authorized/);
   });
 });
