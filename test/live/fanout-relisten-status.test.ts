@@ -95,16 +95,30 @@ async function agrees(views: (base: string) => Promise<string[]>, base: string, 
 }
 
 describe('device status across instances', () => {
+  /**
+   * A second instance whose database connections of application `app` go through a proxy the
+   * test can block; it commits (the devices publish to its own broker), the first only reads.
+   */
+  async function secondBehindProxy(first: Awaited<ReturnType<typeof firstInstance>>, app: string) {
+    const proxy = await listenBlockingProxy(first.env.DATABASE_URL!, app);
+    cleanups.push(() => proxy.close());
+    const env = { ...first.env, DATABASE_URL: proxy.url, MQTT_URL: await quietBroker(), DATA_DIR: (await testEnv()).DATA_DIR };
+    return { env, proxy, b: await spawned.ready(env) };
+  }
+
+  /** Once the second instance (at `base`) shows every device online, the first shows the same views. */
+  async function firstAgreesWhenAllOnline(first: Awaited<ReturnType<typeof firstInstance>>, base: string) {
+    const expected = await eventually(async () => {
+      const v = await first.views(base);
+      return v.every((line) => line.includes(' online ')) ? v : undefined;
+    }, 'every device online on the second instance');
+    expect(expected).toHaveLength(DEVICES);
+    await agrees(first.views, first.a.base, expected, 'first');
+  }
+
   it("the other instance's commits of the meantime show in the views once it listens again", async () => {
     const first = await firstInstance();
-    const proxy = await listenBlockingProxy(first.env.DATABASE_URL!, LIVE_LISTEN_APP);
-    cleanups.push(() => proxy.close());
-    const b = await spawned.ready({
-      ...first.env,
-      DATABASE_URL: proxy.url,
-      MQTT_URL: await quietBroker(),
-      DATA_DIR: (await testEnv()).DATA_DIR,
-    });
+    const { b, proxy } = await secondBehindProxy(first, LIVE_LISTEN_APP);
 
     proxy.block();
     await first.publishAll();
@@ -124,11 +138,7 @@ describe('device status across instances', () => {
   // committed unsent writes what it holds on hearing the other again and tells it `written`.
   it('an instance whose LISTEN connection was away for long has the others read what it committed meanwhile', async () => {
     const first = await firstInstance();
-    const proxy = await listenBlockingProxy(first.env.DATABASE_URL!, LIVE_LISTEN_APP);
-    cleanups.push(() => proxy.close());
-    // The second instance commits (the devices publish to its broker), the first only reads.
-    const env = { ...first.env, DATABASE_URL: proxy.url, MQTT_URL: await quietBroker(), DATA_DIR: (await testEnv()).DATA_DIR };
-    const b = await spawned.ready(env);
+    const { env, b, proxy } = await secondBehindProxy(first, LIVE_LISTEN_APP);
 
     proxy.block();
     // (past the hellos' lifetime: the second now sends nothing)
@@ -136,12 +146,7 @@ describe('device status across instances', () => {
     await first.publishAll(env.MQTT_URL);
     proxy.unblock();
 
-    const expected = await eventually(async () => {
-      const v = await first.views(b.base);
-      return v.every((line) => line.includes(' online ')) ? v : undefined;
-    }, 'every device online on the second instance');
-    expect(expected).toHaveLength(DEVICES);
-    await agrees(first.views, first.a.base, expected, 'first');
+    await firstAgreesWhenAllOnline(first, b.base);
   }, 90_000);
 
   // A NOTIFY that failed (the sending connection lost, here cut by a proxy while the devices
@@ -149,23 +154,14 @@ describe('device status across instances', () => {
   // never read the table again (found by an audit). Now it is told `written` once heard again.
   it('an instance whose NOTIFY of committed telemetry failed has the others read what it committed', async () => {
     const first = await firstInstance();
-    const proxy = await listenBlockingProxy(first.env.DATABASE_URL!, 'device-registry-live-notify');
-    cleanups.push(() => proxy.close());
-    // The second instance commits (the devices publish to its broker) through the proxy; the first only reads.
-    const env = { ...first.env, DATABASE_URL: proxy.url, MQTT_URL: await quietBroker(), DATA_DIR: (await testEnv()).DATA_DIR };
-    const b = await spawned.ready(env);
+    const { env, b, proxy } = await secondBehindProxy(first, 'device-registry-live-notify');
 
     proxy.block();
     await first.publishAll(env.MQTT_URL);
     await new Promise((r) => setTimeout(r, 1500)); // (committed, and the NOTIFY failed)
     proxy.unblock();
 
-    const expected = await eventually(async () => {
-      const v = await first.views(b.base);
-      return v.every((line) => line.includes(' online ')) ? v : undefined;
-    }, 'every device online on the second instance');
-    expect(expected).toHaveLength(DEVICES);
-    await agrees(first.views, first.a.base, expected, 'first');
+    await firstAgreesWhenAllOnline(first, b.base);
   }, 90_000);
 
   it('an instance that starts while another has not written its device status yet shows it all the same', async () => {
