@@ -1,4 +1,6 @@
+import crypto from 'node:crypto';
 import { describe, expect, it } from 'vitest';
+import { KeySealer } from '../../src/registry/psk/sealer.js';
 import type { DeviceView } from '../helpers/api.js';
 import { countOf } from '../helpers/db.js';
 import { getDevice } from '../helpers/registry-api.js';
@@ -42,6 +44,26 @@ describe('PUT /device/{id}/attrs/{label}/psk', () => {
     const key = (await genPsk(svc.base, svc.token, id!, '?key_length=4&attrs=key')).body[0]!.psk;
     expect((await copyPsk(svc.base, svc.token, id!, 'spare', `?from_dev_id=${id}&from_attr_label=key`)).status).toBe(204);
     expect(await internalKey(id!, 'spare')).toBe(key);
+  });
+
+  it('a source key sealed under another PSK_ENCRYPTION_KEY is no key: 400 as the internal view shows none, not 500', async () => {
+    const {
+      ids: [src, dst],
+    } = await keyedDevices(svc.base, svc.token, 2);
+    await genPsk(svc.base, svc.token, src!, '?key_length=16&attrs=key');
+    // What a changed PSK_ENCRYPTION_KEY leaves behind: the row sealed for this place, under another key.
+    const { rows } = await svc.service.pool.query<{ attr_id: string }>('SELECT attr_id FROM device_psks WHERE device_id = $1', [src]);
+    const place = { tenant: 'admin', deviceId: src!, attrId: Number(rows[0]!.attr_id) };
+    const foreign = new KeySealer(crypto.randomBytes(32)).seal(crypto.randomBytes(16), place);
+    await svc.service.pool.query('UPDATE device_psks SET sealed = $2 WHERE device_id = $1', [src, foreign]);
+    expect(await internalKey(src!, 'key')).toBeUndefined();
+    const res = await copyPsk(svc.base, svc.token, dst!, 'spare', `?from_dev_id=${src}&from_attr_label=key`);
+    expect({ status: res.status, body: res.body }).toEqual({
+      status: 400,
+      body: { message: 'There is not a psk generated to key', status: 400 },
+    });
+    expect(await internalKey(dst!, 'spare')).toBeUndefined();
+    expect(await getDevice(svc.base, svc.token, dst!)).not.toHaveProperty('updated');
   });
 
   describe('errors, in the order of decisions.md', () => {

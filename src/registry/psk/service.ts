@@ -66,8 +66,13 @@ export class PskService {
       const source = await this.pskAttr(c, tenant, fromDevice, fromLabel, false);
       const target = await this.pskAttr(c, tenant, deviceId, label, true);
       const sealed = await repo.sealedKey(c, tenant, fromDevice, source.id);
-      if (!sealed) throw errors.copyNoSourceKey(fromLabel);
-      const plain = this.sealer.open(sealed, { tenant, deviceId: fromDevice, attrId: source.id });
+      let plain: Buffer | undefined;
+      try {
+        if (sealed) plain = this.sealer.open(sealed, { tenant, deviceId: fromDevice, attrId: source.id });
+      } catch {
+        // Sealed under another PSK_ENCRYPTION_KEY: no key, as the internal view shows it (before, a 500).
+      }
+      if (!plain) throw errors.copyNoSourceKey(fromLabel);
       const resealed = this.sealer.seal(plain, { tenant, deviceId, attrId: target.id });
       await repo.storeKeys(c, tenant, deviceId, [{ attrId: target.id, sealed: resealed }]);
       await announce({ type: 'devices.changed', tenant, deviceIds: [deviceId] });
