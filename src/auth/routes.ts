@@ -5,7 +5,6 @@ import type { RouteSpec } from '../http/types.js';
 import { BODY_ERRORS, TIME, err } from '../openapi/examples.js';
 import { noNul } from '../schemas/templates.js';
 import { bodySchema, validate } from '../schemas/validator.js';
-import { registryTime } from '../time.js';
 import { verifyPassword } from './passwords.js';
 import type { Tokens } from './tokens.js';
 import { createUser, findUser } from './users.js';
@@ -164,7 +163,7 @@ export const authRoutes: RouteSpec<{ pool: pg.Pool; tokens: Tokens }>[] = [
       if (!user) throw errors.userExists(input.username);
       return {
         status: 201,
-        body: { id: user.id, username: user.username, service: user.tenant, profile: user.profile, created: registryTime(user.created) },
+        body: { id: user.id, username: user.username, service: user.tenant, profile: user.profile, created: user.created },
       };
     },
   },

@@ -1,5 +1,6 @@
 // Users in PostgreSQL. The password hash never leaves this module.
 import type pg from 'pg';
+import { registryTimeSql } from '../time.js';
 import { hashPassword } from './passwords.js';
 
 export interface User {
@@ -22,15 +23,18 @@ export async function findUser(pool: pg.Pool, username: string): Promise<StoredU
   return rows[0];
 }
 
+/** A user as created: `created` in the registry's text form, to the microsecond (a Date keeps milliseconds). */
+export type CreatedUser = Omit<User, 'created'> & { created: string };
+
 /** Creates a user; undefined when the username is taken. */
 export async function createUser(
   pool: pg.Pool,
   input: { username: string; password: string; tenant: string; profile: string },
-): Promise<User | undefined> {
+): Promise<CreatedUser | undefined> {
   const hash = await hashPassword(input.password);
-  const { rows } = await pool.query<User>(
+  const { rows } = await pool.query<CreatedUser>(
     `INSERT INTO users (tenant, username, password_hash, profile) VALUES ($1, $2, $3, $4)
-     ON CONFLICT (username) DO NOTHING RETURNING id, tenant, username, profile, created`,
+     ON CONFLICT (username) DO NOTHING RETURNING id, tenant, username, profile, ${registryTimeSql('created')} AS created`,
     [input.tenant, input.username, hash, input.profile],
   );
   return rows[0];

@@ -182,6 +182,11 @@ describe('POST /auth/user', () => {
     expect(res.body).toMatchObject({ username: 'alice', service: 'acme', profile: 'user' });
     expect(typeof res.body.id).toBe('number');
     expect(res.body.created).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00$/);
+    // The stored time to the microsecond, as every other created (not cut to milliseconds).
+    const stored = await svc.service.pool.query<{ t: string }>(
+      `SELECT to_char(created AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"') AS t FROM users WHERE username = 'alice'`,
+    );
+    expect(res.body.created).toBe(stored.rows[0]!.t);
     expect(JSON.stringify(res.body)).not.toMatch(/passw|pw-alice|hash/i);
     const token = await login(svc.base, 'alice', 'pw-alice');
     expect(claimsOf(token)).toMatchObject({ service: 'acme', username: 'alice', profile: 'user' });
