@@ -38,6 +38,11 @@ export const errors = {
   authUnknownUser: () => plain(401, 'AuthenticationError'),
   authWrongPassword: () => plain(403, 'AuthorizationError'),
   forbidden: (message = 'Forbidden: this action needs the admin profile') => plain(403, message),
+  forbiddenOtherTenant: (tenant: string) =>
+    plain(
+      403,
+      `Forbidden: an admin of tenant ${tenant} creates users of tenant ${tenant} only (other tenants' users are created by an admin of tenant admin)`,
+    ),
   userExists: (username: string) => plain(409, `User ${username} already exists`),
 
   // Pagination (decisions.md "Pagination")

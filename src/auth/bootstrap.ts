@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { ConfigError, type Config } from '../config.js';
 import type { Logger } from '../log.js';
-import { countUsers, createUser } from './users.js';
+import { PLATFORM_TENANT, countUsers, createUser } from './users.js';
 
 /**
  * With no users at all, creates the first admin (username `admin`, tenant `admin`, profile
@@ -20,6 +20,6 @@ export async function ensureAdmin(pool: pg.Pool, config: Config, log: Logger): P
     }
     password = 'admin';
   }
-  const user = await createUser(pool, { username: 'admin', password, tenant: 'admin', profile: 'admin' });
-  if (user) log.info('created the first admin user', { username: 'admin', tenant: 'admin' });
+  const user = await createUser(pool, { username: 'admin', password, tenant: PLATFORM_TENANT, profile: 'admin' });
+  if (user) log.info('created the first admin user', { username: 'admin', tenant: PLATFORM_TENANT });
 }

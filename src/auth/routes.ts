@@ -7,7 +7,7 @@ import { noNul } from '../schemas/templates.js';
 import { bodySchema, validate } from '../schemas/validator.js';
 import { verifyPassword } from './passwords.js';
 import type { Tokens } from './tokens.js';
-import { createUser, findUser } from './users.js';
+import { PLATFORM_TENANT, createUser, findUser } from './users.js';
 
 /** decisions.md "Authentication": not a JSON object -> `invalid mimetype`, then each field. */
 const loginBody = bodySchema({
@@ -113,14 +113,19 @@ export const authRoutes: RouteSpec<{ pool: pg.Pool; tokens: Tokens }>[] = [
     method: 'POST',
     path: '/auth/user',
     summary: 'Create a user (admin profile only)',
-    description: 'The user belongs to the tenant `service`; every registry entry is scoped to the tenant of the token.',
+    description:
+      'The user belongs to the tenant `service`; every registry entry is scoped to the tenant of the token. ' +
+      "An admin of tenant `admin` (the first admin's) creates users of any tenant; an admin of another tenant, of its own tenant only (403 otherwise).",
     tag: 'auth',
     // Deferred: the profile is checked first, so a non-admin gets 403 whatever the body.
     body: { read: 'json-deferred', schema: createUserBody },
     responses: {
       201: { description: 'The user (never a password field).', schema: 'User' },
       400: { description: 'Invalid body.', errors: BODY_ERRORS },
-      403: { description: 'The caller is not an admin.', errors: ['forbidden'] },
+      403: {
+        description: 'The caller is not an admin, or an admin of another tenant than `service` and not of tenant `admin`.',
+        errors: ['forbidden', 'forbiddenOtherTenant'],
+      },
       409: { description: 'The username is taken.', errors: ['userExists'] },
     },
     examples: [
@@ -154,6 +159,9 @@ export const authRoutes: RouteSpec<{ pool: pg.Pool; tokens: Tokens }>[] = [
       if (req.claims?.profile !== 'admin') throw errors.forbidden();
       if (req.bodyError) throw req.bodyError;
       const input = validate<{ username: string; passwd: string; service: string; profile: string }>(createUserBody, req.body);
+      // Tenant isolation: a tenant's admin cannot make itself a user (or admin) of another tenant.
+      const own = req.claims.service;
+      if (own !== PLATFORM_TENANT && input.service !== own) throw errors.forbiddenOtherTenant(own);
       const user = await createUser(pool, {
         username: input.username,
         password: input.passwd,

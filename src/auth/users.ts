@@ -3,6 +3,9 @@ import type pg from 'pg';
 import { registryTimeSql } from '../time.js';
 import { hashPassword } from './passwords.js';
 
+/** The tenant of the first admin: its admins create users of any tenant, other admins of their own only. */
+export const PLATFORM_TENANT = 'admin';
+
 export interface User {
   id: number;
   tenant: string;

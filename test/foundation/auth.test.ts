@@ -2,7 +2,7 @@ import crypto from 'node:crypto';
 import { SignJWT, UnsecuredJWT } from 'jose';
 import { describe, expect, it } from 'vitest';
 import type { ErrorBody, TokenAnswer, UserAnswer } from '../helpers/api.js';
-import { http, login, useService } from '../helpers/service.js';
+import { http, login, tenantToken, useService } from '../helpers/service.js';
 
 const SECRET = 'test-secret-that-is-long-enough-0123456789';
 
@@ -220,6 +220,41 @@ describe('POST /auth/user', () => {
       headers: { 'content-type': 'application/json' },
     });
     expect(junk.body).toEqual({ message: 'Forbidden: this action needs the admin profile', status: 403 });
+  });
+
+  // Tenant isolation (found by an audit): an admin of tenant acme could create a user, even an
+  // admin, of any other tenant, and so log in there and read its registry. Only the admins of
+  // tenant admin (the first admin's) create users of other tenants.
+  it("an admin of another tenant than admin creates users of its own tenant only: 403 for another's, nothing created", async () => {
+    const acme = `iso-${crypto.randomBytes(3).toString('hex')}`;
+    const admin = await tenantToken(svc.base, svc.token, acme, 'admin');
+    const own = await http('POST', `${svc.base}/auth/user`, {
+      token: admin,
+      body: { username: `${acme}-own`, passwd: 'pw-own', service: acme, profile: 'user' },
+    });
+    expect(own.status).toBe(201);
+    for (const service of ['globex', 'admin']) {
+      const res = await http('POST', `${svc.base}/auth/user`, {
+        token: admin,
+        body: { username: `${acme}-into-${service}`, passwd: 'pw-into', service, profile: 'admin' },
+      });
+      expect({ status: res.status, body: res.body }).toEqual({
+        status: 403,
+        body: {
+          message: `Forbidden: an admin of tenant ${acme} creates users of tenant ${acme} only (other tenants' users are created by an admin of tenant admin)`,
+          status: 403,
+        },
+      });
+      expect((await http('POST', `${svc.base}/auth`, { body: { username: `${acme}-into-${service}`, passwd: 'pw-into' } })).status).toBe(
+        401,
+      );
+    }
+    // The first admin (tenant admin) still creates users of any tenant.
+    const platform = await http('POST', `${svc.base}/auth/user`, {
+      token: svc.token,
+      body: { username: `${acme}-by-platform`, passwd: 'pw', service: 'globex', profile: 'user' },
+    });
+    expect(platform.status).toBe(201);
   });
 
   it('invalid body: 400 with the validation body, nothing created', async () => {

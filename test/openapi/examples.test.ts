@@ -68,8 +68,9 @@ async function fixture(kind: string | undefined): Promise<Fixture> {
   return { tenant, token, templateId };
 }
 
-/** The examples' tenant `acme` (broker hooks: usernames and topics) is the fixture's tenant. */
+/** The examples' tenant `acme` (broker hooks: usernames and topics; a user's `service`) is the fixture's tenant. */
 function inTenant(v: unknown, tenant: string): unknown {
+  if (v === 'acme') return tenant;
   if (typeof v === 'string') return v.replace(/^acme:/, `${tenant}:`).replace(/^\/acme\//, `/${tenant}/`);
   if (Array.isArray(v)) return v.map((x) => inTenant(x, tenant));
   if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, inTenant(x, tenant)]));
