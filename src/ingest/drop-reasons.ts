@@ -28,10 +28,15 @@ export type DropReason = keyof typeof DROP_REASONS;
 
 export const DROP_REASON_NAMES = Object.keys(DROP_REASONS) as DropReason[];
 
+/** The reasons whose one count is a whole message, or one value (the alert rule IngestDropsRising compares them with messages and values received). */
+export function dropReasonsCounting(counts: DropReasonInfo['counts']): DropReason[] {
+  return DROP_REASON_NAMES.filter((r) => DROP_REASONS[r].counts === counts);
+}
+
 /** The help text of `ingest_dropped_total`: every reason, grouped by what it counts. */
 export function dropReasonsHelp(): string {
   const names = (counts: DropReasonInfo['counts']) =>
-    DROP_REASON_NAMES.filter((r) => DROP_REASONS[r].counts === counts)
+    dropReasonsCounting(counts)
       .map((r) => {
         const info: DropReasonInfo = DROP_REASONS[r];
         return info.note ? `${r}: ${info.note}` : r;

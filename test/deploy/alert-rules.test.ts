@@ -5,6 +5,7 @@
 import crypto from 'node:crypto';
 import { parse } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { dropReasonsCounting } from '../../src/ingest/drop-reasons.js';
 import { takeDatabaseAway } from '../helpers/faults.js';
 import { evaluate, parseScrape, type Samples } from '../helpers/promql.js';
 import { createDevice, createTemplate, deviceClient, eventually } from '../helpers/registry-fixtures.js';
@@ -83,4 +84,61 @@ describe('IngestStalled', () => {
       await qos0.endAsync();
     }
   }, 60_000);
+});
+
+describe('IngestDropsRising', () => {
+  let svc: TestService;
+  const tenant = `ad${crypto.randomBytes(3).toString('hex')}`;
+  let device: string;
+  const labels = Array.from({ length: 20 }, (_, i) => `v${i}`);
+  const scrape = async (): Promise<Samples> => parseScrape((await http<string>('GET', `${svc.internal}/metrics`)).text);
+  const acknowledged = (s: Samples) => s.get('ingest_messages_acknowledged_total')![0]!.value;
+
+  beforeAll(async () => {
+    svc = await startTestService({ MQTT_URL: undefined });
+    const t = await createTemplate(
+      svc.service.pool,
+      tenant,
+      't',
+      labels.map((label) => ({ label, type: 'dynamic', value_type: 'float' })),
+    );
+    device = await createDevice(svc.service.pool, tenant, [t]);
+  });
+  afterAll(() => svc?.stop());
+
+  /** The rule over the scrapes before and after these messages (QoS 1, all at once). */
+  async function firesFor(payloads: string[]): Promise<boolean> {
+    const client = await deviceClient(`mqtt://127.0.0.1:${svc.service.mqttPort}`, { username: `${tenant}:${device}` });
+    const before = await scrape();
+    const started = Date.now();
+    await Promise.all(payloads.map((p) => client.publishAsync(`${tenant}:${device}/attrs`, p, { qos: 1 })));
+    await eventually(async () => acknowledged(await scrape()) - acknowledged(before) === payloads.length, 'the messages acknowledged');
+    // The shard workers' counts (drops, values) reach the main thread in the router's next reports (every 250 ms).
+    await new Promise((r) => setTimeout(r, 1000));
+    const now = await scrape();
+    await client.endAsync();
+    return evaluate(exprOf('IngestDropsRising'), before, now, (Date.now() - started) / 1000).length > 0;
+  }
+  const values = (n: number, extra: Record<string, unknown> = {}) =>
+    JSON.stringify({ ...Object.fromEntries(labels.slice(0, n).map((l, i) => [l, i])), ...extra });
+
+  it('compares message drops with messages and value drops with values, each reason as it counts', () => {
+    const expr = exprOf('IngestDropsRising');
+    expect(expr).toContain(`reason=~"${dropReasonsCounting('message').join('|')}"`);
+    expect(expr).toContain(`reason=~"${dropReasonsCounting('value').join('|')}"`);
+  });
+
+  // Before, every drop was compared with the messages received: one unknown key in a message
+  // of 21 values (4.8 % of the values, no message dropped) counted as 100 %.
+  it('does not fire for one unknown key among 21 values in each message (under 5 % of values, no message dropped)', async () => {
+    expect(await firesFor(Array.from({ length: 200 }, () => values(20, { extra: 1 })))).toBe(false);
+  });
+
+  it('fires for 10 % of messages dropped (not JSON)', async () => {
+    expect(await firesFor(Array.from({ length: 200 }, (_, i) => (i % 10 === 0 ? '{not json' : values(20))))).toBe(true);
+  });
+
+  it('fires for 10 % of values dropped (2 of 20 of the wrong type in each message)', async () => {
+    expect(await firesFor(Array.from({ length: 200 }, () => values(18, { v18: 'x', v19: 'y' })))).toBe(true);
+  });
 });

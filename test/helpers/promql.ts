@@ -1,7 +1,7 @@
 // A small PromQL evaluator for the tests of the shipped alert rules (deploy/prometheus/alerts.yml):
 // whether a rule's expression would return series (fire, once its `for` has passed) over two
 // scrapes of /metrics taken some seconds apart, without running Prometheus. It knows the subset
-// the rules use: selectors with `label="value"` matchers, `sum(...)`, `rate(x[range])` (the
+// the rules use: selectors with `label="value"`, `!=` and `=~` matchers, `sum(...)`, `rate(x[range])` (the
 // increase between the two scrapes per second; the range itself is not checked), `+ - * /`,
 // comparisons without `bool` (they filter), `and`, `or`, numbers and parentheses. Anything else
 // throws, so a rule written beyond it is noticed rather than judged wrongly.
@@ -11,6 +11,7 @@ export interface Series {
   value: number;
 }
 type Value = number | Series[];
+type Matcher = [label: string, test: (value: string) => boolean];
 
 /** A scrape's samples: name -> series. */
 export type Samples = Map<string, Series[]>;
@@ -36,7 +37,7 @@ export function parseScrape(text: string): Samples {
  */
 export function evaluate(expr: string, before: Samples, now: Samples, seconds: number): Series[] {
   const tokens = [
-    ...expr.matchAll(/\s*([A-Za-z_:][A-Za-z0-9_:]*|\d+(?:\.\d+)?(?:e[+-]?\d+)?|==|!=|>=|<=|[-+*/(){}[\],><=]|"(?:[^"\\]|\\.)*")/gy),
+    ...expr.matchAll(/\s*([A-Za-z_:][A-Za-z0-9_:]*|\d+(?:\.\d+)?(?:e[+-]?\d+)?|==|!=|=~|>=|<=|[-+*/(){}[\],><=]|"(?:[^"\\]|\\.)*")/gy),
   ];
   if (
     tokens
@@ -60,8 +61,8 @@ export function evaluate(expr: string, before: Samples, now: Samples, seconds: n
         .filter(([k]) => k !== '__name__')
         .sort(),
     );
-  const selector = (name: string, samples: Samples, matchers: Array<[string, string]>) =>
-    (samples.get(name) ?? []).filter((s) => matchers.every(([k, v]) => (s.labels[k] ?? '') === v));
+  const selector = (name: string, samples: Samples, matchers: Matcher[]) =>
+    (samples.get(name) ?? []).filter((s) => matchers.every(([k, test]) => test(s.labels[k] ?? '')));
 
   // Vector op vector: one-to-one on identical label sets; with a number, each series.
   const binary = (a: Value, b: Value, fn: (x: number, y: number) => number | undefined): Value => {
@@ -121,14 +122,18 @@ export function evaluate(expr: string, before: Samples, now: Samples, seconds: n
     if (!/^[A-Za-z_:]/.test(w) || peek() === '(') throw new Error(`not supported: ${w} in: ${expr}`);
     return selector(w, now, labelMatchers());
   }
-  function labelMatchers(): Array<[string, string]> {
-    const out: Array<[string, string]> = [];
+  function labelMatchers(): Matcher[] {
+    const out: Matcher[] = [];
     if (peek() !== '{') return out;
     take('{');
     while (peek() !== '}') {
       const label = take();
-      take('=');
-      out.push([label, JSON.parse(take()) as string]);
+      const op = take();
+      const value = JSON.parse(take()) as string;
+      if (op === '=') out.push([label, (v) => v === value]);
+      else if (op === '!=') out.push([label, (v) => v !== value]);
+      else if (op === '=~') out.push([label, (v) => new RegExp(`^(?:${value})$`).test(v)]);
+      else throw new Error(`not supported: ${op} in: ${expr}`);
       if (peek() === ',') take(',');
     }
     take('}');
