@@ -85,6 +85,9 @@ function destination(format: LogFormat, opts: LoggerOptions): pino.DestinationSt
     singleLine: true,
     translateTime: 'SYS:HH:MM:ss.l',
     ignore: 'pid,hostname,service',
+    // Errors as the other fields, on the line: pino-pretty's own rendering of error-like fields
+    // writes the stack over several lines, and the message's control characters as they are.
+    errorLikeObjectKeys: [],
     messageFormat: (log, messageKey) => {
       const msg = log[messageKey];
       return escapeControl(typeof msg === 'string' ? msg : '');

@@ -93,6 +93,20 @@ describe('log lines', () => {
     expect(plain).toContain('"a1b2c3"');
   });
 
+  // pino-pretty wrote an error's stack over several lines, its message's line breaks and escape
+  // sequences as they were (a message holding "\n[12:00:00.000] INFO: ..." read as a line of its own).
+  it('pretty: an error stays on its line, stack included, its control characters escaped', () => {
+    const { log, lines } = capture('pretty');
+    log.error('request failed', { requestId: 'r-1', error: new Error('boom\n[12:00:00.000] INFO: forged \u001b[2J') });
+    expect(lines).toHaveLength(1);
+    expect(lines[0]!.trimEnd().split('\n')).toHaveLength(1);
+    expect(lines[0]).not.toContain('\u001b[2J');
+    const plain = stripVTControlCharacters(lines[0]!);
+    expect(plain).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] ERROR: request failed/);
+    expect(plain).toContain('"requestId":"r-1"');
+    expect(plain).toContain('Error: boom\\n[12:00:00.000] INFO: forged \\u001b[2J\\n    at ');
+  });
+
   it('below the level nothing is written', () => {
     const { log, lines } = capture('json', 'info');
     log.debug('not written');
