@@ -93,6 +93,7 @@ describe('IngestDropsRising', () => {
   const labels = Array.from({ length: 20 }, (_, i) => `v${i}`);
   const scrape = async (): Promise<Samples> => parseScrape((await http<string>('GET', `${svc.internal}/metrics`)).text);
   const acknowledged = (s: Samples) => s.get('ingest_messages_acknowledged_total')![0]!.value;
+  const dropped = (s: Samples) => s.get('ingest_dropped_total')!.reduce((n, x) => n + x.value, 0);
 
   beforeAll(async () => {
     svc = await startTestService({ MQTT_URL: undefined });
@@ -106,16 +107,17 @@ describe('IngestDropsRising', () => {
   });
   afterAll(() => svc?.stop());
 
-  /** The rule over the scrapes before and after these messages (QoS 1, all at once). */
-  async function firesFor(payloads: string[]): Promise<boolean> {
+  /** The rule over the scrapes before and after these messages (QoS 1, all at once), once their `drops` are counted. */
+  async function firesFor(payloads: string[], drops: number): Promise<boolean> {
     const client = await deviceClient(`mqtt://127.0.0.1:${svc.service.mqttPort}`, { username: `${tenant}:${device}` });
     const before = await scrape();
     const started = Date.now();
     await Promise.all(payloads.map((p) => client.publishAsync(`${tenant}:${device}/attrs`, p, { qos: 1 })));
-    await eventually(async () => acknowledged(await scrape()) - acknowledged(before) === payloads.length, 'the messages acknowledged');
-    // The shard workers' counts (drops, values) reach the main thread in the router's next reports (every 250 ms).
-    await new Promise((r) => setTimeout(r, 1000));
-    const now = await scrape();
+    // The shard workers' counts reach the main thread in the router's reports (every 250 ms).
+    const now = await eventually(async () => {
+      const s = await scrape();
+      return acknowledged(s) - acknowledged(before) === payloads.length && dropped(s) - dropped(before) === drops ? s : undefined;
+    }, 'the messages and their drops counted');
     await client.endAsync();
     return evaluate(exprOf('IngestDropsRising'), before, now, (Date.now() - started) / 1000).length > 0;
   }
@@ -131,14 +133,29 @@ describe('IngestDropsRising', () => {
   // Before, every drop was compared with the messages received: one unknown key in a message
   // of 21 values (4.8 % of the values, no message dropped) counted as 100 %.
   it('does not fire for one unknown key among 21 values in each message (under 5 % of values, no message dropped)', async () => {
-    expect(await firesFor(Array.from({ length: 200 }, () => values(20, { extra: 1 })))).toBe(false);
+    expect(
+      await firesFor(
+        Array.from({ length: 200 }, () => values(20, { extra: 1 })),
+        200,
+      ),
+    ).toBe(false);
   });
 
   it('fires for 10 % of messages dropped (not JSON)', async () => {
-    expect(await firesFor(Array.from({ length: 200 }, (_, i) => (i % 10 === 0 ? '{not json' : values(20))))).toBe(true);
+    expect(
+      await firesFor(
+        Array.from({ length: 200 }, (_, i) => (i % 10 === 0 ? '{not json' : values(20))),
+        20,
+      ),
+    ).toBe(true);
   });
 
   it('fires for 10 % of values dropped (2 of 20 of the wrong type in each message)', async () => {
-    expect(await firesFor(Array.from({ length: 200 }, () => values(18, { v18: 'x', v19: 'y' })))).toBe(true);
+    expect(
+      await firesFor(
+        Array.from({ length: 200 }, () => values(18, { v18: 'x', v19: 'y' })),
+        400,
+      ),
+    ).toBe(true);
   });
 });
