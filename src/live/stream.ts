@@ -478,7 +478,12 @@ export class LiveHub {
 
   /** GET /stream on the public app: the WebSocket upgrade, and SSE for the other GETs. */
   attach(app: uWS.TemplatedApp): void {
-    app.ws<WsData>('/stream', {
+    // `/stream/` as well: a GET path may end with '/' everywhere else (src/http/router.ts).
+    for (const path of ['/stream', '/stream/']) this.attachAt(app, path);
+  }
+
+  private attachAt(app: uWS.TemplatedApp, path: string): void {
+    app.ws<WsData>(path, {
       // Past MAX_MESSAGE_BYTES the client is told (1009); uWS itself drops a connection whose
       // message exceeds maxPayloadLength without a close frame, so that bound is set higher.
       maxPayloadLength: MAX_MESSAGE_BYTES * 16,
@@ -509,7 +514,7 @@ export class LiveHub {
         if (c) this.forget(c);
       },
     });
-    app.get('/stream', (res, req) => this.sse(res, req));
+    app.get(path, (res, req) => this.sse(res, req));
   }
 
   /** Committed telemetry: one `attrs` message per stored message, to each client that wants it. */

@@ -238,6 +238,21 @@ describe('GET /stream over WebSocket', () => {
     });
   });
 
+  it('is also served at /stream/, as every GET path may end with a slash (found by an audit)', async () => {
+    const a = await tenant('slash');
+    // Before: the SSE request answered 400 (neither an upgrade nor Server-Sent Events), the upgrade 404.
+    const sse = await openSse(`${svc.base}/stream/?device=${a.devices[0]!}`, a.token);
+    const ws = await openWs(`${wsUrl()}/?device=${a.devices[0]!}`, { token: a.token });
+    try {
+      for (const s of [sse, ws]) {
+        expect(await s.next((m) => m.type === 'subscribed', 'subscribed')).toMatchObject({ devices: [a.devices[0]!] });
+      }
+    } finally {
+      sse.close();
+      ws.close();
+    }
+  });
+
   it('reads max_messages as every integer query parameter (found by an audit)', async () => {
     const a = await tenant('wsmax', 1);
     // docs/api.md: digits with an optional sign, blanks around allowed, up to 2^53 - 1; the OpenAPI
