@@ -59,7 +59,9 @@ export async function spanOf(pool: pg.Pool, s: SeriesRef, r: Range, b: Bucketing
   }
   const sql = bucketSql(b, `$${values.length}::text`);
   const { rows: out } = await pool.query<{ lo: string | null; hi: string | null; n: string | null }>({
-    text: `SELECT ${historyTimeSql('lo')} AS lo, ${historyTimeSql('hi')} AS hi, ${sql.count('lo', 'hi')} AS n FROM (${text}) s`,
+    // A range whose dateFrom is after its dateTo holds no time, hence no bucket (not even the one
+    // both bounds fall in, which fill=null would otherwise answer empty).
+    text: `SELECT ${historyTimeSql('lo')} AS lo, ${historyTimeSql('hi')} AS hi, CASE WHEN lo > hi THEN 0 ELSE ${sql.count('lo', 'hi')} END AS n FROM (${text}) s`,
     values,
   });
   const row = out[0]!;

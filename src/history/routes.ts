@@ -182,7 +182,8 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
           type: 'string',
           enum: ['null'],
           description:
-            'With `interval`: `null` answers every bucket of the range, those without values with `null` aggregates (`count` 0).',
+            'With `interval`: `null` answers every bucket of the range, those without values with `null` aggregates (`count` 0); ' +
+            'a `dateFrom` after `dateTo` has none.',
           'x-error': { enum: { error: 'badHistoryQuery', message: 'fill must be null, got "{input}"' } },
         },
       },

@@ -191,6 +191,19 @@ describe('fixed-length buckets', () => {
     expect(s.body).toEqual([{ ts: at('2024-05-01T10:20:00Z'), last: 2 }]);
   });
 
+  it('a dateFrom after dateTo is an empty range: no bucket, with fill=null too, whether or not both fall in one bucket (was one empty bucket)', async () => {
+    for (const q of [
+      '?attr=temperature&interval=1h&agg=count&fill=null&dateFrom=2024-05-01T10:50:00Z&dateTo=2024-05-01T10:10:00Z',
+      '?attr=temperature&interval=1h&agg=count&fill=null&dateFrom=2024-05-01T11:10:00Z&dateTo=2024-05-01T10:50:00Z',
+      '?attr=temperature&interval=1d&agg=count&fill=null&tz=Europe/Berlin&dateFrom=2024-05-01T12:00:00Z&dateTo=2024-05-01T10:00:00Z',
+      '?attr=temperature&interval=1h&agg=count&dateFrom=2024-05-01T10:50:00Z&dateTo=2024-05-01T10:10:00Z',
+    ]) {
+      const r = await get(q);
+      expect(r.status).toBe(200);
+      expect(r.body, q).toEqual([]);
+    }
+  });
+
   it('count, first and last apply to any attribute; first/last keep the stored JSON type', async () => {
     const r = await get('?attr=mode&interval=1h&agg=count,first,last&dateFrom=2024-05-01T00:00:00Z&dateTo=2024-05-01T23:59:59Z');
     expect(r.body).toEqual([
