@@ -102,9 +102,11 @@ const AGG_SQL: Record<Aggregate, string> = {
   max: `max(num)::float8`,
   sum: sumAsDouble('sum(num)'),
   count: `count(*)`,
-  // Ties at the same time: the smaller / larger text, so both layouts pick the same row.
-  first: `(array_agg(value ORDER BY ts, value))[1]`,
-  last: `(array_agg(value ORDER BY ts DESC, value DESC))[1]`,
+  // Ties at the same time: the smaller / larger text, byte by byte (COLLATE "C": not the
+  // database's collation, which may differ between databases), so every database and both
+  // layouts pick the same row.
+  first: `(array_agg(value ORDER BY ts, value COLLATE "C"))[1]`,
+  last: `(array_agg(value ORDER BY ts DESC, value COLLATE "C" DESC))[1]`,
 };
 
 /** A bucket as read: its start (UTC text) and each aggregate asked, as text (null: none). */
