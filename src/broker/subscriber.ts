@@ -13,7 +13,11 @@
 // or from the start with `drain`): the broker adds nothing more to the session, and hands over
 // what it had queued and in flight; `quietMs` tells when that is done (session-drain.ts). The
 // client ids are leased (session-leases.ts): `mayReconnect` keeps a connection from taking a
-// session back once its lease is gone.
+// session back once its lease is gone. The MQTT 5 subscription asks for no retained messages
+// (Retain Handling 2): a broker's retained copy is a message taken in when it came, and the
+// subscription is made at every connect. MQTT 3.1.1 has no such option, and the retain flag
+// cannot tell a copy from a queued message (aedes queues messages for an offline session with
+// the flag as published): there a retained message is taken in again at each subscription.
 //
 // PUBACKs go out in the order the messages arrived on the connection, whatever order the
 // caller acknowledges them in (shards commit independently): a message acknowledged early waits
@@ -470,9 +474,11 @@ export class SubscriberConnection extends EventEmitter {
       this.write(this.unsubscribePacket(this.opts.filters, UNSUBSCRIBE_ID));
       return;
     }
+    // MQTT 5: Retain Handling 2, no retained messages at the subscription (see the head of this file).
+    const options = this.opts.version === 5 ? { rh: 2 } : {};
     this.write(
       mqttPacket.generate(
-        { cmd: 'subscribe', messageId: 1, subscriptions: this.opts.filters.map((topic) => ({ topic, qos: 1 as const })) },
+        { cmd: 'subscribe', messageId: 1, subscriptions: this.opts.filters.map((topic) => ({ topic, qos: 1 as const, ...options })) },
         { protocolVersion: this.opts.version },
       ),
     );
