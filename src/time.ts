@@ -13,7 +13,7 @@ const MAX_MS = 253402300799999;
 export const LATEST_TIME = '9999-12-31T23:59:59.999Z';
 /** Earliest history bound: 0001-01-01T00:00:00Z. */
 const MIN_BOUND_MS = -62135596800000;
-const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?)?\s*(Z|z|[+-]\d{2}(?::?\d{2})?)?$/;
+const ISO = /^(\d{4})-(\d{2})-(\d{2})(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?)?\s*(Z|z|[+-]\d{2}(?::?\d{2})?)?$/;
 
 function daysIn(year: number, month: number): number {
   return new Date(Date.UTC(year, month, 0)).getUTCDate();

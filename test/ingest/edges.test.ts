@@ -184,6 +184,15 @@ describe('through the run broker (MQTT_URL), MAX_MESSAGE_BYTES=256', () => {
       expect(all.name!.map((r) => r.ts)).toEqual(['1970-01-01T00:00:00.000000Z']);
     });
 
+    it('RFC 3339 lower case: a t between date and time, like a z zone, is read (it was bad_timestamp; found by an audit)', async () => {
+      const d = await newDevice();
+      await send(d, JSON.stringify({ temperature: 1, timestamp: '2024-05-01t12:00:00.5z' }));
+      await send(d, JSON.stringify({ name: 'offset', timestamp: '2024-05-01t14:00:00+02:00' }));
+      const all = await stored(d, 2);
+      expect(all.temperature!.map((r) => r.ts)).toEqual(['2024-05-01T12:00:00.500000Z']);
+      expect(all.name!.map((r) => r.ts)).toEqual(['2024-05-01T12:00:00.000000Z']);
+    });
+
     it('a timestamp before 1970 (ISO, a date alone, negative epoch ms) is ignored as bad_timestamp: values keep the receive time', async () => {
       const before = dropped(await metrics(), 'bad_timestamp');
       const d = await newDevice();
