@@ -6,7 +6,7 @@ import crypto from 'node:crypto';
 import { parse } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dropReasonsCounting } from '../../src/ingest/drop-reasons.js';
-import { takeDatabaseAway } from '../helpers/faults.js';
+import { quicklyStalledService, takeDatabaseAway } from '../helpers/faults.js';
 import { evaluate, parseScrape, type Samples } from '../helpers/promql.js';
 import { createDevice, createTemplate, deviceClient, eventually } from '../helpers/registry-fixtures.js';
 import { http, startTestService, type TestService } from '../helpers/service.js';
@@ -30,9 +30,7 @@ describe('IngestStalled', () => {
   };
 
   beforeAll(async () => {
-    svc = await startTestService({ MQTT_URL: undefined, INGEST_MAX_PENDING: '100', INGEST_STALL_SECONDS: '2' });
-    const t = await createTemplate(svc.service.pool, tenant, 't', [{ label: 'n', type: 'dynamic', value_type: 'integer' }]);
-    device = await createDevice(svc.service.pool, tenant, [t]);
+    ({ svc, device } = await quicklyStalledService(tenant));
   });
   afterAll(() => svc?.stop());
 

@@ -4,8 +4,8 @@
 import net from 'node:net';
 import pg from 'pg';
 import type mqtt from 'mqtt';
-import { http } from './service.js';
-import { metric } from './registry-fixtures.js';
+import { http, startTestService, type TestService } from './service.js';
+import { createDevice, createTemplate, metric } from './registry-fixtures.js';
 
 /**
  * Refuses new connections to the database of `databaseUrl` and ends the open ones (the
@@ -220,4 +220,15 @@ export async function listenBlockingProxy(databaseUrl: string, applicationName: 
     },
     close: () => proxy.close(),
   };
+}
+
+/**
+ * A service that stalls quickly (embedded broker, a receive window of 100 messages, ingest
+ * reported stalled after 2 s without a commit), with one device of `tenant` (attribute `n`,
+ * integer). The caller stops it.
+ */
+export async function quicklyStalledService(tenant: string): Promise<{ svc: TestService; device: string }> {
+  const svc = await startTestService({ MQTT_URL: undefined, INGEST_MAX_PENDING: '100', INGEST_STALL_SECONDS: '2' });
+  const t = await createTemplate(svc.service.pool, tenant, 't', [{ label: 'n', type: 'dynamic', value_type: 'integer' }]);
+  return { svc, device: await createDevice(svc.service.pool, tenant, [t]) };
 }

@@ -4,9 +4,9 @@
 // is reported stalled once nothing has committed for INGEST_STALL_SECONDS.
 import crypto from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, startTestService, type TestService } from '../helpers/service.js';
-import { createDevice, createTemplate, deviceClient, eventually, metric } from '../helpers/registry-fixtures.js';
-import { gaugeSum, takeDatabaseAway } from '../helpers/faults.js';
+import { http, type TestService } from '../helpers/service.js';
+import { deviceClient, eventually, metric } from '../helpers/registry-fixtures.js';
+import { gaugeSum, quicklyStalledService, takeDatabaseAway } from '../helpers/faults.js';
 
 describe('readiness while QoS 0 overload drops go on and nothing commits', () => {
   let svc: TestService;
@@ -14,9 +14,7 @@ describe('readiness while QoS 0 overload drops go on and nothing commits', () =>
   let device: string;
 
   beforeAll(async () => {
-    svc = await startTestService({ MQTT_URL: undefined, INGEST_MAX_PENDING: '100', INGEST_STALL_SECONDS: '2' });
-    const t = await createTemplate(svc.service.pool, tenant, 't', [{ label: 'n', type: 'dynamic', value_type: 'integer' }]);
-    device = await createDevice(svc.service.pool, tenant, [t]);
+    ({ svc, device } = await quicklyStalledService(tenant));
   });
   afterAll(() => svc?.stop());
 
