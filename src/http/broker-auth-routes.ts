@@ -129,7 +129,7 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
         status: 400,
         response: err(
           'brokerHookBadBody',
-          'The body must be a JSON object with clientid, username, password and peerhost (and cert_common_name on TLS listeners)',
+          'The body must be a JSON object with a username key (clientid, password, peerhost and cert_common_name as EMQX sends them may be added)',
         ),
       },
     ],
@@ -216,7 +216,10 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
         summary: 'No topic key',
         body: { clientid: 'sensor-1', username: DEV, action: 'publish' },
         status: 400,
-        response: err('brokerHookBadBody', 'The body must be a JSON object with clientid, username, topic and action'),
+        response: err(
+          'brokerHookBadBody',
+          'The body must be a JSON object with username, topic and action keys (and clientid as EMQX sends it)',
+        ),
       },
     ],
     handler(req) {

@@ -18,7 +18,7 @@ export const emqxAuthenticateBody = bodySchema({
   $id: 'broker.emqx.authenticate',
   ...needs(
     ['username'],
-    'The body must be a JSON object with clientid, username, password and peerhost (and cert_common_name on TLS listeners)',
+    'The body must be a JSON object with a username key (clientid, password, peerhost and cert_common_name as EMQX sends them may be added)',
   ),
   properties: {
     clientid: { ...text, description: '`${clientid}`' },
@@ -34,7 +34,10 @@ export const emqxAuthenticateBody = bodySchema({
 
 export const emqxAuthorizeBody = bodySchema({
   $id: 'broker.emqx.authorize',
-  ...needs(['username', 'topic', 'action'], 'The body must be a JSON object with clientid, username, topic and action'),
+  ...needs(
+    ['username', 'topic', 'action'],
+    'The body must be a JSON object with username, topic and action keys (and clientid as EMQX sends it)',
+  ),
   properties: {
     clientid: { ...text, description: '`${clientid}`' },
     username: { ...text, description: '`${username}`' },

@@ -53,6 +53,17 @@ describe('EMQX HTTP authenticator', () => {
     expect(await metricValue(svc, 'device_logins_refused_total{reason="wrong"}')).toBe(before + 1);
   });
 
+  it('a body without a username is 400 naming that key, the one it needs; the other keys may be left out', async () => {
+    const res = await http<{ message: string; status: number }>('POST', `${svc.internal}/broker/emqx/authenticate`, {
+      body: { clientid: 'c1', password: 'x', peerhost: '10.1.0.9' },
+    });
+    expect([res.status, res.body.status]).toEqual([400, 400]);
+    expect(res.body.message).toContain('username');
+    // The message said clientid, password and peerhost were needed too: a body with only a username is answered.
+    expect(res.body.message).not.toMatch(/with clientid, username, password and peerhost/);
+    expect(await emqx('authenticate', { username: `${t.name}:ffffff` })).toEqual({ result: 'deny' });
+  });
+
   it('an expiring credential tells EMQX when to end the session (expire_at, Unix seconds)', async () => {
     const d = await newDevice(svc, t);
     const cred = await newCredential(svc, t, d, { type: 'password', expires_at: '2099-01-01T00:00:00Z' });
