@@ -183,13 +183,17 @@ export class DeviceAuthorisation {
     const presented = { clientId: packet.clientId, username: packet.username, password: packet.password, conn: client.conn };
     this.decide(presented, true).then(
       (d) => answerV5(client, d.accept ? UNSUPPORTED_PROTOCOL_V5 : REASON_CODE_V5[d.code], done),
-      () => answerV5(client, REASON_CODE_V5[3], done),
+      (err: Error) => {
+        this.checkFailed(presented, err);
+        answerV5(client, REASON_CODE_V5[3], done);
+      },
     );
   }
 
   /** CONNECT (MQTT 3.1.1). */
   private authenticate(client: Client, username: string | undefined, password: Buffer | undefined, done: AuthenticateDone): void {
-    this.decide({ clientId: client.id, username, password, conn: client.conn }).then(
+    const presented = { clientId: client.id, username, password, conn: client.conn };
+    this.decide(presented).then(
       (d) => {
         if (!d.accept) return done(refused(d.code, d.why), false);
         if (d.device) this.bind(client, d.device, d.verdict);
@@ -198,14 +202,22 @@ export class DeviceAuthorisation {
         done(null, true);
       },
       (err: Error) => {
-        const device = username ? parseDeviceName(username) : undefined;
-        this.log.warn('device login check failed; connection refused', {
-          ...(device ? { tenant: device.tenant, device: device.id } : {}),
-          error: err.message,
-        });
+        this.checkFailed(presented, err);
         done(refused(3, 'server unavailable'), false);
       },
     );
+  }
+
+  /** The registry could not be asked (the database unreachable): logged with the device the client named, however it named it. */
+  private checkFailed(p: Presented, err: Error): void {
+    const device =
+      p.username !== undefined && p.username !== ''
+        ? parseDeviceName(p.username)
+        : (certificateDevice(p.conn) ?? parseDeviceName(p.clientId) ?? this.ownerOf(p.clientId));
+    this.log.warn('device login check failed; connection refused', {
+      ...(device ? { tenant: device.tenant, device: device.id } : {}),
+      error: err.message,
+    });
   }
 
   /** Who the client says it is, and what the registry says of that (`answerOnly`: refused whatever it says, see DeviceLogin). */
