@@ -67,7 +67,8 @@ export function parseTimestamp(value: unknown, kind: 'stored' | 'bound' = 'store
  * Date.parse cuts off to that millisecond: refused, it is past LATEST_TIME).
  */
 export function afterLatestTime(text: string): boolean {
-  return Date.parse(text) >= MAX_MS;
+  // Date.parse does not read ISO 8601's hour-only offset (±hh): it is written ±hh:00 for it.
+  return Date.parse(text.replace(/(:\d{2}(?:\.\d+)?[+-]\d{2})$/, '$1:00')) >= MAX_MS;
 }
 
 // ---- formatting: history `ts` ---------------------------------------------------------------

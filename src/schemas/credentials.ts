@@ -22,7 +22,10 @@ export const credentialCreateBody = bodySchema({
     },
     expires_at: {
       type: ['string', 'null'],
-      pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}(:\\d{2}(\\.\\d+)?)?(Z|z|[+-]\\d{2}:?\\d{2})$',
+      // The forms parseTimestamp reads (ingest, history bounds), a zone required: `T`, `t` or a
+      // blank between date and time (RFC 3339 allows the last two), an offset of ±hh:mm, ±hhmm or
+      // ISO 8601's ±hh.
+      pattern: '^\\d{4}-\\d{2}-\\d{2}[Tt ]\\d{2}:\\d{2}(:\\d{2}(\\.\\d+)?)?(Z|z|[+-]\\d{2}(:?\\d{2})?)$',
       description: 'ISO 8601 with a time zone offset; in the future. Absent or null (as the answers write it): never expires.',
       'x-error': bad('expires_at must be an ISO 8601 date and time with a time zone, such as 2027-01-31T00:00:00Z', ['type', 'pattern']),
     },

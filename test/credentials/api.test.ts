@@ -53,6 +53,29 @@ describe('POST /device/{id}/credentials', () => {
     expect(c.expires_at).toBe('2099-06-30T12:00:00.123456+00:00');
   });
 
+  it('reads the forms the other times of the API read: a lower-case t (as a lower-case z), a blank, an hour-only offset', async () => {
+    // Found by an audit: `2099-06-30t14:00:00Z` and `2099-06-30T14:00:00+02` (ISO 8601's ±hh
+    // offset) were a 400 "must be an ISO 8601 date and time with a time zone", while a lower-case
+    // z was taken and ingest and history bounds read all of them.
+    const d = await newDevice(svc, t);
+    const cases: Array<[string, string]> = [
+      ['2099-06-30t14:00:00Z', '2099-06-30T14:00:00.000000+00:00'],
+      ['2099-06-30t14:00:00.5z', '2099-06-30T14:00:00.500000+00:00'],
+      ['2099-06-30 14:00:00+00:00', '2099-06-30T14:00:00.000000+00:00'],
+      ['2099-06-30T14:00:00+02', '2099-06-30T12:00:00.000000+00:00'],
+      ['2099-06-30 14:00:00-05', '2099-06-30T19:00:00.000000+00:00'],
+    ];
+    const seen: Array<[string, unknown]> = [];
+    for (const [given] of cases) {
+      const res = await http<CredentialCreated>('POST', url(d), { token: t.token, body: { type: 'password', expires_at: given } });
+      seen.push([given, res.body.expires_at ?? res.body]);
+      if (res.status === 201) await deleteCredential(svc, t, d, res.body.id);
+    }
+    expect(seen).toEqual(cases);
+    const late = await http('POST', url(d), { token: t.token, body: { type: 'password', expires_at: '9999-12-31T23:59:59-12' } });
+    expect(late.body).toEqual({ message: 'expires_at must be 9999-12-31T23:59:59.999Z or earlier', status: 400 });
+  });
+
   it('expires_at null, as the answers write "never", is the same as leaving it out', async () => {
     const d = await newDevice(svc, t);
     const c = await newCredential(svc, t, d, { type: 'password', expires_at: null });
