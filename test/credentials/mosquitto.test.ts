@@ -4,12 +4,14 @@
 // private process on a free port, its files in a temporary directory).
 import crypto from 'node:crypto';
 import { execFileSync } from 'node:child_process';
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import type mqtt from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { http, loggedAddress, spawnService, useService } from '../helpers/service.js';
 import { closedByPeer, eventually, historyCount } from '../helpers/registry-fixtures.js';
 import { mosquittoInstalled, useRepoMosquitto } from '../deploy/repo-mosquitto.js';
-import { connackCode, connect, deleteCredential, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
+import { connackCode, connect, deleteCredential, metricValue, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
 
 describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped Mosquitto', () => {
   const passwords = {
@@ -118,6 +120,27 @@ describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped M
     expect((await http('DELETE', `${svc.base}/device/${d}`, { token: a.token })).status).toBe(200);
     await closed;
     expect(await connackCode(url, { username: `${a.name}:${d}`, password: cred.secret, protocolVersion: 5 })).toBe(0x87);
+  });
+
+  it('Mosquitto checks passwords itself: failures are neither slowed down nor counted, and its file keeps a fast hash (documented limits)', async () => {
+    // docs/credentials.md §2 and §3, docs/operations.md §2: what holds for the embedded broker
+    // and the HTTP hooks does not hold here (before, found by an audit, the docs did not say so).
+    const d = await newDevice(svc, a);
+    const cred = await newCredential(svc, a, d, { type: 'password', secret: 'chosen-secret-0123456' });
+    const refusedBefore = await metricValue(svc, 'device_logins_refused_total{reason="wrong"}');
+    const started = Date.now();
+    for (let i = 0; i < 20; i++)
+      expect(await connackCode(url, { username: `${a.name}:${d}`, password: `wrong-guess-${i}`, protocolVersion: 5 })).toBe(0x87);
+    expect(await connackCode(url, { username: `${a.name}:${d}`, password: cred.secret, protocolVersion: 5 })).toBe(0);
+    // The embedded broker would have made these attempts wait 0.5 + 1 + 2 + 4 + 8 × 14 s.
+    expect(Date.now() - started).toBeLessThan(8000);
+    expect(await metricValue(svc, 'device_logins_refused_total{reason="wrong"}')).toBe(refusedBefore);
+    // The plugin hashes the secret with PBKDF2-SHA512, 101 iterations (a createClient command
+    // cannot ask for more), in the file on the broker's volume.
+    const file = JSON.parse(await fs.readFile(path.join(broker().dir, 'data', 'dynamic-security.json'), 'utf8')) as {
+      clients: Array<{ username: string; iterations?: number }>;
+    };
+    expect(file.clients.find((c) => c.username === `${a.name}:${d}`)?.iterations).toBe(101);
   });
 
   it("the service's own account is unaffected", async () => {
