@@ -97,6 +97,10 @@ describe('POST /device/{id}/credentials', () => {
         'expires_at must be an ISO 8601 date and time with a time zone, such as 2027-01-31T00:00:00Z',
       ],
       [{ type: 'password', expires_at: '2001-01-01T00:00:00Z' }, 'expires_at must be in the future'],
+      // So is a time before 1970 (found by an audit: it was "must be an ISO 8601 ...").
+      [{ type: 'password', expires_at: '1969-12-31T23:59:59Z' }, 'expires_at must be in the future'],
+      [{ type: 'password', expires_at: '1970-01-01T00:30:00+01:00' }, 'expires_at must be in the future'],
+      [{ type: 'password', expires_at: '0001-01-01T00:00:00Z' }, 'expires_at must be in the future'],
       // Year 9999 in a zone behind UTC is past the last time kept (found by an audit: it was "must be an ISO 8601 ...").
       [{ type: 'password', expires_at: '9999-12-31T23:59:59-12:00' }, 'expires_at must be 9999-12-31T23:59:59.999Z or earlier'],
       // So is a microsecond within its last millisecond (found by an audit: it was "must be an ISO 8601 ...").

@@ -65,6 +65,8 @@ export class CredentialService {
       const us = parseTimestamp(input.expires_at);
       if (us === undefined && afterLatestTime(input.expires_at))
         throw errors.credentialBadInput(`expires_at must be ${LATEST_TIME} or earlier`);
+      // A real time before 1970 (which no stored time is) is in the past, not badly written.
+      if (us === undefined && parseTimestamp(input.expires_at, 'bound') !== undefined) throw errors.credentialExpiresInPast();
       if (us === undefined)
         throw errors.credentialBadInput('expires_at must be an ISO 8601 date and time with a time zone, such as 2027-01-31T00:00:00Z');
       if (us <= Date.now() * 1000) throw errors.credentialExpiresInPast();
