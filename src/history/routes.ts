@@ -425,7 +425,7 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
     description:
       "Every stored value of the tenant's devices (or of `devices`, or of the devices of `template`) in the range, streamed as " +
       'PostgreSQL produces it, with backpressure: unbounded in rows, bounded in memory. Rows come in storage order (by chunk, ' +
-      'roughly by time). A client that disconnects stops the query. The format: `format`, else `Accept` (`text/csv` or ' +
+      'roughly by time). A client that disconnects, or takes nothing for about 10 s (uWebSockets.js closes its connection), stops the query; its body ends truncated. The format: `format`, else `Accept` (`text/csv` or ' +
       '`application/x-ndjson`), else NDJSON. CSV columns `ts,device_id,attr,value` (`value` the stored JSON text, quoted as CSV ' +
       'requires); NDJSON one history record per line. Any other query parameter is refused (400): a misspelt filter would export the whole tenant.',
     tag: 'history',

@@ -82,3 +82,37 @@ it('an export that gets no pool connection (every one busy) answers 503 like any
       ',temperature,2\n',
   );
 });
+
+it('a client that takes nothing for longer than uWebSockets.js allows (about 10 s) is disconnected: the body is cut short and the COPY cancelled', async () => {
+  const res = await fetch(`${svc.base}/history/export?devices=${device}&format=csv`, { headers: { authorization: `Bearer ${token}` } });
+  expect(res.status).toBe(200);
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let text = decoder.decode((await reader.read()).value as Uint8Array, { stream: true });
+  // Nothing read for 16 s: the socket buffers fill, no write can go out, uWS's timer closes the
+  // connection (it is reset by writes only; src/http/server.ts cannot change it).
+  await new Promise((r) => setTimeout(r, 16_000));
+  const db = new pg.Client({ connectionString: svc.env.DATABASE_URL });
+  await db.connect();
+  try {
+    const { rows } = await db.query(
+      `SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND query LIKE 'COPY (SELECT%' AND query LIKE $1`,
+      [`%${device}%`],
+    );
+    expect(rows).toEqual([]);
+  } finally {
+    await db.end();
+  }
+  let cut = false;
+  try {
+    for (;;) {
+      const chunk = await reader.read();
+      if (chunk.done) break;
+      text += decoder.decode(chunk.value as Uint8Array, { stream: true });
+    }
+  } catch {
+    cut = true; // the chunked body ended without its terminator
+  }
+  expect(cut).toBe(true);
+  expect(text.trimEnd().split('\n').length).toBeLessThan(ROWS + 1);
+}, 40_000);
