@@ -17,6 +17,34 @@ import type { Logger } from '../log.js';
 import { forgetHorizon } from './horizon.js';
 import { checkChunkSizing } from './sizing.js';
 
+/**
+ * How long a housekeeping statement waits for a lock (ACCESS EXCLUSIVE on history and its
+ * partitions: a row trigger written again, a partition created or dropped) before it gives up
+ * until the next pass. Every later reader of a partition waits behind such a statement, and an
+ * export holds its ACCESS SHARE locks for as long as it streams (unbounded, docs/messaging.md
+ * §6): unbounded, the wait held up every history read of the open region until the export ended
+ * or the statement timeout (60 s by default) cut it.
+ */
+export const HOUSEKEEPING_LOCK_TIMEOUT_MS = 1000;
+
+/** `text` alone in a transaction whose lock waits end after HOUSEKEEPING_LOCK_TIMEOUT_MS. */
+async function withBriefLocks<R extends pg.QueryResultRow>(pool: pg.Pool, text: string, values: unknown[]): Promise<pg.QueryResult<R>> {
+  const client = await pool.connect();
+  let broken: Error | undefined;
+  try {
+    await client.query('BEGIN');
+    await client.query(`SET LOCAL lock_timeout = ${HOUSEKEEPING_LOCK_TIMEOUT_MS}`);
+    const res = await client.query<R>(text, values);
+    await client.query('COMMIT');
+    return res;
+  } catch (err) {
+    await client.query('ROLLBACK').catch((e: Error) => (broken = e));
+    throw err;
+  } finally {
+    client.release(broken);
+  }
+}
+
 /** How long after an hour ends it is rolled up: rows of devices whose clocks lag arrive first. */
 const ROLLUP_LAG_MINUTES = 5;
 const ROLLUP_EVERY_MS = 5 * 60_000;
@@ -99,7 +127,7 @@ export async function startHistoryMaintenance(opts: {
     );
     if (!target[0]!.moves || stopped) return false;
     const t = target[0]!.t;
-    await pool.query('SELECT history_note_before($1::timestamptz)', [t]);
+    await withBriefLocks(pool, 'SELECT history_note_before($1::timestamptz)', [t]);
     const started = Date.now();
     const res = await pool.query<{ n: number }>('SELECT history_close_before($1::timestamptz) AS n', [t]);
     forgetHorizon(pool); // this instance's reads use the new horizon at once (others within 5 s)
@@ -107,11 +135,16 @@ export async function startHistoryMaintenance(opts: {
     return true;
   };
 
-  /** Partitions ahead (plain) and retention where the service applies it: waited for at start. */
-  const housekeep = async () => {
-    await pool.query(`SELECT history_ensure_partition(now() + s.chunk_interval * g) FROM history_settings s, generate_series(-1, 2) AS g`);
+  /**
+   * Partitions ahead (plain) and retention where the service applies it: waited for at start
+   * (its lock waits bounded by the statement timeout only), later its lock waits brief.
+   */
+  const housekeep = async (atStart = false) => {
+    const run = <R extends pg.QueryResultRow>(text: string, values: unknown[] = []) =>
+      atStart ? pool.query<R>(text, values) : withBriefLocks<R>(pool, text, values);
+    await run(`SELECT history_ensure_partition(now() + s.chunk_interval * g) FROM history_settings s, generate_series(-1, 2) AS g`);
     if (settings.byService) {
-      const res = await pool.query<{ dropped: number }>('SELECT history_apply_retention($1::int) AS dropped', [retention]);
+      const res = await run<{ dropped: number }>('SELECT history_apply_retention($1::int) AS dropped', [retention]);
       const dropped = res.rows[0]?.dropped ?? 0;
       if (dropped > 0) log.info('history retention dropped expired partitions', { partitions: dropped, retentionDays: retention });
     }
@@ -135,7 +168,7 @@ export async function startHistoryMaintenance(opts: {
     );
     const { t, behind } = rows[0]!;
     if (behind) {
-      await pool.query('SELECT history_rollup_note_before($1::timestamptz)', [t]);
+      await withBriefLocks(pool, 'SELECT history_rollup_note_before($1::timestamptz)', [t]);
       for (;;) {
         if (stopped) return;
         const r = await pool.query<{ to: Date }>(`SELECT history_rollup_advance($1::timestamptz, interval '${ROLLUP_STEP}') AS to`, [t]);
@@ -152,7 +185,7 @@ export async function startHistoryMaintenance(opts: {
   const failed = (err: Error) => log.warn('history maintenance failed; trying again later', { error: err.message });
 
   if (!settings.byService) await pool.query('SELECT history_apply_retention($1::int)', [retention]);
-  await housekeep();
+  await housekeep(true);
   await checkSizing().catch(failed);
   // Moving the open region is not waited for: on a database upgraded with a long history, the
   // first spans are written from every row before the horizon, which may take a while.
