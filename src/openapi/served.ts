@@ -24,7 +24,10 @@ export interface Reached {
   forwardedProto: string;
 }
 
-const HOST = /^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::(\d{1,5}))?$/;
+// A name of RFC 3986's unreserved characters (so `_` and `~` too: Compose names services and
+// containers such as `stack_registry_1`; before, found by an audit, such a Host was not used and
+// the document named localhost), or a bracketed IPv6 address; then an optional port.
+const HOST = /^(?:[A-Za-z0-9._~-]+|\[[0-9A-Fa-f:.]+\])(?::(\d{1,5}))?$/;
 /** A host name or address, with a port a client can have reached (1-65535) if any. */
 const usable = (authority: string) => {
   const m = HOST.exec(authority);

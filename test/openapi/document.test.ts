@@ -94,6 +94,23 @@ describe('GET /openapi.json', () => {
     }
   });
 
+  it('a host name with an underscore or a tilde (RFC 3986 unreserved, as Compose names) is the host reached', async () => {
+    // Before (found by an audit), such a Host was taken for no host name: the document named
+    // http://localhost:<port>, not the server the client reached.
+    const headers = { 'x-forwarded-host': 'device_registry:8000' };
+    expect((JSON.parse((await http('GET', `${svc.base}/openapi.json`, { headers })).text) as Doc).servers[0]!.url).toBe(
+      'http://device_registry:8000',
+    );
+    const listeners = { public: { host: '0.0.0.0', port: 8000 }, internal: { host: '0.0.0.0', port: 8001 } };
+    expect(serverUrls({ listener: 'internal', host: 'stack_registry_1:8001', forwardedHost: '', forwardedProto: '' }, listeners)).toEqual({
+      public: 'http://stack_registry_1:8000',
+      internal: 'http://stack_registry_1:8001',
+    });
+    expect(serverUrls({ listener: 'public', host: 'my~host', forwardedHost: '', forwardedProto: '' }, listeners).public).toBe(
+      'http://my~host',
+    );
+  });
+
   it('without a usable Host, a listener bound to every address is named localhost, not 0.0.0.0', () => {
     const listeners = { public: { host: '0.0.0.0', port: 8000 }, internal: { host: '127.0.0.1', port: 8001 } };
     expect(serverUrls({ listener: 'public', host: 'evil"host', forwardedHost: '', forwardedProto: '' }, listeners)).toEqual({
