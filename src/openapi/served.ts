@@ -28,10 +28,14 @@ export interface Reached {
 // containers such as `stack_registry_1`; before, found by an audit, such a Host was not used and
 // the document named localhost), or a bracketed IPv6 address; then an optional port.
 const HOST = /^(?:[A-Za-z0-9._~-]+|\[[0-9A-Fa-f:.]+\])(?::(\d{1,5}))?$/;
-/** A host name or address, with a port a client can have reached (1-65535) if any. */
+/**
+ * A host name or address, with a port a client can have reached (1-65535) if any, that makes a
+ * URL (WHATWG): not `999.1.1.1`, `1.2.3.4.5` or `[1.2.3.4]`, which the pattern lets through
+ * (before, found by an audit, such a Host was served as the server's URL, which no client parses).
+ */
 const usable = (authority: string) => {
   const m = HOST.exec(authority);
-  return m !== null && (m[1] === undefined || (Number(m[1]) >= 1 && Number(m[1]) <= 65535));
+  return m !== null && (m[1] === undefined || (Number(m[1]) >= 1 && Number(m[1]) <= 65535)) && URL.canParse(`http://${authority}`);
 };
 const WILDCARD = new Set(['0.0.0.0', '::', '[::]', '']);
 

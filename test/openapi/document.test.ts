@@ -88,7 +88,16 @@ describe('GET /openapi.json', () => {
     const odd = await http('GET', `${svc.base}/openapi.json`, { headers: { 'x-forwarded-host': 'evil"} ,{"x' } });
     expect((JSON.parse(odd.text) as Doc).servers.map((s) => s.url)).toEqual([svc.base]);
     // Nor one with a port no client can have reached (the server URL would be no URL).
-    for (const headers of [{ 'x-forwarded-host': 'evil.example.test:99999' }, { 'x-forwarded-host': 'api.example.test:0' }]) {
+    // Nor one that makes no URL (before, found by an audit, these were served as the server's URL,
+    // which no URL parser reads: http://999.1.1.1:8000 and the like).
+    for (const headers of [
+      { 'x-forwarded-host': 'evil.example.test:99999' },
+      { 'x-forwarded-host': 'api.example.test:0' },
+      { 'x-forwarded-host': '999.1.1.1:8000' },
+      { 'x-forwarded-host': '1.2.3.4.5' },
+      { 'x-forwarded-host': '[1.2.3.4]:8000' },
+      { 'x-forwarded-host': '[::::]' },
+    ]) {
       const url = (JSON.parse((await http('GET', `${svc.base}/openapi.json`, { headers })).text) as Doc).servers[0]!.url;
       expect(url, JSON.stringify(headers)).toBe(svc.base);
     }
