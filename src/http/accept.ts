@@ -1,8 +1,24 @@
 // `Accept` (RFC 9110 §12.5.1), for the operations routes, which answer one media type each: a
 // client that sends Accept and allows neither that type, its `type/*`, nor `*/*` gets 406; the most
 // specific of those it names decides (`application/json;q=0, */*` refuses JSON).
+import type uWS from 'uWebSockets.js';
 import { errors } from '../errors.js';
 import type { Reply } from './types.js';
+
+/**
+ * The request's `Accept`, every line of it: a client may send the field on several lines, which
+ * mean what one line of their values joined by commas means (RFC 9110 §5.3), and uWebSockets.js's
+ * `getHeader` gives the first line only (before, found by an audit, `Accept: text/html` then
+ * `Accept: application/json` was a 406, and a stream request naming `text/event-stream` on its
+ * second line a 400).
+ */
+export function acceptOf(req: uWS.HttpRequest): string {
+  let value: string | undefined;
+  req.forEach((key, v) => {
+    if (key === 'accept') value = value === undefined ? v : `${value}, ${v}`;
+  });
+  return value ?? '';
+}
 
 export function accepts(header: string, mediaType: string): boolean {
   if (header.trim() === '') return true;

@@ -19,6 +19,7 @@ import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
 import type { QueryLimits } from '../schemas/queries.js';
 import type { QueryCheck, QueryFailure, QueryValues } from '../schemas/validator.js';
+import { acceptOf } from './accept.js';
 import { BodyAborted, parseJson, readBody } from './body.js';
 import { requestIdFor } from './request-id.js';
 import { statusLine } from './status-line.js';
@@ -253,7 +254,7 @@ class Exchange implements Request {
     this.host = req.getHeader('host');
     this.forwardedProto = req.getHeader('x-forwarded-proto');
     this.forwardedHost = req.getHeader('x-forwarded-host');
-    this.accept = req.getHeader('accept');
+    this.accept = acceptOf(req);
     this.head = this.sentMethod === 'HEAD';
     this.method = (this.head ? 'GET' : this.sentMethod) as Method;
     res.onAborted(() => {

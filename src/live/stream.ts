@@ -11,7 +11,7 @@ import client from 'prom-client';
 import uWS from 'uWebSockets.js';
 import type { Claims, Tokens } from '../auth/tokens.js';
 import { errors, type ApiError } from '../errors.js';
-import { names } from '../http/accept.js';
+import { acceptOf, names } from '../http/accept.js';
 import { unknownParameter } from '../http/query.js';
 import { requestIdFor } from '../http/request-id.js';
 import { statusLine } from '../http/status-line.js';
@@ -783,7 +783,7 @@ export class LiveHub {
 
   private sse(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
     const authorization = req.getHeader('authorization');
-    const accept = req.getHeader('accept');
+    const accept = acceptOf(req);
     const query = new URLSearchParams(req.getQuery() ?? '');
     const request = this.request(req, '/stream');
     let client: SseClient | undefined;

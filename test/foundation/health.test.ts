@@ -14,6 +14,7 @@ import { createLogger } from '../../src/log.js';
 import { createMetrics } from '../../src/metrics.js';
 import { freePort } from '../../src/net.js';
 import { eventually } from '../helpers/registry-fixtures.js';
+import { rawHead } from '../helpers/raw-http.js';
 import { freshDatabase, http, useService } from '../helpers/service.js';
 import type { ReadinessAnswer } from '../helpers/api.js';
 
@@ -64,6 +65,13 @@ describe('over HTTP, on both listeners', () => {
     // The most specific range decides: an explicit q=0 refuses the type although */* allows anything.
     expect((await http('GET', `${svc.base}/health/live`, { headers: { accept: 'application/json;q=0, */*' } })).status).toBe(406);
     expect((await http('GET', `${svc.base}/metrics`, { headers: { accept: 'text/*;q=0, */*' } })).status).toBe(406);
+    // Accept on several lines is one list (RFC 9110 §5.3): before (found by an audit), only the
+    // first line was read, so `Accept: text/html` then `Accept: application/json` was a 406.
+    for (const p of ['/health/live', '/health/ready']) {
+      const answer = await rawHead(svc.base, p, ['accept: text/html', 'accept: application/json']);
+      expect({ p, status: answer.status }).toEqual({ p, status: 200 });
+    }
+    expect((await rawHead(svc.base, '/health/live', ['accept: text/html', 'accept: application/json;q=0'])).status).toBe(406);
     expect((await http('GET', `${svc.base}/health/ready`, { headers: { accept: '*/*;q=0, application/json' } })).status).toBe(200);
     expect(
       (

@@ -76,3 +76,28 @@ export class RawConnection {
     w.resolve({ status, headers, body });
   }
 }
+
+/**
+ * The status line and head of the answer to one GET whose header lines are written as given
+ * (so a field may come on several lines, which fetch would join); the connection is closed once
+ * the head is read, so it serves for a stream's answer too.
+ */
+export function rawHead(base: string, path: string, lines: string[]): Promise<{ status: number; head: string }> {
+  const url = new URL(base);
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(Number(url.port), url.hostname, () =>
+      socket.write([`GET ${path} HTTP/1.1`, `host: ${url.host}`, ...lines].join('\r\n') + '\r\n\r\n'),
+    );
+    let buffer = '';
+    socket.on('data', (chunk: Buffer) => {
+      buffer += chunk.toString('latin1');
+      const end = buffer.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      socket.destroy();
+      const head = buffer.slice(0, end);
+      resolve({ status: Number(head.split(' ')[1]), head });
+    });
+    socket.on('error', reject);
+    socket.on('close', () => reject(new Error('connection closed before the answer')));
+  });
+}

@@ -10,6 +10,7 @@ import mqtt from 'mqtt';
 import { describe, expect, it } from 'vitest';
 import type { DevicesCreated, TemplateCreated } from '../helpers/api.js';
 import { deviceClient, eventually, metric } from '../helpers/registry-fixtures.js';
+import { rawHead } from '../helpers/raw-http.js';
 import { http, tenantToken, useService } from '../helpers/service.js';
 import { stringMatching } from '../helpers/matchers.js';
 import { openSse, openWs, type LiveMessage, type WsStream } from './stream-client.js';
@@ -227,6 +228,22 @@ describe('GET /stream over WebSocket', () => {
       }).toEqual({ accept, status: 200, type: 'text/event-stream', cache: 'no-cache', proxyBuffering: 'no' });
       ctl.abort();
     }
+    // Accept on several lines is one list (RFC 9110 §5.3): before (found by an audit), only the
+    // first line was read, so a client sending `application/json` and `text/event-stream` on two
+    // lines was refused 400 as a plain GET.
+    const twoLines = await rawHead(svc.base, '/stream', [
+      `authorization: Bearer ${a.token}`,
+      'accept: application/json',
+      'accept: text/event-stream',
+    ]);
+    expect(twoLines.status).toBe(200);
+    expect(twoLines.head).toMatch(/\r\ncontent-type: text\/event-stream\r\n/i);
+    const refusedLater = await rawHead(svc.base, '/stream', [
+      `authorization: Bearer ${a.token}`,
+      'accept: application/json',
+      'accept: text/event-stream;q=0',
+    ]);
+    expect(refusedLater.status).toBe(400);
     // A misspelt filter parameter is refused rather than ignored (it would widen the stream).
     await expect(openWs(wsUrl(`?devices=${a.devices[0]!}`), { token: a.token })).rejects.toThrow('HTTP 400');
     const misspelt = await fetch(`${svc.base}/stream?devices=${a.devices[0]!}`, {
