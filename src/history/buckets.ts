@@ -82,11 +82,17 @@ export function bucketSql(b: Bucketing, z: string) {
   const later = (key: string) => `(${key} AT TIME ZONE ${z})`;
   const before = (key: string) => `(${later(key)} - interval '3 hours')`;
   const earlier = (key: string) => `((${key} - (${before(key)} AT TIME ZONE ${z} - ${before(key)} AT TIME ZONE 'UTC')) AT TIME ZONE 'UTC')`;
+  const start = (key: string) =>
+    `(SELECT CASE WHEN e < l AND e AT TIME ZONE ${z} = ${key} THEN e ELSE l END FROM (SELECT ${later(key)} AS l, ${earlier(key)} AS e) t)`;
   return {
     key: local,
-    start: (key: string) =>
-      `(SELECT CASE WHEN e < l AND e AT TIME ZONE ${z} = ${key} THEN e ELSE l END FROM (SELECT ${later(key)} AS l, ${earlier(key)} AS e) t)`,
-    series: (lo: string, hi: string) => `generate_series(${local(lo)}, ${local(hi)}, ${step})`,
+    start,
+    // A local day that never happened (Pacific/Apia skipped 30 December 2011, going from -10 to
+    // +14 at midnight) has no instant: its key read back is the next day's start, and no local
+    // time truncates to it. Such keys are left out, else fill=null answered an empty bucket at
+    // the next day's start before that day's own.
+    series: (lo: string, hi: string) =>
+      `(SELECT s.k FROM generate_series(${local(lo)}, ${local(hi)}, ${step}) AS s(k) WHERE ${local(start('s.k'))} = s.k)`,
     count,
   };
 }

@@ -292,6 +292,25 @@ describe('calendar buckets and tz', () => {
     expect(month.body).toEqual([{ ts: at('2026-11-01T04:00:00Z'), count: 0 }]);
   });
 
+  it('a local day that never happened (Pacific/Apia skipped 30 December 2011) is no bucket, with fill=null too (was a second bucket at the next day’s start)', async () => {
+    // Apia went from 23:59:59 on 29 December (-10) to 00:00 on 31 December (+14), at 10:00 UTC.
+    const pool = svc.service.pool;
+    const t = await createTemplate(pool, tenant, 'apia', [{ label: 'pulses', type: 'dynamic', value_type: 'integer' }]);
+    const apia = await createDevice(pool, tenant, [t]);
+    await insertHistory(pool, [
+      { tenant, device: apia, attr: 'pulses', ts: '2011-12-29T12:00:00Z', value: '1' },
+      { tenant, device: apia, attr: 'pulses', ts: '2011-12-30T12:00:00Z', value: '2' },
+    ]);
+    const q = '?attr=pulses&interval=1d&tz=Pacific/Apia&agg=count,sum&dateFrom=2011-12-29T12:00:00Z&dateTo=2011-12-31T12:00:00Z';
+    const expected = [
+      { ts: at('2011-12-29T10:00:00Z'), sum: 1, count: 1 },
+      { ts: at('2011-12-30T10:00:00Z'), sum: 2, count: 1 },
+      { ts: at('2011-12-31T10:00:00Z'), sum: null, count: 0 },
+    ];
+    expect((await get(`${q}&fill=null`, apia)).body).toEqual(expected);
+    expect((await get(q, apia)).body).toEqual(expected.slice(0, 2));
+  });
+
   it('a zone whose name is also an abbreviation (CET) follows its DST rules, not the abbreviation’s fixed offset', async () => {
     const q = '?attr=pulses&interval=1d&agg=count&dateFrom=2024-10-25T00:00:00Z&dateTo=2024-10-29T00:00:00Z';
     const cet = await get(`${q}&tz=CET`, dst);
