@@ -3,10 +3,11 @@
 // (23 h and 25 h days), months and weeks, fill=null, HISTORY_MAX_BUCKETS, and every refusal.
 // The same file runs on whichever layout the test database has (TimescaleDB with
 // TEST_DATABASE_URL=postgres://postgres@127.0.0.1:5433/postgres): the answers must not differ.
-import { beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ErrorBody } from '../helpers/api.js';
 import { createDevice, createTemplate, insertHistory } from '../helpers/registry-fixtures.js';
-import { useService } from '../helpers/service.js';
+import { freshDatabase, login, startTestService, useService, type TestService } from '../helpers/service.js';
 import { getHistory } from './fixtures.js';
 
 const svc = useService({ HISTORY_MAX_BUCKETS: '100' });
@@ -443,4 +444,39 @@ it('the tenant is the token’s: the same device id in another tenant answers th
   const q = '?attr=temperature&interval=1h&agg=count,max&dateFrom=2024-05-01T10:00:00Z&dateTo=2024-05-01T10:59:59Z';
   expect((await get(q)).body).toEqual([{ ts: at('2024-05-01T10:00:00Z'), count: 3, max: 6 }]);
   expect((await get(q, device, otherToken)).body).toEqual([{ ts: at('2024-05-01T10:00:00Z'), count: 1, max: 100 }]);
+});
+
+describe('a database whose extra_float_digits is 0 (set by ALTER DATABASE or ALTER ROLE)', () => {
+  let other: TestService | undefined;
+  afterAll(() => other?.stop());
+
+  it('answers the same digits: averages and sums keep the double nearest the exact value (were cut to 15 digits)', async () => {
+    const url = await freshDatabase();
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    await admin.query(`ALTER DATABASE "${new URL(url).pathname.slice(1)}" SET extra_float_digits = 0`);
+    await admin.end();
+    other = await startTestService({ DATABASE_URL: url });
+    const pool = other.service.pool;
+    const t = await createTemplate(pool, 'admin', 'digits', [{ label: 'temperature', type: 'dynamic', value_type: 'float' }]);
+    const id = await createDevice(pool, 'admin', [t]);
+    await insertHistory(
+      pool,
+      [
+        ['2024-05-02T10:00:00Z', '0.01'],
+        ['2024-05-02T10:00:01Z', '0'],
+        ['2024-05-02T10:00:02Z', '0'],
+        ['2024-05-02T10:00:03Z', '0.1234567890123456'],
+      ].map(([ts, value]) => ({ tenant: 'admin', device: id, attr: 'temperature', ts: ts!, value: value! })),
+    );
+    const r = await getHistory<Bucket[]>(
+      other.base,
+      await login(other.base),
+      id,
+      '?attr=temperature&interval=1h&agg=avg,min,max,sum&dateFrom=2024-05-02T10:00:00Z&dateTo=2024-05-02T10:59:59Z',
+    );
+    expect(r.body).toEqual([
+      { ts: at('2024-05-02T10:00:00Z'), avg: 0.0333641972530864, min: 0, max: 0.1234567890123456, sum: 0.1334567890123456 },
+    ]);
+  });
 });
