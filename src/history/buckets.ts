@@ -72,8 +72,13 @@ export function bucketSql(b: Bucketing, z: string) {
   const step = `interval '1 ${b.unit}'`;
   const count =
     b.unit === 'month'
-      ? (lo: string, hi: string) =>
-          `((extract(year FROM ${local(hi)}) * 12 + extract(month FROM ${local(hi)})) - (extract(year FROM ${local(lo)}) * 12 + extract(month FROM ${local(lo)})) + 1)::int8`
+      ? // The months between the two (age of two month starts: whole years and months). Not
+        // year * 12 + month of each: PostgreSQL numbers 1 BC as year -1, with no year 0, so a
+        // range from 1 BC into AD 1 was counted 12 months too long (found by an audit).
+        (lo: string, hi: string) => {
+          const age = `age(${local(hi)}, ${local(lo)})`;
+          return `(extract(year FROM ${age}) * 12 + extract(month FROM ${age}) + 1)::int8`;
+        }
       : (lo: string, hi: string) => `((${local(hi)}::date - ${local(lo)}::date) / ${b.unit === 'week' ? 7 : 1} + 1)::int8`;
   // A bucket starts at the first instant whose local time is its key. PostgreSQL reads a local
   // time that happens twice (clocks going back at midnight, as in America/Havana) as the later

@@ -388,6 +388,17 @@ describe('HISTORY_MAX_BUCKETS (100 here)', () => {
     });
   });
 
+  it('months counted across 1 BC and AD 1 (no year 0 between them): 98 months answer 98 buckets (were counted 110 and refused)', async () => {
+    // Pacific/Kiritimati kept its local mean time (-10:29:20) then: AD 1 starts in December 1 BC there.
+    const q =
+      '?attr=temperature&interval=1M&tz=Pacific/Kiritimati&agg=count&fill=null&dateFrom=0001-01-01T00:00:00Z&dateTo=0009-02-01T00:00:00Z';
+    const r = await get(q);
+    expect(r.status).toBe(200);
+    expect(r.body).toHaveLength(98);
+    expect(r.body[0]!.ts).toBe('0000-12-01T10:29:20.000000Z');
+    expect(r.body[97]!.ts).toBe('0009-01-01T10:29:20.000000Z');
+  });
+
   it('without bounds the data span counts: 10:00 to 13:45 is 226 one-minute buckets', async () => {
     const over = await get<ErrorBody>('?attr=temperature&interval=1m&agg=count');
     expect(over.status).toBe(400);
