@@ -164,15 +164,22 @@ export const latestBody = bodySchema({
       description: 'Attribute labels; absent: every attribute of each device.',
     },
   },
+  additionalProperties: false,
   examples: [{ devices: ['a1b2c3', 'd4e5f6'], attrs: ['temperature'] }],
 });
 
-/** The body of POST /history/latest, checked: exactly one of devices / template, labels as strings. */
+const LATEST_KEYS = ['devices', 'template', 'attrs'];
+
+/** The body of POST /history/latest, checked: no other key, exactly one of devices / template, labels as strings. */
 export function latestRequestOf(body: unknown): { sel: DeviceSelection; labels: string[] | undefined } {
   const bad = errors.badHistoryQuery;
   if (typeof body !== 'object' || body === null || Array.isArray(body))
     throw bad('The body must be an object with "devices" (a list of device ids) or "template" (a template id), and "attrs"');
   const b = body as Record<string, unknown>;
+  // A misspelt key (`attr`) would otherwise answer something else quietly (every attribute).
+  const unknown = Object.keys(b).find((k) => !LATEST_KEYS.includes(k));
+  if (unknown !== undefined)
+    throw bad(`Unknown key ${JSON.stringify(unknown.slice(0, 64))} (POST /history/latest takes "devices", "template" and "attrs")`);
   if ((b.devices === undefined) === (b.template === undefined)) throw bad('Give exactly one of "devices" and "template"');
   let labels: string[] | undefined;
   if (b.attrs !== undefined) {

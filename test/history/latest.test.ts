@@ -127,6 +127,8 @@ describe('POST /history/latest', () => {
     [{ devices: ['abc'], attrs: 'temperature' }, '"attrs" must be a list of attribute labels'],
     [{ template: 'x' }, '"template" must be a template id (an integer)'],
     [[1, 2], 'The body must be an object with "devices" (a list of device ids) or "template" (a template id), and "attrs"'],
+    // A misspelt key would otherwise change the answer quietly (here: every attribute instead of one).
+    [{ devices: ['abc'], attr: ['temperature'] }, 'Unknown key "attr" (POST /history/latest takes "devices", "template" and "attrs")'],
   ])('%j: 400', async (body, message) => {
     expect((await latest<ErrorBody>(body)).body).toEqual({ message, status: 400 });
   });
