@@ -208,7 +208,13 @@ function url(env: Env, name: string, protocols: string[]): string | undefined {
 function brokerUrl(env: Env): string | undefined {
   const v = url(env, 'MQTT_URL', ['mqtt:', 'mqtts:', 'tcp:', 'ssl:']);
   if (v === undefined) return undefined;
-  const { username, password } = new URL(v);
+  const { username, password, pathname, search, hash } = new URL(v);
+  // MQTT over TCP has no path, and mqtt.js reads options from a query: neither would be what was meant.
+  if ((pathname !== '' && pathname !== '/') || search !== '' || hash !== '')
+    throw new ConfigError(
+      'MQTT_URL',
+      'has a path, query or fragment, which a broker address does not take: mqtt://[user:password@]host:port',
+    );
   try {
     decodeURIComponent(username);
     decodeURIComponent(password);

@@ -155,6 +155,13 @@ describe('configuration', () => {
     expect(svc.output.join('\n')).not.toContain(rest);
   });
 
+  it('MQTT_URL with a path, query or fragment is refused, naming what it takes (was accepted, the rest ignored)', () => {
+    const message = 'MQTT_URL has a path, query or fragment, which a broker address does not take: mqtt://[user:password@]host:port';
+    for (const v of ['mqtt://h:1883/x', 'mqtt://h:1883/?clientId=a', 'mqtt://h:1883#f', 'mqtts://u:p@h:8883/mqtt'])
+      expect(() => readConfig({ MQTT_URL: v }), v).toThrow(message);
+    for (const v of ['mqtt://h:1883', 'mqtt://h:1883/', 'mqtts://u:p@h:8883']) expect(readConfig({ MQTT_URL: v }).mqttUrl, v).toBe(v);
+  });
+
   it('a bad LOG_FORMAT is a configuration error too (written as JSON)', async () => {
     const svc = spawnService({ LOG_FORMAT: 'xml', DATA_DIR: await tempDir() });
     expect(await svc.exited).toBe(2);
