@@ -396,6 +396,8 @@ export async function startService(config: Config, log: Logger, abort?: AbortSig
   const started = new Started(config, log, abort);
   const ctx: StartContext = { config, log, started };
   try {
+    // A signal while the modules loaded: nothing is started (an embedded initdb alone could outlast the shutdown's timeout).
+    started.checkpoint();
     const db = await openDatabase(ctx);
     const core = await startCore(ctx, db);
     const messaging = await startMessaging(ctx, db, core);

@@ -129,6 +129,9 @@ describe('zero-setup start', { timeout: 90_000 }, () => {
     const svc = spawnOnFreePorts({ DATA_DIR: path.join(dir, 'data'), NODE_OPTIONS: `--import=${path.join(dir, 'register.mjs')}` });
     expect(await svc.exited).toBe(0);
     expect(svc.output.some((l) => l.includes('stopped before ready'))).toBe(true);
+    // Nothing was started once the modules had loaded: the embedded initdb, started before, made
+    // the exit wait for it and, on a loaded machine, outlast the shutdown timeout (exit 1).
+    expect(svc.output.filter((l) => l.includes('embedded PostgreSQL'))).toEqual([]);
   });
 
   it('a second instance on the same DATA_DIR is refused and leaves the running one alone', async () => {
