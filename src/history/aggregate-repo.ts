@@ -23,6 +23,13 @@ export interface Range {
   to: string | undefined;
 }
 
+/** What to compute per bucket: the bucketing (a calendar one with its zone as PostgreSQL spells it), the aggregates, and whether empty buckets are written. */
+export interface BucketAsk {
+  bucketing: Bucketing;
+  aggs: Aggregate[];
+  fill: boolean;
+}
+
 /** A series' range to aggregate and its bucket count; `empty`: no row and no bound to start from. */
 export type Span = { empty: true } | { empty: false; lo: string; hi: string; buckets: number };
 
@@ -195,14 +202,8 @@ function rolledBucketsSql(key: (ts: string) => string, aggs: Aggregate[]): strin
  * hours come from the hourly rollups where they can (every aggregate asked is one they hold,
  * and every bucket is whole hours); the answer is the same either way.
  */
-export async function readBuckets(
-  pool: pg.Pool,
-  s: SeriesRef,
-  span: { lo: string; hi: string },
-  b: Bucketing,
-  aggs: Aggregate[],
-  fill: boolean,
-): Promise<BucketRow[]> {
+export async function readBuckets(pool: pg.Pool, s: SeriesRef, span: { lo: string; hi: string }, ask: BucketAsk): Promise<BucketRow[]> {
+  const { bucketing: b, aggs, fill } = ask;
   const rows = seriesRows({ from: span.lo, to: span.hi });
   const z = b.kind === 'calendar' ? [b.tz] : [];
   const rollable = aggs.every((a) => ROLLUP_AGGREGATES.has(a)) && (b.kind === 'calendar' || b.seconds % 3600 === 0);

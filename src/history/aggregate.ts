@@ -5,7 +5,7 @@
 import type pg from 'pg';
 import { errors } from '../errors.js';
 import type { QueryValues } from '../schemas/validator.js';
-import { readBuckets, spanOf, type BucketRow } from './aggregate-repo.js';
+import { readBuckets, spanOf, type BucketAsk, type BucketRow } from './aggregate-repo.js';
 import {
   AGGREGATE_LIST,
   aggregatesOf,
@@ -21,10 +21,7 @@ import type { HistoryQuery } from './query.js';
 import { deviceAttributeTypes } from './repo.js';
 import { databaseZone } from './zones.js';
 
-export interface AggregateQuery {
-  bucketing: Bucketing;
-  aggs: Aggregate[];
-  fill: boolean;
+export interface AggregateQuery extends BucketAsk {
   /** `tz` as asked (default UTC); the bucketing holds the spelling given to PostgreSQL (zones.ts). */
   tz: string;
 }
@@ -63,18 +60,18 @@ function bucketJson(r: BucketRow, aggs: Aggregate[]): string {
   return out + '}';
 }
 
-/**
- * The answer of an aggregate request: undefined when there is no such device. `maxBuckets`:
- * HISTORY_MAX_BUCKETS, checked per attribute on the range before its rows are read.
- */
-export async function answerAggregates(
-  pool: pg.Pool,
-  tenant: string,
-  id: string,
-  q: HistoryQuery,
-  a: AggregateQuery,
-  maxBuckets: number,
-): Promise<string | undefined> {
+/** Where an aggregate request reads: the pool, the tenant's device, and HISTORY_MAX_BUCKETS. */
+export interface AggregateRead {
+  pool: pg.Pool;
+  tenant: string;
+  id: string;
+  /** HISTORY_MAX_BUCKETS, checked per attribute on the range before its rows are read. */
+  maxBuckets: number;
+}
+
+/** The answer of an aggregate request: undefined when there is no such device. */
+export async function answerAggregates(read: AggregateRead, q: HistoryQuery, a: AggregateQuery): Promise<string | undefined> {
+  const { pool, tenant, id, maxBuckets } = read;
   const zone = await databaseZone(pool, a.tz);
   if (zone === undefined) throw notAZone(a.tz);
   const bucketing: Bucketing = a.bucketing.kind === 'calendar' ? { ...a.bucketing, tz: zone } : a.bucketing;
@@ -106,7 +103,7 @@ export async function answerAggregates(
       labels.map(async (label, i) => {
         const s = spans[i];
         if (!s || s.empty || s.buckets === 0) return '[]';
-        const rows = await readBuckets(pool, { tenant, id, label }, s, bucketing, a.aggs, a.fill);
+        const rows = await readBuckets(pool, { tenant, id, label }, s, { bucketing, aggs: a.aggs, fill: a.fill });
         return '[' + rows.map((r) => bucketJson(r, a.aggs)).join(',') + ']';
       }),
     );

@@ -317,7 +317,7 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
       }
       if (asksAggregates(req.values)) {
         const a = aggregateQueryOf(req.values);
-        const raw = await historyReads.run(() => answerAggregates(pool, req.tenant, id, q, a, historyMaxBuckets));
+        const raw = await historyReads.run(() => answerAggregates({ pool, tenant: req.tenant, id, maxBuckets: historyMaxBuckets }, q, a));
         if (raw === undefined) throw errors.noSuchDevice(id);
         return { status: 200, raw };
       }
