@@ -226,9 +226,9 @@ export class DeviceAuthorisation {
     let device: DeviceRef | undefined;
     if (p.username !== undefined && p.username !== '') {
       device = parseDeviceName(p.username);
-      if (!device) return this.refusedBefore('the username must be <tenant>:<device id>', p, undefined);
+      if (!device) return this.refusedBefore('the username must be <tenant>:<device id>', p, {});
       if (certified && !sameDevice(certified, device))
-        return this.refusedBefore('the username and the client certificate name different devices', p, device, certified);
+        return this.refusedBefore('the username and the client certificate name different devices', p, { device, certified });
     } else {
       device = certified ?? parseDeviceName(p.clientId);
     }
@@ -236,7 +236,7 @@ export class DeviceAuthorisation {
     // A client naming no device is the device its client id belongs to (checked as that device).
     if (owner && !device) device = owner;
     else if (owner && device && !sameDevice(owner, device))
-      return this.refusedBefore('the client id belongs to another device', p, device, undefined, 2);
+      return this.refusedBefore('the client id belongs to another device', p, { device, code: 2 });
     const verdict = await this.checked({
       device,
       password: p.password,
@@ -254,9 +254,14 @@ export class DeviceAuthorisation {
   /**
    * A login refused before the registry is asked (docs/credentials.md §3: logged, not counted
    * by reason): the username is not a device name, or names another device than the client
-   * certificate.
+   * certificate. `device`: the device the client named, `certified`: its certificate's device;
+   * `code`: the CONNACK return code (2, identifier rejected, or 4, bad user name or password).
    */
-  private refusedBefore(why: string, p: Presented, device: DeviceRef | undefined, certified?: DeviceRef, code: 2 | 4 = 4): Decision {
+  private refusedBefore(
+    why: string,
+    p: Presented,
+    { device, certified, code = 4 }: { device?: DeviceRef; certified?: DeviceRef; code?: 2 | 4 },
+  ): Decision {
     this.log.info('device login refused', {
       ...(device ? { tenant: device.tenant, device: device.id } : {}),
       reason: why,

@@ -45,10 +45,10 @@ const password = (p: string | null | undefined) => (p ? Buffer.from(p, 'utf8') :
 function takesOver(
   logins: DeviceLogins,
   device: DeviceRef,
-  clientId: string | null | undefined,
-  address: string | null | undefined,
+  client: { clientId: string | null | undefined; address: string | null | undefined },
   req: Request,
 ): boolean {
+  const { clientId, address } = client;
   const named = logins.mode === 'off' || !clientId ? undefined : parseDeviceName(clientId);
   if (!named || sameDevice(named, device)) return false;
   req.logger().info('device login refused', {
@@ -146,7 +146,7 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
       const device = b.username ? parseDeviceName(b.username) : (deviceOf(undefined, b.clientid) ?? certified);
       if (!device) return { status: 200, body: { result: 'ignore' } };
       if (certified && !sameDevice(certified, device)) return { status: 200, body: { result: 'deny' } };
-      if (takesOver(logins, device, b.clientid, b.peerhost, req)) return { status: 200, body: { result: 'deny' } };
+      if (takesOver(logins, device, { clientId: b.clientid, address: b.peerhost }, req)) return { status: 200, body: { result: 'deny' } };
       const verdict = await logins.check({
         device,
         password: password(b.password),
@@ -311,7 +311,7 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
       );
       const device = deviceOf(b.username, b.client_id);
       if (!device) return { status: 200, body: { result: 'next' } };
-      if (takesOver(logins, device, b.client_id, b.peer_addr, req)) return { status: 200, body: NOT_ALLOWED };
+      if (takesOver(logins, device, { clientId: b.client_id, address: b.peer_addr }, req)) return { status: 200, body: NOT_ALLOWED };
       const verdict = await logins.check({
         device,
         password: password(b.password),
