@@ -62,6 +62,13 @@ export function parseTimestamp(value: unknown, kind: 'stored' | 'bound' = 'store
 }
 
 /**
+ * An ISO 8601 date and time with its zone, in the forms parseTimestamp reads, as a JSON Schema
+ * pattern (a credential's `expires_at`): `T`, `t` or a blank between date and time (RFC 3339
+ * allows the last two), an offset of ±hh:mm, ±hhmm or ISO 8601's ±hh.
+ */
+export const ZONED_TIME_PATTERN = '^\\d{4}-\\d{2}-\\d{2}[Tt ]\\d{2}:\\d{2}(:\\d{2}(\\.\\d+)?)?(Z|z|[+-]\\d{2}(:?\\d{2})?)$';
+
+/**
  * Whether `text`, an ISO 8601 time parseTimestamp refused, names a real time after LATEST_TIME (an
  * offset can take year 9999 past it, and so can a microsecond within its last millisecond, which
  * Date.parse cuts off to that millisecond: refused, it is past LATEST_TIME).

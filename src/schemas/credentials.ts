@@ -1,7 +1,7 @@
 // POST /device/{id}/credentials and the credential answers (docs/credentials.md). Every body
 // failure is a `{message, status}` 400 naming the field; src/registry/credentials/service.ts
 // validates against this schema before it looks the device up.
-import { REGISTRY_TIME_PATTERN } from '../time.js';
+import { REGISTRY_TIME_PATTERN, ZONED_TIME_PATTERN } from '../time.js';
 import { bodySchema } from './validator.js';
 
 const MIN_CHOSEN_SECRET = 16;
@@ -22,10 +22,7 @@ export const credentialCreateBody = bodySchema({
     },
     expires_at: {
       type: ['string', 'null'],
-      // The forms parseTimestamp reads (ingest, history bounds), a zone required: `T`, `t` or a
-      // blank between date and time (RFC 3339 allows the last two), an offset of ±hh:mm, ±hhmm or
-      // ISO 8601's ±hh.
-      pattern: '^\\d{4}-\\d{2}-\\d{2}[Tt ]\\d{2}:\\d{2}(:\\d{2}(\\.\\d+)?)?(Z|z|[+-]\\d{2}(:?\\d{2})?)$',
+      pattern: ZONED_TIME_PATTERN,
       description: 'ISO 8601 with a time zone offset; in the future. Absent or null (as the answers write it): never expires.',
       'x-error': bad('expires_at must be an ISO 8601 date and time with a time zone, such as 2027-01-31T00:00:00Z', ['type', 'pattern']),
     },
