@@ -64,20 +64,26 @@ export interface HistoryMaintenance {
   stop(): void;
 }
 
-export async function startHistoryMaintenance(opts: {
-  pool: pg.Pool;
-  chunkInterval: string;
-  retentionDays: number | undefined;
-  log: Logger;
-}): Promise<HistoryMaintenance> {
-  const { pool, log } = opts;
+interface LayoutSettings {
+  timescale: boolean;
+  /** The chunk interval in use, in seconds. */
+  secs: number;
+  /** Whether the service applies HISTORY_RETENTION_DAYS (else a TimescaleDB retention policy). */
+  byService: boolean;
+  /** Whether the interval in use is HISTORY_CHUNK_INTERVAL. */
+  same: boolean;
+}
+
+/**
+ * Applies HISTORY_CHUNK_INTERVAL where it can (TimescaleDB: to new chunks; plain partitions keep
+ * the interval they were laid out with) and reads the settings in use; warns when they differ.
+ */
+async function readLayoutSettings(pool: pg.Pool, chunkInterval: string, log: Logger): Promise<LayoutSettings> {
   // Two statements: a SELECT that calls history_set_chunk_interval reads history_settings as
   // they were before the call, so on TimescaleDB the first start with a changed interval ran
   // the maintenance timer at the old interval's pace (found by an audit: 1 day changed to
   // 1 hour, the open region moved once an hour instead of every 15 minutes).
-  const { rows: changed } = await pool.query<{ same: boolean }>('SELECT history_set_chunk_interval($1::interval) AS same', [
-    opts.chunkInterval,
-  ]);
+  const { rows: changed } = await pool.query<{ same: boolean }>('SELECT history_set_chunk_interval($1::interval) AS same', [chunkInterval]);
   // Who applies HISTORY_RETENTION_DAYS: the service at every pass (plain PostgreSQL, and
   // TimescaleDB's Apache-only build, which has no retention policy: before an audit, there only
   // at start), or a TimescaleDB retention policy set once at start.
@@ -89,30 +95,68 @@ export async function startHistoryMaintenance(opts: {
     log.warn(
       'HISTORY_CHUNK_INTERVAL differs from the interval the history partitions were laid out with; the partitions keep their interval',
       {
-        configured: opts.chunkInterval,
+        configured: chunkInterval,
         inUseSeconds: settings.secs,
       },
     );
   }
+  return settings;
+}
+
+/** Warns when the chunk interval makes the current chunk's index larger than shared_buffers (src/history/sizing.ts). */
+async function warnChunkSizing(pool: pg.Pool, log: Logger, settings: LayoutSettings, configured: string): Promise<void> {
+  const advice = await checkChunkSizing(pool);
+  if (!advice) return;
+  const mb = (bytes: number) => Math.round(bytes / 1048576);
+  log.warn(
+    "HISTORY_CHUNK_INTERVAL makes the current chunk's index larger than shared_buffers: ingest and recent reads slow down once it is; shorten the interval or raise shared_buffers",
+    {
+      // The layout's interval (a changed HISTORY_CHUNK_INTERVAL keeps it, warned at start), and the configured one if it differs.
+      chunkInterval: advice.interval,
+      ...(settings.same ? {} : { configured }),
+      predictedIndexMB: mb(advice.predictedBytes),
+      sharedBuffersMB: mb(advice.sharedBuffersBytes),
+      suggestedInterval: advice.suggested ?? 'none fits: raise shared_buffers',
+    },
+  );
+}
+
+/**
+ * Rollups up to the start of the hour that ended ROLLUP_LAG_MINUTES ago (late rows before it
+ * noted first), then the hours marked by late rows, then (with retention) those whose rows
+ * are gone. Each step is a transaction of its own; one pass at a time.
+ */
+async function rollUpOnce(pool: pg.Pool, retention: number | null, stopped: () => boolean): Promise<void> {
+  const { rows } = await pool.query<{ t: Date; behind: boolean }>(
+    `SELECT t, t > rolled_before AS behind
+       FROM (SELECT date_bin(interval '1 hour', now() - interval '${ROLLUP_LAG_MINUTES} minutes', timestamptz 'epoch') AS t, rolled_before
+               FROM history_settings) x`,
+  );
+  const { t, behind } = rows[0]!;
+  if (behind) {
+    await withBriefLocks(pool, 'SELECT history_rollup_note_before($1::timestamptz)', [t]);
+    for (;;) {
+      if (stopped()) return;
+      const r = await pool.query<{ to: Date }>(`SELECT history_rollup_advance($1::timestamptz, interval '${ROLLUP_STEP}') AS to`, [t]);
+      if (r.rows[0]!.to.getTime() >= t.getTime()) break;
+    }
+  }
+  while (!stopped() && (await pool.query<{ n: number }>('SELECT history_rollup_refresh($1::int) AS n', [REFRESH_MOST])).rows[0]!.n > 0);
+  if (retention !== null && !stopped()) await pool.query('SELECT history_rollup_forget_expired()');
+}
+
+export async function startHistoryMaintenance(opts: {
+  pool: pg.Pool;
+  chunkInterval: string;
+  retentionDays: number | undefined;
+  log: Logger;
+}): Promise<HistoryMaintenance> {
+  const { pool, log } = opts;
+  const settings = await readLayoutSettings(pool, opts.chunkInterval, log);
   const retention = opts.retentionDays ?? null;
   let stopped = false;
 
-  const checkSizing = async () => {
-    const advice = await checkChunkSizing(pool);
-    if (!advice) return;
-    const mb = (bytes: number) => Math.round(bytes / 1048576);
-    log.warn(
-      "HISTORY_CHUNK_INTERVAL makes the current chunk's index larger than shared_buffers: ingest and recent reads slow down once it is; shorten the interval or raise shared_buffers",
-      {
-        // The layout's interval (a changed HISTORY_CHUNK_INTERVAL keeps it, warned at start), and the configured one if it differs.
-        chunkInterval: advice.interval,
-        ...(settings.same ? {} : { configured: opts.chunkInterval }),
-        predictedIndexMB: mb(advice.predictedBytes),
-        sharedBuffersMB: mb(advice.sharedBuffersBytes),
-        suggestedInterval: advice.suggested ?? 'none fits: raise shared_buffers',
-      },
-    );
-  };
+  const checkSizing = () => warnChunkSizing(pool, log, settings, opts.chunkInterval);
 
   /**
    * Moves the open region's start to the start of the previous chunk: first the trigger notes
@@ -154,32 +198,10 @@ export async function startHistoryMaintenance(opts: {
     if (await close()) await checkSizing();
   };
 
-  /**
-   * Rollups up to the start of the hour that ended ROLLUP_LAG_MINUTES ago (late rows before it
-   * noted first), then the hours marked by late rows, then (with retention) those whose rows
-   * are gone. Each step is a transaction of its own; one pass at a time.
-   */
+  /** The rollup pass running, if one is: rollUp joins it (one pass at a time). */
   let rolling: Promise<void> | undefined;
-  const rollUpOnce = async () => {
-    const { rows } = await pool.query<{ t: Date; behind: boolean }>(
-      `SELECT t, t > rolled_before AS behind
-         FROM (SELECT date_bin(interval '1 hour', now() - interval '${ROLLUP_LAG_MINUTES} minutes', timestamptz 'epoch') AS t, rolled_before
-                 FROM history_settings) x`,
-    );
-    const { t, behind } = rows[0]!;
-    if (behind) {
-      await withBriefLocks(pool, 'SELECT history_rollup_note_before($1::timestamptz)', [t]);
-      for (;;) {
-        if (stopped) return;
-        const r = await pool.query<{ to: Date }>(`SELECT history_rollup_advance($1::timestamptz, interval '${ROLLUP_STEP}') AS to`, [t]);
-        if (r.rows[0]!.to.getTime() >= t.getTime()) break;
-      }
-    }
-    while (!stopped && (await pool.query<{ n: number }>('SELECT history_rollup_refresh($1::int) AS n', [REFRESH_MOST])).rows[0]!.n > 0);
-    if (retention !== null && !stopped) await pool.query('SELECT history_rollup_forget_expired()');
-  };
   const rollUp = () => {
-    rolling ??= rollUpOnce().finally(() => (rolling = undefined));
+    rolling ??= rollUpOnce(pool, retention, () => stopped).finally(() => (rolling = undefined));
     return rolling;
   };
   const failed = (err: Error) => log.warn('history maintenance failed; trying again later', { error: err.message });
