@@ -1,6 +1,6 @@
 // The layers of docs/architecture.md, checked: the test reads the layer table from the page,
 // puts every source file in its layer and fails on an import that points upward, on an import
-// circle, and on a source file no row names.
+// circle, on a source file no row names, and on a source file the page names nowhere.
 import fs from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -77,6 +77,13 @@ describe('layers (docs/architecture.md)', () => {
     expect(layers.map((l) => l.name)).toContain('foundation');
     expect(layers.length).toBeGreaterThanOrEqual(5);
     expect(files.filter((f) => !layerOf(layers, f))).toEqual([]);
+  });
+
+  it('the page names every source file (its path, or the end of its path)', () => {
+    const page = fs.readFileSync(path.join(projectRoot, 'docs/architecture.md'), 'utf8');
+    const named = [...page.matchAll(/`([^`]+)`/g)].map((m) => m[1]!);
+    const unnamed = files.filter((f) => !named.some((n) => n === f || f.endsWith('/' + n)));
+    expect(unnamed).toEqual([]);
   });
 
   it('no module imports from a higher layer', () => {
