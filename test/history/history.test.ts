@@ -76,6 +76,11 @@ describe('one attribute: an array of records', () => {
     expect((await get('?attr=temperature&lastN=0')).body).toHaveLength(10);
   });
 
+  it('firstN=0: every value too, but oldest first (firstN keeps its order, and still wins over lastN)', async () => {
+    expect(valuesOf((await get('?attr=temperature&firstN=0')).body)).toEqual([20, 21, 22, 23, 24, 25, 26, 27, 28, 29]);
+    expect(valuesOf((await get('?attr=temperature&firstN=0&lastN=2')).body)).toEqual([20, 21, 22, 23, 24, 25, 26, 27, 28, 29]);
+  });
+
   it('values keep their JSON type', async () => {
     expect((await get('?attr=mode&lastN=1')).body[0]!.value).toBe('boost');
     expect((await get('?attr=flag')).body[0]!.value).toBe(true);
