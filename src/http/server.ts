@@ -20,6 +20,7 @@ import type { Metrics } from '../metrics.js';
 import type { QueryLimits } from '../schemas/queries.js';
 import type { QueryCheck, QueryFailure, QueryValues } from '../schemas/validator.js';
 import { acceptOf } from './accept.js';
+import { bearerTokenOf } from './bearer.js';
 import { BodyAborted, parseJson, readBody } from './body.js';
 import { requestIdFor } from './request-id.js';
 import { statusLine } from './status-line.js';
@@ -308,7 +309,7 @@ async function authenticate(ex: Exchange, tokens: Tokens): Promise<void> {
   if (ex.match.kind === 'route' && ex.match.endpoint.route.auth === false) return;
   if (!ex.authorization) throw errors.noToken();
   // Exactly `Bearer <token>`: anything after the token makes the header malformed.
-  const token = /^Bearer (\S+)$/.exec(ex.authorization.trim())?.[1];
+  const token = bearerTokenOf(ex.authorization);
   if (!token) throw errors.invalidToken();
   const claims = await tokens.verify(token);
   if (!claims) throw errors.invalidToken();

@@ -12,6 +12,7 @@ import uWS from 'uWebSockets.js';
 import type { Claims, Tokens } from '../auth/tokens.js';
 import { errors, type ApiError } from '../errors.js';
 import { acceptOf, names } from '../http/accept.js';
+import { bearerTokenOf } from '../http/bearer.js';
 import { unknownParameter } from '../http/query.js';
 import { requestIdFor } from '../http/request-id.js';
 import { statusLine } from '../http/status-line.js';
@@ -735,9 +736,7 @@ export class LiveHub {
   /** The token of a stream request: Authorization header, `token` query parameter, or subprotocol `bearer.<token>`. */
   private async claimsOf(authorization: string, query: URLSearchParams, protocols: string[]): Promise<Claims | undefined> {
     const token =
-      /^Bearer (\S+)$/.exec(authorization.trim())?.[1] ??
-      query.get('token') ??
-      protocols.find((p) => p.startsWith('bearer.'))?.slice('bearer.'.length);
+      bearerTokenOf(authorization) ?? query.get('token') ?? protocols.find((p) => p.startsWith('bearer.'))?.slice('bearer.'.length);
     return token ? this.opts.tokens.verify(token) : undefined;
   }
 

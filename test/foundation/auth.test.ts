@@ -110,6 +110,13 @@ describe('token verification', () => {
     expect((await probe({ authorization: `Bearer ${svc.token}` })).status).toBe(405);
   });
 
+  it.each(['bearer', 'BEARER', 'Bearer  ', 'bEaReR '])(
+    'the scheme is case-insensitive and may be followed by several spaces (RFC 9110 §11.1, RFC 6750 §2.1): "%s <token>" passes',
+    async (scheme) => {
+      expect((await probe({ authorization: `${scheme} ${svc.token}` })).status).toBe(405);
+    },
+  );
+
   const invalid = { message: 'Invalid authentication token', status: 401 };
 
   it.each([

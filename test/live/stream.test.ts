@@ -228,6 +228,14 @@ describe('GET /stream over WebSocket', () => {
       }).toEqual({ accept, status: 200, type: 'text/event-stream', cache: 'no-cache', proxyBuffering: 'no' });
       ctl.abort();
     }
+    // The scheme in any case (RFC 9110 §11.1): before (found by an audit), `bearer <token>` was 401.
+    const lower = new AbortController();
+    const lowerScheme = await fetch(`${svc.base}/stream`, {
+      headers: { Accept: 'text/event-stream', Authorization: `bearer ${a.token}` },
+      signal: lower.signal,
+    });
+    expect(lowerScheme.status).toBe(200);
+    lower.abort();
     // Accept on several lines is one list (RFC 9110 §5.3): before (found by an audit), only the
     // first line was read, so a client sending `application/json` and `text/event-stream` on two
     // lines was refused 400 as a plain GET.
