@@ -49,6 +49,29 @@ const COPY_SQL = 'COPY history (tenant, device_id, attr, series, ts, value) FROM
 const BEGIN_SQL = `BEGIN; SELECT pg_current_xact_id()::text AS xid,
   CASE current_setting('synchronous_commit') WHEN 'off' THEN set_config('synchronous_commit', 'on', true) END AS durable`;
 
+/**
+ * A COPY of late rows (older than the current hour) fires history's late-row triggers, which
+ * upsert a row per series (history_series_span) and per series and hour (history_rollup_dirty).
+ * Two such COPYs at once (two instances; a worker that took the turn after 30 s) upserting the
+ * same series in another order deadlocked, and PostgreSQL aborted one (retried after a second,
+ * logged as an outage; found by an audit: two instances on one broker, 20,000 messages of 400
+ * past days, two deadlocks). The order cannot be chosen by sorting the rows (COPY into
+ * partitions fires the triggers partition buffer by partition buffer), so such COPYs take this
+ * lock, held until their commit: they run one at a time across instances. Live rows never wait.
+ */
+const LATE_ROWS_LOCK_SQL = 'SELECT pg_advisory_xact_lock(7341002121)';
+
+/**
+ * Whether rows at these times (µs) may fire the late-row triggers: they fire for rows older than
+ * a bound the maintenance moves to the start of the current hour (database clock; a minute of
+ * slack for the two clocks).
+ */
+function mayFireTriggers(times: number[]): boolean {
+  const bound = (Math.floor(Date.now() / 3_600_000) * 3_600_000 + 60_000) * 1000;
+  for (const t of times) if (t < bound) return true;
+  return false;
+}
+
 function sqlState(err: unknown): string | undefined {
   const code = (err as { code?: unknown })?.code;
   return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
@@ -124,9 +147,10 @@ export class HistoryWriter {
     // committed. Kept across retries (see the top of the file).
     const state: WriteState = { todo: [lines], doubt: undefined };
     const outcome: CopyOutcome = { seconds: 0, rejected: 0, rejectedLines: [] };
+    const late = mayFireTriggers(times);
     await this.retry.run('write history', async () => {
       await this.ensureChunks(chunks, layout);
-      await this.copyAll(state, chunks, layout, outcome);
+      await this.copyAll(state, chunks, layout, outcome, late);
     });
     return outcome;
   }
@@ -150,7 +174,7 @@ export class HistoryWriter {
    * refused for a lasting reason is replaced by its halves, a single row is dropped. Throws on
    * anything else (the caller retries: `todo` holds what is left).
    */
-  private async copyAll(state: WriteState, chunks: Set<number>, layout: HistoryLayout, outcome: CopyOutcome): Promise<void> {
+  private async copyAll(state: WriteState, chunks: Set<number>, layout: HistoryLayout, outcome: CopyOutcome, late: boolean): Promise<void> {
     const todo = state.todo;
     let partitionsRetried = false;
     while (todo.length > 0) {
@@ -164,7 +188,7 @@ export class HistoryWriter {
         }
       }
       try {
-        outcome.seconds += await this.copy(part);
+        outcome.seconds += await this.copy(part, late);
         todo.shift();
       } catch (err) {
         if (err instanceof InDoubt) {
@@ -202,16 +226,16 @@ export class HistoryWriter {
   }
 
   /** One COPY of `lines` in its own transaction, in this worker's turn (copy-turn.ts). */
-  private async copy(lines: string[]): Promise<number> {
+  private async copy(lines: string[], late: boolean): Promise<number> {
     await this.turn?.take();
     try {
-      return await this.copyNow(lines);
+      return await this.copyNow(lines, late);
     } finally {
       this.turn?.give();
     }
   }
 
-  private async copyNow(lines: string[]): Promise<number> {
+  private async copyNow(lines: string[], late: boolean): Promise<number> {
     // Rows go in arrival order: sorting them by index key first was measured to save nothing
     // in PostgreSQL and to cost the worker ~1 µs a row.
     const started = performance.now();
@@ -221,6 +245,7 @@ export class HistoryWriter {
     try {
       const begun = (await client.query(BEGIN_SQL)) as unknown as pg.QueryResult<{ xid: string }>[];
       xid = begun[1]!.rows[0]!.xid;
+      if (late) await client.query(LATE_ROWS_LOCK_SQL);
       const stream = client.query(copyFrom(COPY_SQL));
       await new Promise<void>((resolve, reject) => {
         stream.on('error', reject);
