@@ -63,11 +63,13 @@ const LATE_ROWS_LOCK_SQL = 'SELECT pg_advisory_xact_lock(7341002121)';
 
 /**
  * Whether rows at these times (µs) may fire the late-row triggers: they fire for rows older than
- * a bound the maintenance moves to the start of the current hour (database clock; a minute of
- * slack for the two clocks).
+ * the rollups' bound, the start of the hour that ended ROLLUP_LAG_MINUTES (5) ago by the
+ * database's clock (src/history/maintenance.ts; the open region's bound is older still). Taken
+ * here a minute later, for a database clock ahead of this one: live rows of an hour's first
+ * minutes do not take the lock (they fire nothing).
  */
 function mayFireTriggers(times: number[]): boolean {
-  const bound = (Math.floor(Date.now() / 3_600_000) * 3_600_000 + 60_000) * 1000;
+  const bound = Math.floor((Date.now() - 4 * 60_000) / 3_600_000) * 3_600_000 * 1000;
   for (const t of times) if (t < bound) return true;
   return false;
 }
