@@ -112,6 +112,7 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
   {
     method: 'GET',
     path: '/history/device/:id/history',
+    negotiates: true,
     summary: 'Stored attribute values of a device',
     description:
       'Same 401 bodies as every route. Values come from device messages (MQTT, docs/messaging.md). The operators are checked ' +
@@ -421,6 +422,7 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
   {
     method: 'GET',
     path: '/history/export',
+    negotiates: true,
     summary: 'Export the history of the tenant (streamed CSV or NDJSON)',
     description:
       "Every stored value of the tenant's devices (or of `devices`, or of the devices of `template`) in the range, streamed as " +

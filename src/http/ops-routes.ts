@@ -46,6 +46,7 @@ export const opsRoutes: RouteSpec<{ pool: pg.Pool; metrics: Metrics; readiness: 
   {
     method: 'GET',
     path: '/health/live',
+    negotiates: true,
     auth: false,
     listeners: ['public', 'internal'],
     summary: 'Liveness: the process answers',
@@ -61,6 +62,7 @@ export const opsRoutes: RouteSpec<{ pool: pg.Pool; metrics: Metrics; readiness: 
   {
     method: 'GET',
     path: '/health/ready',
+    negotiates: true,
     auth: false,
     listeners: ['public', 'internal'],
     summary: 'Readiness: the instance should get traffic',
@@ -93,6 +95,7 @@ export const opsRoutes: RouteSpec<{ pool: pg.Pool; metrics: Metrics; readiness: 
   {
     method: 'GET',
     path: '/metrics',
+    negotiates: true,
     auth: false,
     listeners: ['public', 'internal'],
     summary: 'Prometheus metrics',

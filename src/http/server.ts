@@ -255,7 +255,6 @@ class Exchange implements Request {
     this.host = req.getHeader('host');
     this.forwardedProto = req.getHeader('x-forwarded-proto');
     this.forwardedHost = req.getHeader('x-forwarded-host');
-    this.accept = acceptOf(req);
     this.head = this.sentMethod === 'HEAD';
     this.method = (this.head ? 'GET' : this.sentMethod) as Method;
     res.onAborted(() => {
@@ -264,6 +263,7 @@ class Exchange implements Request {
     });
     this.match = site.router.match(this.method, this.path);
     this.params = this.match.kind === 'route' ? this.match.params : NO_PARAMS;
+    this.accept = this.match.kind === 'route' && this.match.endpoint.route.negotiates ? acceptOf(req) : req.getHeader('accept');
     this.rawBody =
       this.match.kind === 'route' && this.match.endpoint.route.body
         ? readBody(res, site.maxBodyBytes, (fn) => this.abortListeners.push(fn))

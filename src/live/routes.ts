@@ -84,6 +84,7 @@ export const liveRoutes: RouteSpec<object>[] = [
   {
     method: 'GET',
     path: '/live',
+    negotiates: true,
     auth: false,
     summary: 'A page that shows the live stream',
     description:

@@ -10,6 +10,7 @@ export const openApiRoutes: RouteSpec<{ openApi: ServedOpenApi }>[] = [
   {
     method: 'GET',
     path: '/openapi.json',
+    negotiates: true,
     auth: false,
     listeners: ['public', 'internal'],
     summary: 'This API description (OpenAPI 3.1)',

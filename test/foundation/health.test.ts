@@ -15,6 +15,7 @@ import { createMetrics } from '../../src/metrics.js';
 import { freePort } from '../../src/net.js';
 import { eventually } from '../helpers/registry-fixtures.js';
 import { rawHead } from '../helpers/raw-http.js';
+import { apiRoutes } from '../../src/api.js';
 import { freshDatabase, http, useService } from '../helpers/service.js';
 import type { ReadinessAnswer } from '../helpers/api.js';
 
@@ -80,6 +81,20 @@ describe('over HTTP, on both listeners', () => {
         })
       ).status,
     ).toBe(200);
+  });
+
+  it('every route whose answer reads Accept reads all its lines (declares `negotiates`); the others only the first, the cheaper read', () => {
+    const reading = apiRoutes.filter((r) => /\.accept\b/.test(r.handler.toString()));
+    expect(reading.map((r) => `${r.method} ${r.path}`).sort()).toEqual([
+      'GET /health/live',
+      'GET /health/ready',
+      'GET /history/device/:id/history',
+      'GET /history/export',
+      'GET /live',
+      'GET /metrics',
+      'GET /openapi.json',
+    ]);
+    expect(reading.filter((r) => !r.negotiates).map((r) => r.path)).toEqual([]);
   });
 
   it('the broker goes away: not ready, naming the broker link; live and /health stay 200; back when the broker is', async () => {
