@@ -13,6 +13,7 @@
 //     again the hours late rows landed in (sql/070_history_rollup.sql), for aggregate reads.
 // All of it goes through the SQL functions of sql/020_history.sql and sql/022_*.sql.
 import type pg from 'pg';
+import { inTransaction } from '../db/pool.js';
 import type { Logger } from '../log.js';
 import { forgetHorizon } from './horizon.js';
 import { checkChunkSizing } from './sizing.js';
@@ -27,22 +28,12 @@ import { checkChunkSizing } from './sizing.js';
  */
 export const HOUSEKEEPING_LOCK_TIMEOUT_MS = 1000;
 
-/** `text` alone in a transaction whose lock waits end after HOUSEKEEPING_LOCK_TIMEOUT_MS. */
-async function withBriefLocks<R extends pg.QueryResultRow>(pool: pg.Pool, text: string, values: unknown[]): Promise<pg.QueryResult<R>> {
-  const client = await pool.connect();
-  let broken: Error | undefined;
-  try {
-    await client.query('BEGIN');
+/** `text` alone in a transaction whose lock waits end after HOUSEKEEPING_LOCK_TIMEOUT_MS (a lock timeout is not retried). */
+function withBriefLocks<R extends pg.QueryResultRow>(pool: pg.Pool, text: string, values: unknown[]): Promise<pg.QueryResult<R>> {
+  return inTransaction(pool, async (client) => {
     await client.query(`SET LOCAL lock_timeout = ${HOUSEKEEPING_LOCK_TIMEOUT_MS}`);
-    const res = await client.query<R>(text, values);
-    await client.query('COMMIT');
-    return res;
-  } catch (err) {
-    await client.query('ROLLBACK').catch((e: Error) => (broken = e));
-    throw err;
-  } finally {
-    client.release(broken);
-  }
+    return client.query<R>(text, values);
+  });
 }
 
 /** How long after an hour ends it is rolled up: rows of devices whose clocks lag arrive first. */
