@@ -75,7 +75,13 @@ async function history<T = HistoryByLabel>(device: string, query = ''): Promise<
 
 /** Waits until the device has `n` stored values, then returns all of them by label. */
 async function stored(device: string, n: number): Promise<HistoryByLabel> {
-  await eventually(async () => (await historyCount(svc.service.pool, tenant, device)) >= n || undefined, `${n} values of ${device}`);
+  try {
+    await eventually(async () => (await historyCount(svc.service.pool, tenant, device)) >= n || undefined, `${n} values of ${device}`);
+  } catch (err) {
+    // What the service saw meanwhile, so that a failure here says where the message went.
+    const seen = (await metrics()).split('\n').filter((l) => /^(ingest_|broker_link_)/.test(l) && !l.includes('_bucket'));
+    throw new Error(`${(err as Error).message}\n${seen.join('\n')}`);
+  }
   return history(device);
 }
 
