@@ -33,6 +33,16 @@ describe('POST /device/{id}/credentials', () => {
     expect(b.secret).not.toBe(a.body.secret);
   });
 
+  it('the answer holding the secret is not to be kept by any cache (Cache-Control: no-store); the list is metadata and may be', async () => {
+    const d = await newDevice(svc, t);
+    const created = await http<CredentialCreated>('POST', url(d), { token: t.token, body: { type: 'password' } });
+    expect(created.status).toBe(201);
+    expect(created.headers.get('cache-control')).toBe('no-store');
+    const listed = await http('GET', url(d), { token: t.token });
+    expect(listed.status).toBe(200);
+    expect(listed.headers.get('cache-control')).toBeNull();
+  });
+
   it('takes an expiry (any ISO 8601 offset) and a client-chosen secret', async () => {
     const d = await newDevice(svc, t);
     const c = await newCredential(svc, t, d, { type: 'password', expires_at: '2099-06-30T14:00:00+02:00', secret: 'my-own-secret-0123' });

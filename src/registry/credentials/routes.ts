@@ -24,7 +24,7 @@ export const credentialRoutes: RouteSpec<{ credentials: CredentialService }>[] =
     params: { id: deviceIdParam },
     body: { read: 'json', schema: credentialCreateBody },
     responses: {
-      201: { description: 'Created: its secret, shown this once.', schema: credentialCreated },
+      201: { description: 'Created: its secret, shown this once (sent with `Cache-Control: no-store`).', schema: credentialCreated },
       400: {
         description: 'A bad body, expires_at in the past, or the device holds the most credentials allowed.',
         errors: ['credentialBadInput', 'credentialExpiresInPast', 'credentialLimit', 'payloadNotJson'],
@@ -89,7 +89,12 @@ export const credentialRoutes: RouteSpec<{ credentials: CredentialService }>[] =
       },
     ],
     async handler(req, { credentials }) {
-      return { status: 201, body: await credentials.create(req.tenant, req.params.id!, req.body) };
+      // The secret is in this answer only: no cache on the way may keep a copy of it.
+      return {
+        status: 201,
+        body: await credentials.create(req.tenant, req.params.id!, req.body),
+        headers: { 'Cache-Control': 'no-store' },
+      };
     },
   },
   {
