@@ -761,7 +761,7 @@ export class LiveHub {
       this.answered(request, 'error' in admitted ? admitted.status : 101);
       res.cork(() => {
         if ('error' in admitted) {
-          writeError(res, admitted.status, admitted.error, request.id);
+          writeError(res, admitted.status, admitted.error, request.id, this.closing);
           return;
         }
         // uWebSockets.js writes the 101 itself, with no room for X-Request-Id (the log line has it).
@@ -799,13 +799,13 @@ export class LiveHub {
       if (aborted) return;
       if ('error' in admitted) {
         this.answered(request, admitted.status);
-        res.cork(() => writeError(res, admitted.status, admitted.error, request.id));
+        res.cork(() => writeError(res, admitted.status, admitted.error, request.id, this.closing));
         return;
       }
       if (!names(accept, 'text/event-stream')) {
         this.answered(request, 400);
         const e = errors.notAStream();
-        res.cork(() => writeError(res, e.httpStatus, e.message, request.id));
+        res.cork(() => writeError(res, e.httpStatus, e.message, request.id, this.closing));
         return;
       }
       this.answered(request, 200);
@@ -864,9 +864,10 @@ const attrsText = (id: string, tsUs: number, attrs: string) =>
 /** A refused stream request, as `admit` answers it. */
 const refusal = (e: ApiError) => ({ status: e.httpStatus, error: e.message });
 
-function writeError(res: uWS.HttpResponse, status: number, message: string, requestId: string): void {
+/** A refusal; `closing` (shutdown): the connection closes after it, as every answer of the drain does. */
+function writeError(res: uWS.HttpResponse, status: number, message: string, requestId: string, closing: boolean): void {
   res.writeStatus(statusLine(status));
   res.writeHeader('X-Request-Id', requestId);
   res.writeHeader('Content-Type', 'application/json');
-  res.end(JSON.stringify({ message, status }));
+  res.end(JSON.stringify({ message, status }), closing);
 }

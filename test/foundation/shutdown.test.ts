@@ -110,9 +110,14 @@ describe('SIGTERM', () => {
     const token = await login(base);
     const templateId = await template(base, token);
 
-    // Three kept-alive connections, each idle after one answer.
-    const [busy, reused, idle] = await Promise.all([RawConnection.open(port), RawConnection.open(port), RawConnection.open(port)]);
-    for (const c of [busy, reused, idle]) {
+    // Four kept-alive connections, each idle after one answer.
+    const [busy, reused, idle, streamer] = await Promise.all([
+      RawConnection.open(port),
+      RawConnection.open(port),
+      RawConnection.open(port),
+      RawConnection.open(port),
+    ]);
+    for (const c of [busy, reused, idle, streamer]) {
       const r = await c.request('GET', '/health');
       expect(r.status).toBe(200);
       expect(r.headers.connection).toBeUndefined();
@@ -140,6 +145,12 @@ describe('SIGTERM', () => {
       expect(answer).toMatchObject({ status: 'not ready', reasons: expect.arrayContaining(['shutting down']) as unknown });
       expect(answer.reasons[0]).toBe('shutting down');
       await reused.closed;
+      // The live stream refuses a new client on a kept-alive connection the same way: 503, closed after.
+      const stream = await streamer.request('GET', '/stream', {
+        headers: { authorization: `Bearer ${token}`, accept: 'text/event-stream', 'x-request-id': 'stream-during-drain' },
+      });
+      expect([stream.status, stream.headers.connection, stream.headers['x-request-id']]).toEqual([503, 'close', 'stream-during-drain']);
+      await streamer.closed;
       // The idle one stays open while a request is in flight.
       expect(idle.isClosed).toBe(false);
 
