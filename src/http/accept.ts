@@ -41,13 +41,14 @@ export function accepts(header: string, mediaType: string): boolean {
  * Whether `header` names `mediaType` itself (not through `type/*` or `*` + `/*`) with a weight
  * above 0: media types are case-insensitive and may carry parameters (RFC 9110 §8.3.1), and
  * `q=0` refuses the type (§12.4.2). For an answer only given to a client that asks for it by
- * name, as `GET /stream`'s Server-Sent Events (docs/live.md §2).
+ * name, as `GET /stream`'s Server-Sent Events (docs/live.md §2). A type named twice: the first
+ * naming decides, as in `accepts` (before, found by a review, the last one did here).
  */
 export function names(header: string, mediaType: string): boolean {
   let q: number | undefined;
   for (const range of header.split(',')) {
     const [name, ...params] = range.split(';').map((s) => s.trim().toLowerCase());
-    if (name !== mediaType) continue;
+    if (name !== mediaType || q !== undefined) continue;
     const weight = params.find((p) => p.startsWith('q='));
     q = weight === undefined ? 1 : Number(weight.slice(2));
   }

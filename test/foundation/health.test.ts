@@ -74,6 +74,13 @@ describe('over HTTP, on both listeners', () => {
     }
     expect((await rawHead(svc.base, '/health/live', ['accept: text/html', 'accept: application/json;q=0'])).status).toBe(406);
     expect((await http('GET', `${svc.base}/health/ready`, { headers: { accept: '*/*;q=0, application/json' } })).status).toBe(200);
+    // A range named twice: the first naming decides (as for the live stream's text/event-stream).
+    expect((await http('GET', `${svc.base}/health/live`, { headers: { accept: 'application/json;q=0, application/json' } })).status).toBe(
+      406,
+    );
+    expect((await http('GET', `${svc.base}/health/live`, { headers: { accept: 'application/json, application/json;q=0' } })).status).toBe(
+      200,
+    );
     expect(
       (
         await http('GET', `${svc.base}/metrics`, {

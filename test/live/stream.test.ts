@@ -208,7 +208,14 @@ describe('GET /stream over WebSocket', () => {
     expect(plain.status).toBe(400);
     // Accept as RFC 9110 reads it (found by an audit): q=0 refuses Server-Sent Events (it opened
     // one), and a media type in other letter cases is the same type (it was a 400).
-    for (const accept of ['text/event-stream;q=0', 'application/json, text/event-stream; q=0', '*/*', 'text/*']) {
+    // A range named twice: the first naming decides, as for every other route's Accept.
+    for (const accept of [
+      'text/event-stream;q=0',
+      'application/json, text/event-stream; q=0',
+      '*/*',
+      'text/*',
+      'text/event-stream;q=0, text/event-stream',
+    ]) {
       const refused = await fetch(`${svc.base}/stream`, { headers: { Accept: accept, Authorization: `Bearer ${a.token}` } });
       expect({ accept, status: refused.status }).toEqual({ accept, status: 400 });
       expect(await refused.json()).toMatchObject({ status: 400 });
