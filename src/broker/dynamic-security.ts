@@ -36,6 +36,13 @@ const REMOVAL_BATCH = 50;
  */
 const RECONCILE_BATCH_MS = 120_000;
 const ROLE_PREFIX = 'device:';
+/**
+ * A name the registry can give a device: a tenant as users are made with (letters, digits, `-`,
+ * `_`: src/auth/routes.ts) and a device id (2 to 6 hex digits: src/schemas/devices.ts). Only
+ * such accounts (and their roles) are the service's to remove; any other, a ':' in it or not
+ * (`ops:reader`), is the operator's.
+ */
+const DEVICE_ACCOUNT = /^[A-Za-z0-9_-]+:[0-9a-fA-F]{2,6}$/;
 
 interface Answer {
   command: string;
@@ -210,10 +217,11 @@ export class DynamicSecurity implements BrokerAccounts {
     const present = new Set((clients!.data?.clients ?? []).filter((u) => parseDeviceName(u) !== undefined));
     const wanted = await repo.brokerAccounts(this.opts.pool);
     const held = new Set(wanted.filter((w) => w.in_broker).map((w) => deviceName(w.tenant, w.device_id)));
-    const removed = [...present].filter((u) => !held.has(u));
-    const orphanRoles = (roles!.data?.roles ?? []).filter(
-      (r) => r.startsWith(ROLE_PREFIX) && !held.has(r.slice(ROLE_PREFIX.length)) && !removed.includes(r.slice(ROLE_PREFIX.length)),
-    );
+    const removed = [...present].filter((u) => DEVICE_ACCOUNT.test(u) && !held.has(u));
+    const orphanRoles = (roles!.data?.roles ?? []).filter((r) => {
+      const username = r.slice(ROLE_PREFIX.length);
+      return r.startsWith(ROLE_PREFIX) && DEVICE_ACCOUNT.test(username) && !held.has(username) && !removed.includes(username);
+    });
     const commands = [...removed.flatMap(removal), ...orphanRoles.map((rolename) => ({ command: 'deleteRole', rolename }))];
     for (let i = 0; i < commands.length; i += 2 * REMOVAL_BATCH) {
       const batch = commands.slice(i, i + 2 * REMOVAL_BATCH);

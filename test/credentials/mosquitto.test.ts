@@ -179,6 +179,27 @@ describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped M
     }
   });
 
+  it("at start: an operator's own accounts and roles whose names hold a ':' but cannot be a device's are left alone (found by an audit)", async () => {
+    // A device name is <tenant>:<device id>, the id 2 to 6 hex digits; `ops:reader` holds a ':'
+    // but names no device the registry could have. Before, every name with a ':' counted as a
+    // device's, and such accounts were deleted at every start.
+    mosquittoCtrl('createClient', 'ops:reader', '-p', 'reader-password-1');
+    mosquittoCtrl('createRole', 'device:readers');
+    mosquittoCtrl('createClient', `${a.name}:5747a8`, '-p', 'stray-password');
+    const again = spawnService({ ...svc.env, LOG_LEVEL: 'info' });
+    try {
+      expect(await again.waitFor(/"msg":"ready"|start failed/)).toContain('"msg":"ready"');
+      const clients = mosquittoCtrl('listClients').split('\n');
+      expect(clients).toContain('ops:reader');
+      expect(clients).not.toContain(`${a.name}:5747a8`);
+      expect(mosquittoCtrl('listRoles').split('\n')).toContain('device:readers');
+      expect(await connackCode(url, { username: 'ops:reader', password: 'reader-password-1', protocolVersion: 5 })).toBe(0);
+    } finally {
+      again.child.kill('SIGTERM');
+      await again.exited;
+    }
+  });
+
   it('at start: thousands of accounts of no device are removed, however long the broker takes (found by an audit)', async () => {
     // Mosquitto saves its dynamic-security file after every command, so with many accounts a
     // batch of removals outlasts ACTUATION_TIMEOUT_MS; the start used to fail on it ("the broker
