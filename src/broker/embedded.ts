@@ -4,6 +4,7 @@
 // Listeners: plain MQTT (MQTT_PORT, unless MQTT_PLAIN=false) and MQTT over TLS (MQTT_TLS_PORT,
 // with MQTT_TLS_CERT/MQTT_TLS_KEY; MQTT_TLS_CA asks for client certificates, which a device may
 // log in with instead of a password: see device-auth.ts).
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import net from 'node:net';
 import tls from 'node:tls';
@@ -85,8 +86,30 @@ function pem(file: string, variable: string): Buffer {
   }
 }
 
+const PEM_CERTIFICATE = /-----BEGIN (TRUSTED )?CERTIFICATE-----[\s\S]*?-----END \1?CERTIFICATE-----/g;
+
+/**
+ * The certificates of MQTT_TLS_CA. Node takes a `ca` holding none (an empty file, a private key,
+ * any text) or a damaged one without a word, and then no client certificate ever verifies: such
+ * a file stops the start instead.
+ */
+function caCertificates(file: Buffer): Buffer {
+  const blocks = [...file.toString('latin1').matchAll(PEM_CERTIFICATE)];
+  if (blocks.length === 0)
+    throw new ConfigError('MQTT_TLS_CA', 'must hold PEM certificates (-----BEGIN CERTIFICATE-----); the file has none');
+  for (const [block, trusted] of blocks) {
+    if (trusted) continue; // OpenSSL's form with trust settings, which X509Certificate does not read
+    try {
+      new crypto.X509Certificate(block);
+    } catch (err) {
+      throw new ConfigError('MQTT_TLS_CA', `must hold PEM certificates; one of them cannot be read: ${(err as Error).message}`);
+    }
+  }
+  return file;
+}
+
 function tlsOptions(t: TlsListener): tls.TlsOptions {
-  const ca = t.ca === undefined ? undefined : pem(t.ca, 'MQTT_TLS_CA');
+  const ca = t.ca === undefined ? undefined : caCertificates(pem(t.ca, 'MQTT_TLS_CA'));
   const options: tls.TlsOptions = {
     cert: pem(t.cert, 'MQTT_TLS_CERT'),
     key: pem(t.key, 'MQTT_TLS_KEY'),

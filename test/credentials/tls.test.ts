@@ -5,6 +5,10 @@
 import fs from 'node:fs';
 import net from 'node:net';
 import { beforeAll, describe, expect, it } from 'vitest';
+import path from 'node:path';
+import { startEmbeddedBroker } from '../../src/broker/embedded.js';
+import { ConfigError } from '../../src/config.js';
+import { createLogger } from '../../src/log.js';
 import { freePort } from '../../src/net.js';
 import { http, useService } from '../helpers/service.js';
 import { closedByPeer, historyCount } from '../helpers/registry-fixtures.js';
@@ -113,5 +117,42 @@ describe('client certificates (MQTT_TLS_CA)', () => {
     await closed;
     c.end(true);
     expect(await connackCode(url, { ca: ca(), ...cert })).toBe(4);
+  });
+});
+
+describe('MQTT_TLS_CA holding no certificate', () => {
+  it('stops the start naming the variable, not a listener on which every certificate counts as none (found by an audit)', async () => {
+    // Node takes a `ca` without any certificate in it (an empty file, a private key, any text)
+    // without a word: the start went on, logged clientCertificates true, and no certificate
+    // ever verified, so devices meant to log in by certificate were all refused.
+    const empty = path.join(pki.dir, 'empty-ca.pem');
+    const text = path.join(pki.dir, 'text-ca.pem');
+    fs.writeFileSync(empty, '');
+    fs.writeFileSync(text, 'the CA goes here\n');
+    // The CA's certificate with a line of it damaged.
+    const damaged = path.join(pki.dir, 'damaged-ca.pem');
+    const lines = fs.readFileSync(pki.caCert, 'utf8').split('\n');
+    lines[3] = 'garbage';
+    fs.writeFileSync(damaged, lines.join('\n'));
+    for (const ca of [empty, text, pki.serverKey, damaged]) {
+      const start = startEmbeddedBroker({
+        host: '127.0.0.1',
+        port: 0,
+        plain: false,
+        tls: { port: 0, cert: pki.serverCert, key: pki.serverKey, ca },
+        log: createLogger('silent'),
+      });
+      await expect(start).rejects.toThrow(ConfigError);
+      await expect(start).rejects.toThrow(/^MQTT_TLS_CA must hold PEM certificates/);
+    }
+    // A certificate of its own (not a CA's) is taken: it is trusted as it is.
+    const own = await startEmbeddedBroker({
+      host: '127.0.0.1',
+      port: 0,
+      plain: false,
+      tls: { port: 0, cert: pki.serverCert, key: pki.serverKey, ca: pki.client('a leaf').cert },
+      log: createLogger('silent'),
+    });
+    await own.close();
   });
 });
