@@ -9,8 +9,8 @@ export interface Pki {
   caCert: string;
   serverCert: string;
   serverKey: string;
-  /** A client certificate and key with subject CN `cn`, signed by the CA (or by another CA). */
-  client(cn: string, signedBy?: 'ca' | 'stranger'): { cert: string; key: string };
+  /** A client certificate and key with subject CN `cn`, signed by the CA (or by another CA); `expired`: its validity ended a day ago. */
+  client(cn: string, signedBy?: 'ca' | 'stranger', expired?: boolean): { cert: string; key: string };
 }
 
 const openssl = (dir: string, args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
@@ -67,7 +67,7 @@ export async function makePki(): Promise<Pki> {
     caCert: path.join(dir, 'ca.pem'),
     serverCert: path.join(dir, 'server.pem'),
     serverKey: path.join(dir, 'server.key'),
-    client(cn, signedBy = 'ca') {
+    client(cn, signedBy = 'ca', expired = false) {
       const name = `client${++n}`;
       keyAndRequest(dir, name, `/CN=${cn}`);
       const issuer = signedBy === 'ca' ? 'ca' : 'stranger';
@@ -84,7 +84,7 @@ export async function makePki(): Promise<Pki> {
         '-out',
         `${name}.pem`,
         '-days',
-        '2',
+        expired ? '-1' : '2',
       ]);
       return { cert: path.join(dir, `${name}.pem`), key: path.join(dir, `${name}.key`) };
     },

@@ -118,6 +118,15 @@ describe('client certificates (MQTT_TLS_CA)', () => {
     c.end(true);
     expect(await connackCode(url, { ca: ca(), ...cert })).toBe(4);
   });
+
+  it('an expired certificate, or one of another CA, counts as none: refused alone, a password still logs the device in', async () => {
+    const d = await newDevice(svc, t);
+    const cred = await newCredential(svc, t, d);
+    for (const cert of [withCert(pki.client(as(d), 'ca', true)), withCert(pki.client(as(d), 'stranger'))]) {
+      expect(await connackCode(url, { ca: ca(), ...cert })).toBe(4);
+      expect(await connackCode(url, { ca: ca(), ...cert, username: as(d), password: cred.secret })).toBe(0);
+    }
+  });
 });
 
 describe('MQTT_TLS_CA holding no certificate', () => {
