@@ -35,6 +35,12 @@ const REMOVAL_BATCH = 50;
  * ACTUATION_TIMEOUT_MS, which bounds API answers, not this.
  */
 const RECONCILE_BATCH_MS = 120_000;
+/**
+ * How long the start waits for the broker's lists of clients and roles (no file is saved for
+ * them). A broker without the plugin takes the commands and never answers: the start says so
+ * after this, not after RECONCILE_BATCH_MS.
+ */
+const LIST_MS = 20_000;
 const ROLE_PREFIX = 'device:';
 /**
  * A name the registry can give a device: a tenant as users are made with (letters, digits, `-`,
@@ -210,8 +216,14 @@ export class DynamicSecurity implements BrokerAccounts {
         { command: 'listClients', verbose: false, count: -1 },
         { command: 'listRoles', verbose: false, count: -1 },
       ],
-      Math.max(this.opts.timeoutMs, RECONCILE_BATCH_MS),
-    );
+      Math.max(this.opts.timeoutMs, LIST_MS),
+    ).catch((err: Error) => {
+      // No answer at all (a publish refused by the broker is another error).
+      if (!/in time/.test(err.message)) throw err;
+      throw new Error(
+        `${err.message} (listClients, ${Math.max(this.opts.timeoutMs, LIST_MS) / 1000} s): MQTT_DYNAMIC_SECURITY needs Mosquitto's dynamic-security plugin loaded in the broker of MQTT_URL (mosquitto.conf: plugin .../mosquitto_dynamic_security.so)`,
+      );
+    });
     this.check(clients);
     this.check(roles);
     const present = new Set((clients!.data?.clients ?? []).filter((u) => parseDeviceName(u) !== undefined));

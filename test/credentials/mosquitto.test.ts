@@ -8,7 +8,9 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type mqtt from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { http, loggedAddress, spawnService, useService } from '../helpers/service.js';
+import { projectRoot } from '../../src/paths.js';
+import { http, loggedAddress, spawnService, testEnv, useService } from '../helpers/service.js';
+import { mosquittoBinary, startMosquitto } from '../helpers/mosquitto.js';
 import { closedByPeer, eventually, historyCount } from '../helpers/registry-fixtures.js';
 import { mosquittoInstalled, useRepoMosquitto } from '../deploy/repo-mosquitto.js';
 import { connackCode, connect, deleteCredential, metricValue, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
@@ -225,4 +227,25 @@ describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped M
       await again.exited;
     }
   }, 240_000);
+});
+
+describe.skipIf(!mosquittoBinary())('MQTT_DYNAMIC_SECURITY with a Mosquitto that has no dynamic-security plugin', () => {
+  it('the start fails after 20 s, naming the plugin, not after 2 minutes (found by an audit)', async () => {
+    // Such a broker takes the plugin's commands and never answers. Before, the start waited for
+    // the list of accounts as long as for a batch of removals (2 minutes), then failed with "the
+    // broker did not answer the dynamic-security commands in time", the plugin unnamed.
+    const broker = await startMosquitto(path.join(projectRoot, 'test/ingest/fixtures/mosquitto.conf'));
+    const started = Date.now();
+    const svc = spawnService(await testEnv({ MQTT_URL: broker.url, MQTT_DYNAMIC_SECURITY: 'true', LOG_LEVEL: 'info' }));
+    try {
+      const line = await svc.waitFor(/start failed|"msg":"ready"/, 60_000);
+      expect(line).toContain('start failed');
+      expect(line).toContain("MQTT_DYNAMIC_SECURITY needs Mosquitto's dynamic-security plugin");
+      expect(Date.now() - started).toBeLessThan(40_000);
+    } finally {
+      svc.child.kill('SIGTERM');
+      await svc.exited;
+      await broker.stop();
+    }
+  }, 90_000);
 });
