@@ -74,13 +74,32 @@ $("login").addEventListener("submit", async (e) => {
   $("tenant").textContent = claims.service;
   $("login").hidden = true;
   $("app").hidden = false;
+  // The stream first, the list once it is subscribed: a status change is then either in the
+  // list or a message (read the other way round, a device that came online in between was
+  // listed offline for good).
+  await connect();
   await loadDevices();
-  connect();
 });
+
+// Status messages that came while a list was being read, one map per read under way: applied
+// over that list once read (its answer may be older than they are).
+const reads = new Set();
+let readsStarted = 0, shownRead = 0;
 
 // Every device of the tenant, page after page: 1,000 a page, or the API's default page size
 // where MAX_PAGE_SIZE is below 1,000 (a page_size above it is a 400).
 async function loadDevices() {
+  const read = ++readsStarted;
+  const later = new Map();
+  reads.add(later);
+  try {
+    await readDevices(read, later);
+  } finally {
+    reads.delete(later);
+  }
+}
+
+async function readDevices(read, later) {
   const all = [];
   let size = "&page_size=1000";
   for (let num = 1; ; ) {
@@ -95,8 +114,14 @@ async function loadDevices() {
     if (!page.pagination || !page.pagination.has_next) break;
     num = page.pagination.next_page;
   }
+  if (read < shownRead) return; // a later read is shown already
+  shownRead = read;
   state.devices.clear();
-  for (const d of all) state.devices.set(d.id, d);
+  for (const d of all) {
+    const m = later.get(d.id);
+    if (m) { d.status = m.status; d.last_seen = m.last_seen; }
+    state.devices.set(d.id, d);
+  }
   renderDevices();
 }
 
@@ -207,25 +232,32 @@ function renderChart() {
 }
 setInterval(renderChart, 5000);
 
+// Opens the stream; resolves once it is subscribed (or closed: the list is read all the same).
 function connect() {
   const url = location.origin.replace(/^http/, "ws") + BASE + "stream";
   const ws = new WebSocket(url, ["device-registry.live.v1", "bearer." + state.token]);
   state.ws = ws;
+  let subscribed;
+  const ready = new Promise((resolve) => { subscribed = resolve; });
   ws.onopen = () => { $("conn").textContent = "open"; };
-  ws.onclose = (e) => { $("conn").textContent = "closed (" + e.code + (e.reason ? " " + e.reason : "") + ")"; };
+  ws.onclose = (e) => { $("conn").textContent = "closed (" + e.code + (e.reason ? " " + e.reason : "") + ")"; subscribed(); };
   ws.onmessage = (e) => {
     const m = JSON.parse(e.data);
-    if (m.type === "attrs" && m.device_id === state.chosen) {
+    if (m.type === "subscribed") {
+      subscribed();
+    } else if (m.type === "attrs" && m.device_id === state.chosen) {
       for (const [label, value] of Object.entries(m.attrs)) add(label, value, m.ts);
       renderAttrs();
       renderChart();
     } else if (m.type === "status") {
+      for (const later of reads) later.set(m.device_id, m);
       const d = state.devices.get(m.device_id);
       if (d) { d.status = m.status; d.last_seen = m.last_seen; renderDevices(); }
     } else if (m.type === "device" || m.type === "tenant") {
       loadDevices();
     }
   };
+  return ready;
 }
 </script>
 </body>

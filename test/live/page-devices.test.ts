@@ -23,9 +23,9 @@ describe('the /live page device list', () => {
     const page = await browser().newPage();
     try {
       await logIn(page, svc.base, v);
-      // The stream is opened once the list is loaded.
+      // The list is read once the stream is subscribed (page-status.test.ts): wait for it whole.
       await page
-        .waitForFunction(`document.getElementById('conn')?.textContent === 'open'`, null, { timeout: 15_000 })
+        .waitForFunction(`document.querySelectorAll('#devices li').length >= ${DEVICES}`, null, { timeout: 15_000 })
         .catch(() => undefined);
       // (a page-side expression as text: it runs in the browser, where `document` is)
       const listed = await page.evaluate<string[]>(`[...document.querySelectorAll('#devices li')].map((li) => li.dataset.id)`);
