@@ -122,26 +122,31 @@ export class DeviceStatusBook {
     this.reread().catch((err: Error) => this.opts.log.warn('could not read device status again', { error: err.message }));
   }
 
+  /**
+   * The changes are told by the sweep once the new entries' timeouts are read: before (found by
+   * an audit), a device first seen here this way was judged by the default timeout, and one whose
+   * template's shorter one had run out was told `online`, then `offline` right after.
+   */
   private async reread(): Promise<void> {
     const rows = await this.stored();
-    const now = Date.now() * 1000;
     for (const r of rows) {
       const us = Number(r.us);
       const k = key(r.tenant, r.device_id);
       if (this.removed.has(k)) continue;
-      let e = this.entries.get(k);
+      const e = this.entries.get(k);
+      // (already stored: not dirty)
       if (!e) {
-        e = { tenant: r.tenant, id: r.device_id, lastSeenUs: us, timeoutS: undefined, changes: 0, readAt: 0, online: false };
-        this.entries.set(k, e);
+        this.entries.set(k, {
+          tenant: r.tenant,
+          id: r.device_id,
+          lastSeenUs: us,
+          timeoutS: undefined,
+          changes: 0,
+          readAt: 0,
+          online: false,
+        });
       } else if (us > e.lastSeenUs) {
         e.lastSeenUs = us;
-      } else {
-        continue;
-      }
-      // (already stored: not dirty)
-      if (!e.online && this.isOnline(e, now)) {
-        e.online = true;
-        this.emit(e);
       }
     }
     await this.resolveTimeouts();
