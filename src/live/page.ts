@@ -253,7 +253,8 @@ function connect() {
       for (const later of reads) later.set(m.device_id, m);
       const d = state.devices.get(m.device_id);
       if (d) { d.status = m.status; d.last_seen = m.last_seen; renderDevices(); }
-    } else if (m.type === "device" || m.type === "tenant") {
+    } else if (m.type === "device" || m.type === "tenant" || m.type === "lagged") {
+      // (after "lagged": status messages may be among those lost)
       loadDevices();
     }
   };

@@ -5,15 +5,18 @@
 // publishing has none to tell until its timeout runs out); and a list read again (after a
 // `device` message) that was answered before a status change and reached the page after it
 // put the older status back. Here the list's answer is held (playwright's route) while the
-// device comes online. Debian's chromium driven by playwright-core, as in page.test.ts (without
+// device comes online. And a page that fell behind the stream (its messages dropped, then
+// `lagged`) may have lost status messages: it reads the list again (it ignored `lagged`, and
+// listed a device offline for good). Debian's chromium driven by playwright-core, as in page.test.ts (without
 // the browser the test fails).
 import type { Page } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
 import { deviceClient, eventually } from '../helpers/registry-fixtures.js';
+import { metricOf } from '../helpers/faults.js';
 import { http, useService } from '../helpers/service.js';
 import { logIn, thermometers, useBrowser, viewerTenant, type Viewer } from './page-fixtures.js';
 
-const svc = useService({ MQTT_URL: undefined });
+const svc = useService({ MQTT_URL: undefined, LIVE_CLIENT_BUFFER_BYTES: '1024' });
 const browser = useBrowser();
 
 /** Publishes one value of `id` and waits until the service counts the device online. */
@@ -86,6 +89,42 @@ describe('the /live page device status', () => {
       await page.waitForTimeout(500);
       expect(await page.evaluate<string>(statusOf(id!))).toBe('online');
     } finally {
+      await page.close();
+    }
+  }, 120_000);
+  it('a page that fell behind the stream, and lost a status message, shows the status all the same', async () => {
+    const v = await viewerTenant(svc, 'lag');
+    const [id] = await thermometers(svc.base, v, 'garage');
+    const noisy = await http<{ template: { id: number } }>('POST', `${svc.base}/template`, {
+      token: v.token,
+      body: { label: 'noisy', attrs: [{ label: 'note', type: 'dynamic', value_type: 'string' }] },
+    });
+    const loud = await http<{ devices: { id: string }[] }>('POST', `${svc.base}/device`, {
+      token: v.token,
+      body: { label: 'loud', templates: [noisy.body.template.id] },
+    });
+    const loudId = loud.body.devices[0]!.id;
+    const page = await browser().newPage();
+    const mqtt = await deviceClient(`mqtt://127.0.0.1:${svc.service.mqttPort}`, { username: `${v.tenant}:${loudId}` });
+    try {
+      await logIn(page, svc.base, v);
+      await page.waitForFunction(`document.getElementById('conn')?.textContent === 'open'`);
+      await page.waitForFunction(`${statusOf(id!)} === 'offline'`);
+      // The page's script busy for 15 s: the browser stops reading its socket, the service's
+      // buffer for it fills, and what comes meanwhile is dropped, the garage's `status` too.
+      const busy = page.evaluate('(() => { const end = Date.now() + 15000; while (Date.now() < end); })()');
+      const dropped = await metricOf(svc.base, 'live_messages_dropped_total');
+      const note = 'x'.repeat(8000);
+      for (let i = 0; i < 1500; i++) mqtt.publish(`${v.tenant}:${loudId}/attrs`, JSON.stringify({ note }), { qos: 0 });
+      await eventually(
+        async () => ((await metricOf(svc.base, 'live_messages_dropped_total')) > dropped + 10 ? true : undefined),
+        'dropped',
+      );
+      await bringOnline(v, id!);
+      await busy;
+      await page.waitForFunction(`${statusOf(id!)} === 'online'`, null, { timeout: 10_000 });
+    } finally {
+      await mqtt.endAsync();
       await page.close();
     }
   }, 120_000);
