@@ -56,6 +56,8 @@ const key = (tenant: string, id: string) => `${tenant}\u0000${id}`;
  * `offline` one a timeout later, and an entry kept for good).
  */
 const REMOVED_FOR_MS = 60_000;
+/** The shortest inactivity timeout there can be (offline_after and DEVICE_OFFLINE_AFTER_SECONDS are at least 1 s). */
+const SHORTEST_TIMEOUT_US = 1_000_000;
 
 export class DeviceStatusBook {
   private readonly entries = new Map<string, Entry>();
@@ -179,7 +181,14 @@ export class DeviceStatusBook {
       return;
     }
     this.dirty.add(e);
-    if (!e.online && this.isOnline(e, Date.now() * 1000)) {
+    if (e.online) return;
+    const now = Date.now() * 1000;
+    if (e.timeoutS === undefined && now - receivedUs >= SHORTEST_TIMEOUT_US) {
+      // Its timeout is not read yet, and a short one may have run out already (a message committed
+      // late, after a database outage): the sweep that follows the read tells the change, if any
+      // (before, found by an audit, the default timeout told `online`, the next tick `offline`).
+      this.refreshSoon();
+    } else if (this.isOnline(e, now)) {
       e.online = true;
       this.emit(e);
     }
