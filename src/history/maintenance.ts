@@ -28,6 +28,9 @@ import { checkChunkSizing } from './sizing.js';
  */
 export const HOUSEKEEPING_LOCK_TIMEOUT_MS = 1000;
 
+/** SQLSTATE of a lock wait that ended at lock_timeout. */
+const LOCK_NOT_AVAILABLE = '55P03';
+
 /** `text` alone in a transaction whose lock waits end after HOUSEKEEPING_LOCK_TIMEOUT_MS (a lock timeout is not retried). */
 function withBriefLocks<R extends pg.QueryResultRow>(pool: pg.Pool, text: string, values: unknown[]): Promise<pg.QueryResult<R>> {
   return inTransaction(pool, async (client) => {
@@ -148,6 +151,7 @@ export async function startHistoryMaintenance(opts: {
   let stopped = false;
 
   const checkSizing = () => warnChunkSizing(pool, log, settings, opts.chunkInterval);
+  const failed = (err: Error) => log.warn('history maintenance failed; trying again later', { error: err.message });
 
   /**
    * Moves the open region's start to the start of the previous chunk: first the trigger notes
@@ -171,16 +175,27 @@ export async function startHistoryMaintenance(opts: {
   };
 
   /**
-   * Partitions ahead (plain) and retention where the service applies it: waited for at start
-   * (its lock waits bounded by the statement timeout only), later its lock waits brief.
+   * Partitions ahead (plain) and retention where the service applies it. The partitions are
+   * waited for at start (its lock waits bounded by the statement timeout only: attaching one
+   * conflicts with no reader or writer, sql/150_history_partitions_attached.sql), later their
+   * lock waits are brief. Dropping one takes history's ACCESS EXCLUSIVE lock, behind which every
+   * read and COPY of history queues, on every instance: its lock waits are brief at start too,
+   * and a start whose drop gave up starts all the same (the next pass drops). Before (found by
+   * an audit), a start's drop waited for another instance's export: that instance's reads and
+   * ingest waited with it, and past the statement timeout the start failed.
    */
   const housekeep = async (atStart = false) => {
-    const run = <R extends pg.QueryResultRow>(text: string, values: unknown[] = []) =>
-      atStart ? pool.query<R>(text, values) : withBriefLocks<R>(pool, text, values);
-    await run(`SELECT history_ensure_partition(now() + s.chunk_interval * g) FROM history_settings s, generate_series(-1, 2) AS g`);
+    const ensure = `SELECT history_ensure_partition(now() + s.chunk_interval * g) FROM history_settings s, generate_series(-1, 2) AS g`;
+    await (atStart ? pool.query(ensure) : withBriefLocks(pool, ensure, []));
     if (settings.byService) {
-      const res = await run<{ dropped: number }>('SELECT history_apply_retention($1::int) AS dropped', [retention]);
-      const dropped = res.rows[0]?.dropped ?? 0;
+      const res = await withBriefLocks<{ dropped: number }>(pool, 'SELECT history_apply_retention($1::int) AS dropped', [retention]).catch(
+        (err: Error & { code?: string }) => {
+          if (!atStart || err.code !== LOCK_NOT_AVAILABLE) throw err;
+          failed(err);
+          return undefined;
+        },
+      );
+      const dropped = res?.rows[0]?.dropped ?? 0;
       if (dropped > 0) log.info('history retention dropped expired partitions', { partitions: dropped, retentionDays: retention });
     }
   };
@@ -195,7 +210,6 @@ export async function startHistoryMaintenance(opts: {
     rolling ??= rollUpOnce(pool, retention, () => stopped).finally(() => (rolling = undefined));
     return rolling;
   };
-  const failed = (err: Error) => log.warn('history maintenance failed; trying again later', { error: err.message });
 
   if (!settings.byService) await pool.query('SELECT history_apply_retention($1::int)', [retention]);
   await housekeep(true);
