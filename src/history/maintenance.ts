@@ -28,6 +28,13 @@ import { checkChunkSizing } from './sizing.js';
  */
 export const HOUSEKEEPING_LOCK_TIMEOUT_MS = 1000;
 
+/**
+ * Most partitions retention drops in one transaction: each holds ~8 entries of PostgreSQL's
+ * shared lock table until the commit (max_locks_per_transaction x max_connections entries, 6,400
+ * by default, for every session), and history's exclusive lock is held while they go.
+ */
+const RETENTION_STEP = 50;
+
 /** SQLSTATE of a lock wait that ended at lock_timeout. */
 const LOCK_NOT_AVAILABLE = '55P03';
 
@@ -188,14 +195,21 @@ export async function startHistoryMaintenance(opts: {
     const ensure = `SELECT history_ensure_partition(now() + s.chunk_interval * g) FROM history_settings s, generate_series(-1, 2) AS g`;
     await (atStart ? pool.query(ensure) : withBriefLocks(pool, ensure, []));
     if (settings.byService) {
-      const res = await withBriefLocks<{ dropped: number }>(pool, 'SELECT history_apply_retention($1::int) AS dropped', [retention]).catch(
-        (err: Error & { code?: string }) => {
+      // RETENTION_STEP partitions a transaction (sql/160_history_retention_in_steps.sql), until fewer come back.
+      let dropped = 0;
+      for (;;) {
+        const res = await withBriefLocks<{ dropped: number }>(pool, 'SELECT history_apply_retention($1::int, $2::int) AS dropped', [
+          retention,
+          RETENTION_STEP,
+        ]).catch((err: Error & { code?: string }) => {
           if (!atStart || err.code !== LOCK_NOT_AVAILABLE) throw err;
           failed(err);
           return undefined;
-        },
-      );
-      const dropped = res?.rows[0]?.dropped ?? 0;
+        });
+        const n = res?.rows[0]?.dropped ?? 0;
+        dropped += n;
+        if (n < RETENTION_STEP || stopped) break;
+      }
       if (dropped > 0) log.info('history retention dropped expired partitions', { partitions: dropped, retentionDays: retention });
     }
   };
