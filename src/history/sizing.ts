@@ -7,7 +7,7 @@
 // being written should fit in shared_buffers (a quarter of the host's memory).
 //
 // The check needs written data to measure: it takes the index bytes per second of data of the
-// recent complete chunks (the fullest of the last three; before any completed, of the current
+// recent complete chunks (the fullest of the last three; before any completed with data, of the current
 // chunk so far) and the current chunk's index itself, and predicts a chunk's index at the
 // interval in use. Run at start and whenever a chunk
 // completes (src/history/maintenance.ts).
@@ -70,12 +70,15 @@ export function adviseChunkInterval(opts: {
   // An index's empty pages (meta and root) say nothing about the rate.
   const written = (c: ChunkMeasure) => Math.max(0, c.indexBytes - 16384);
   const current = opts.chunks.find((c) => c.startUs <= opts.nowUs && opts.nowUs < c.endUs);
-  // Before any chunk completed, the current chunk's rate so far is all there is (once a
-  // twentieth of it has passed: the check also runs the moment a chunk begins, when a few
-  // seconds' rate says nothing).
+  // Before any chunk completed with data in it, the current chunk's rate so far is all there is
+  // (once a twentieth of it has passed: the check also runs the moment a chunk begins, when a
+  // few seconds' rate says nothing). Empty complete chunks measure nothing: plain PostgreSQL's
+  // first start makes the previous chunk's partition ahead, empty (before an audit, it hid the
+  // current chunk's rate there: no warning on the way past shared_buffers, and no interval
+  // suggested once past).
   const rates = complete.map((c) => written(c) / ((c.endUs - c.startUs) / 1e6));
   const elapsedUs = current ? opts.nowUs - current.startUs : 0;
-  if (current && complete.length === 0 && elapsedUs >= (current.endUs - current.startUs) / 20)
+  if (current && !complete.some((c) => written(c) > 0) && elapsedUs >= (current.endUs - current.startUs) / 20)
     rates.push(written(current) / (elapsedUs / 1e6));
   const bytesPerSecond = Math.max(0, ...rates);
   const predictedBytes = Math.max(bytesPerSecond * opts.intervalSeconds, current ? current.indexBytes : 0);

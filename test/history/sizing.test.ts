@@ -73,6 +73,30 @@ describe('the rule: a chunk index predicted from the recent complete chunks, aga
     const fresh = { startUs: now - 60_000_000, endUs: now - 60_000_000 + 86_400_000_000, indexBytes: 8 * MB };
     expect(adviseChunkInterval({ chunks: [fresh], nowUs: now, intervalSeconds: 86400, sharedBuffersBytes: 128 * MB })).toBeUndefined();
   });
+
+  it("complete chunks that hold nothing (plain PostgreSQL's previous partition, made empty at the first start) do not hide the current chunk's rate", () => {
+    // Found by an audit: on a new plain database the service makes the previous chunk's partition
+    // ahead, empty; it counted as a complete chunk measured at 0 bytes a second, so the current
+    // chunk's rate was never used: no warning while its index was on its way past
+    // shared_buffers, and once past, "none fits: raise shared_buffers" instead of an interval.
+    const empty = [hourChunk(1, 8192), hourChunk(2, 8192)];
+    const outgrown = adviseChunkInterval({
+      chunks: [...empty, hourChunk(0, 300 * MB)],
+      nowUs: now,
+      intervalSeconds: 3600,
+      sharedBuffersBytes: 128 * MB,
+    })!;
+    expect(outgrown.suggested).toBe('10 minutes');
+    expect(outgrown.predictedBytes).toBeCloseTo((300 * MB - 16384) * 2, -3);
+    // 100 MB in half an hour: the hour will hold 200 MB.
+    const coming = adviseChunkInterval({
+      chunks: [...empty, hourChunk(0, 100 * MB)],
+      nowUs: now,
+      intervalSeconds: 3600,
+      sharedBuffersBytes: 128 * MB,
+    });
+    expect(coming?.suggested).toBe('30 minutes');
+  });
 });
 
 describe('the service warns at start', () => {
@@ -132,6 +156,36 @@ describe('the service warns at start', () => {
     });
     expect(warning!.predictedIndexMB).toBeGreaterThan(2);
   }, 120_000);
+
+  // The current chunk's rate needs a twentieth of the day to have passed; the rule's test above
+  // covers the first 72 minutes of a UTC day.
+  const intoDayMs = Date.now() % 86_400_000;
+  it.skipIf(TIMESCALE || intoDayMs < 2 * 3_600_000)(
+    "plain PostgreSQL's first day (embedded, shared_buffers=2MB): the current chunk's rate so far gives the prediction and an interval that fits",
+    async () => {
+      // The first start made the previous day's partition, empty: it hid the current chunk's
+      // rate, and the warning said "none fits: raise shared_buffers" (found by an audit).
+      const env = await testEnv({ DATABASE_URL: undefined, EMBEDDED_PG_SETTINGS: 'shared_buffers=2MB', HISTORY_CHUNK_INTERVAL: '1 day' });
+      const first = await run(env);
+      await first.service.pool.query(
+        `INSERT INTO history (tenant, device_id, attr, series, ts, value)
+         SELECT 'day', 'd' || i, 'v', history_series('day', 'd' || i, 'v'),
+                date_trunc('day', now()) + (now() - date_trunc('day', now())) * (i / 150001.0), '1'
+           FROM generate_series(1, 150000) i`,
+      );
+      await first.service.stop();
+      started.length = 0;
+      const second = await run(env);
+      const [warning, ...more] = sizingWarnings(second.warnings);
+      expect(more).toEqual([]);
+      expect(warning).toMatchObject({
+        chunkInterval: '1 day',
+        sharedBuffersMB: 2,
+        suggestedInterval: expect.stringMatching(/hour|minute/) as unknown,
+      });
+    },
+    120_000,
+  );
 
   it.skipIf(!TIMESCALE)(
     `TimescaleDB: a longer HISTORY_CHUNK_INTERVAL (applied to new chunks) at the measured rate ${timescaleOnly('sizing.test.ts', TIMESCALE)}`,
