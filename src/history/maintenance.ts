@@ -1,5 +1,5 @@
 // Housekeeping of the history table, run by the main thread at start and then periodically:
-//   * on plain PostgreSQL it creates the partitions of the previous, current and next two chunk
+//   * on plain PostgreSQL it creates the partitions of the previous (unless expired), current and next two chunk
 //     intervals ahead of time (workers create others on demand) and drops whole partitions
 //     older than HISTORY_RETENTION_DAYS; on TimescaleDB it sets the retention policy once at
 //     start (TimescaleDB creates and drops chunks itself), except on the Apache-only build,
@@ -192,8 +192,14 @@ export async function startHistoryMaintenance(opts: {
    * ingest waited with it, and past the statement timeout the start failed.
    */
   const housekeep = async (atStart = false) => {
-    const ensure = `SELECT history_ensure_partition(now() + s.chunk_interval * g) FROM history_settings s, generate_series(-1, 2) AS g`;
-    await (atStart ? pool.query(ensure) : withBriefLocks(pool, ensure, []));
+    // Not the previous chunk once retention has expired it (a retention shorter than a chunk):
+    // it was made and dropped again at every pass (found by an audit).
+    const ensure = `SELECT history_ensure_partition(now() + s.chunk_interval * g)
+                      FROM history_settings s, generate_series(-1, 2) AS g
+                     WHERE g >= 0 OR $1::int IS NULL
+                        OR to_timestamp(floor(extract(epoch FROM now()) / extract(epoch FROM s.chunk_interval)) * extract(epoch FROM s.chunk_interval))
+                           > now() - $1::int * interval '1 day'`;
+    await (atStart ? pool.query(ensure, [retention]) : withBriefLocks(pool, ensure, [retention]));
     if (settings.byService) {
       // RETENTION_STEP partitions a transaction (sql/160_history_retention_in_steps.sql), until fewer come back.
       let dropped = 0;
