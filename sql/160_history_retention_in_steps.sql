@@ -9,7 +9,8 @@
 -- oldest first, and returns how many it dropped; the service passes 50 and calls it again,
 -- each call its own transaction, until fewer come back. Holding history's exclusive lock a few
 -- dozen drops long, not thousands, also keeps the reads and COPYs queued behind it waiting for
--- less. The TimescaleDB branches are unchanged.
+-- less. TimescaleDB's Apache-only build (drop_chunks here) drops in the same steps; with the
+-- community license a retention policy drops, as before.
 DROP FUNCTION history_apply_retention(integer);
 
 CREATE FUNCTION history_apply_retention(days integer, most integer DEFAULT NULL) RETURNS integer
@@ -20,6 +21,7 @@ DECLARE
   dropped integer := 0;
   dropped_before timestamptz;
   cutoff timestamptz;
+  step_end timestamptz;
 BEGIN
   -- One caller at a time, on every layout (several instances starting at once).
   PERFORM pg_advisory_xact_lock(7341002118);
@@ -34,6 +36,15 @@ BEGIN
       END IF;
     ELSIF days IS NOT NULL THEN
       cutoff := now() - days * interval '1 day';
+      IF most IS NOT NULL THEN
+        -- At most `most` chunks, the oldest first: up to the end of the most-th oldest expired one
+        -- (none found: fewer have expired, all of them go).
+        EXECUTE 'SELECT range_end FROM timescaledb_information.chunks
+                  WHERE hypertable_schema = current_schema() AND hypertable_name = ''history'' AND range_end <= $1
+                  ORDER BY range_end LIMIT 1 OFFSET $2'
+          INTO step_end USING cutoff, greatest(most, 1) - 1;
+        cutoff := coalesce(step_end, cutoff);
+      END IF;
       EXECUTE 'SELECT max(range_end) FROM timescaledb_information.chunks
                 WHERE hypertable_schema = current_schema() AND hypertable_name = ''history'' AND range_end <= $1'
         INTO dropped_before USING cutoff;

@@ -251,6 +251,42 @@ describe(`retention (HISTORY_RETENTION_DAYS), ${TIMESCALE ? 'TimescaleDB: a rete
   );
 
   it.skipIf(!APACHE)(
+    `the Apache-only build drops expired chunks in steps, the oldest first, as plain PostgreSQL drops partitions ${apacheOnly}`,
+    async () => {
+      // One transaction dropping thousands of chunks fills PostgreSQL's lock table ("out of
+      // shared memory"): a call with `most` drops at most that many, and the service calls again.
+      const db = await freshDatabase();
+      const tenant = `ret${crypto.randomBytes(3).toString('hex')}`;
+      const s = await start({ DATABASE_URL: db });
+      const pool = s.service.pool;
+      const t = await createTemplate(pool, tenant, 't', [{ label: 'v', type: 'dynamic', value_type: 'integer' }]);
+      await createDevice(pool, tenant, [t], { id: 'aa' });
+      // 30 expired days, one row (one chunk) each.
+      const rows = Array.from({ length: 30 }, (_, i) => ({
+        tenant,
+        device: 'aa',
+        attr: 'v',
+        ts: new Date(Date.now() - (40 - i) * 86_400_000).toISOString(),
+        value: String(i),
+      }));
+      await insertHistory(pool, rows);
+      const expired = async () => (await chunks(s)).filter((c) => c.range_end.getTime() <= Date.now() - 3 * 86_400_000);
+      const before = await expired();
+      expect(before.length).toBeGreaterThanOrEqual(30);
+      const step = await pool.query<{ n: number }>('SELECT history_apply_retention(3, 12) AS n');
+      expect(step.rows[0]!.n).toBe(12);
+      // The twelve oldest went; the rows of the others are still read.
+      expect((await expired()).map((c) => c.name)).toEqual(before.slice(12).map((c) => c.name));
+      expect((await readAll(s, tenant, 'aa', 'v')).map((r) => r.value).sort((a, b) => Number(a) - Number(b))).toEqual(
+        Array.from({ length: 18 }, (_, i) => i + 12),
+      );
+      // Fewer than a step left: all of them.
+      expect((await pool.query<{ n: number }>('SELECT history_apply_retention(3, 100) AS n')).rows[0]!.n).toBe(before.length - 12);
+      expect(await expired()).toEqual([]);
+    },
+  );
+
+  it.skipIf(!APACHE)(
     `the Apache-only build (no retention policy): the service drops expired chunks at start and at every maintenance pass, rollups with them ${apacheOnly}`,
     async () => {
       const db = await freshDatabase();
