@@ -5,7 +5,9 @@ import { REGISTRY_TIME_PATTERN, ZONED_TIME_PATTERN } from '../time.js';
 import { bodySchema } from './validator.js';
 
 const MIN_CHOSEN_SECRET = 16;
-const MAX_CHOSEN_SECRET = 256;
+export const MAX_CHOSEN_SECRET = 256;
+/** Every secret is this text: a chosen one by this schema, a generated one (base64url) too. */
+export const SECRET_CHARACTERS = '^[\\x21-\\x7e]+$';
 
 /** The same `{message, status}` 400 for every failing keyword of a field. */
 const bad = (message: string, keywords: string[]) => Object.fromEntries(keywords.map((k) => [k, { error: 'credentialBadInput', message }]));
@@ -30,7 +32,7 @@ export const credentialCreateBody = bodySchema({
       type: 'string',
       minLength: MIN_CHOSEN_SECRET,
       maxLength: MAX_CHOSEN_SECRET,
-      pattern: '^[\\x21-\\x7e]+$',
+      pattern: SECRET_CHARACTERS,
       description: `A secret the client chose (${MIN_CHOSEN_SECRET} to ${MAX_CHOSEN_SECRET} printable ASCII characters, no spaces), kept as a salted slow hash. Absent: the service generates one.`,
       'x-error': bad(`secret must be ${MIN_CHOSEN_SECRET} to ${MAX_CHOSEN_SECRET} printable ASCII characters without spaces`, [
         'type',

@@ -98,6 +98,22 @@ describe('MQTT_DEVICE_AUTH=required', () => {
     expect(await connackCode(url, { username: as(d), password: 'a-secret-i-chose-43' })).toBe(4);
   });
 
+  it('only the secret itself logs in: not with NUL bytes after it (scrypt keys its HMAC with the password, zero-padded), nor other bytes no secret can hold', async () => {
+    const d = await newDevice(svc, t);
+    await newCredential(svc, t, d, { type: 'password', secret: 'a-secret-i-chose-42' });
+    const generated = (await newCredential(svc, t, d)).secret;
+    for (const password of [
+      'a-secret-i-chose-42\u0000',
+      'a-secret-i-chose-42\u0000\u0000\u0000',
+      `${generated}\u0000`,
+      'a-secret-i-chose-42 ',
+      'a-secret-i-chose-42\u00e9',
+    ])
+      expect({ password, code: await connackCode(url, { username: as(d), password }) }).toEqual({ password, code: 4 });
+    expect(await connackCode(url, { username: as(d), password: 'a-secret-i-chose-42' })).toBe(0);
+    expect(await connackCode(url, { username: as(d), password: generated })).toBe(0);
+  });
+
   it('rotation: two credentials log in at once; deleting one closes the connections that used it within a second, not the others', async () => {
     const d = await newDevice(svc, t);
     const old = await newCredential(svc, t, d);

@@ -8,8 +8,10 @@
 //     passwords: src/auth/passwords.ts).
 import crypto from 'node:crypto';
 import { hashPassword, verifyPassword } from '../../auth/passwords.js';
+import { MAX_CHOSEN_SECRET, SECRET_CHARACTERS } from '../../schemas/credentials.js';
 
 const KEYED = 'hmac-sha256$';
+const SECRET_TEXT = new RegExp(SECRET_CHARACTERS);
 /**
  * Slow hashes computed at once. scrypt runs on libuv's thread pool (4 threads by default), which
  * also serves PBKDF2 of new database connections (SCRAM): a burst of client-chosen secrets must
@@ -103,6 +105,9 @@ export class CredentialHasher {
 
   /** True when `secret` is the secret `stored` was made from; a slow check waits its turn in `lane` (the client's address). */
   async matches(stored: string, place: CredentialPlace, secret: string, lane = ''): Promise<boolean> {
+    // What no secret can be is wrong without a hash: scrypt keys an HMAC with the password, which
+    // pads it with zero bytes, so the secret with NULs after it matched (found by a review).
+    if (secret.length > MAX_CHOSEN_SECRET || !SECRET_TEXT.test(secret)) return false;
     if (this.isKeyed(stored)) {
       const expected = Buffer.from(stored.slice(KEYED.length), 'base64');
       const actual = this.mac(place, secret);
