@@ -9,6 +9,8 @@ export type Pool = pg.Pool;
 
 /** The connections each pool has handed out and not yet taken back (for `endPool`). */
 const inUse = new WeakMap<pg.Pool, Set<pg.PoolClient>>();
+/** The connections each pool has open, until closed (pg-pool's 'remove' follows the close). */
+const open = new WeakMap<pg.Pool, Set<pg.PoolClient>>();
 const ending = new WeakMap<pg.Pool, Promise<void>>();
 
 /**
@@ -48,19 +50,40 @@ export function createPool(
   pool.on('release', (_err: Error | undefined, client: pg.PoolClient) => clients.delete(client));
   pool.on('remove', (client) => clients.delete(client));
   inUse.set(pool, clients);
+  const connections = new Set<pg.PoolClient>();
+  pool.on('connect', (client) => connections.add(client));
+  pool.on('remove', (client) => connections.delete(client));
+  open.set(pool, connections);
   return pool;
 }
 
 /**
  * Closes the pool: no connection is handed out any more, idle ones close, and the call resolves
- * once those in use came back. `abortInUse`: those in use are closed now, which rolls back their
+ * once those in use came back and every connection has closed. pg-pool's own end resolves once
+ * it has asked them to close; the embedded PostgreSQL, stopped right after, then ended them
+ * first, and each was logged as a failed connection (found by an audit: warnings before the one
+ * line of a failed start). `abortInUse`: those in use are closed now, which rolls back their
  * open transactions (shutdown, for requests already answered 503). Called again, the same promise.
  */
 export function endPool(pool: pg.Pool, opts: { abortInUse?: boolean } = {}): Promise<void> {
   let ended = ending.get(pool);
-  if (!ended) ending.set(pool, (ended = pool.end()));
+  if (!ended) ending.set(pool, (ended = pool.end().then(() => allClosed(pool))));
   if (opts.abortInUse) for (const client of inUse.get(pool) ?? []) void (client as pg.PoolClient & pg.Client).end().catch(() => undefined);
   return ended;
+}
+
+/** Resolves once none of the pool's connections is open. */
+function allClosed(pool: pg.Pool): Promise<void> {
+  const connections = open.get(pool);
+  if (!connections?.size) return Promise.resolve();
+  return new Promise((resolve) => {
+    const closed = () => {
+      if (connections.size > 0) return;
+      pool.off('remove', closed);
+      resolve();
+    };
+    pool.on('remove', closed);
+  });
 }
 
 /** Socket errors of a database that is down or unreachable. */
