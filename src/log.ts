@@ -129,6 +129,18 @@ export function createLogger(level: LogLevel, base: LogFields = {}, opts: Logger
   return wrap(pino(pinoOptions(level, format, base), destination(format, opts)), level);
 }
 
+/**
+ * Node.js's process warnings (a deprecation, pg's SECURITY WARNING about an `sslmode`) as one
+ * warn line of this thread's log, in its format, instead of Node's own several plain lines on
+ * stderr. Each thread has its own: call it in each, once its logger exists.
+ */
+export function logProcessWarnings(log: Logger): void {
+  process.removeAllListeners('warning');
+  process.on('warning', (w: Error & { code?: unknown }) =>
+    log.warn(`${w.name}: ${w.message}`, typeof w.code === 'string' ? { code: w.code } : undefined),
+  );
+}
+
 /** The format when LOG_FORMAT does not say: pretty on a terminal, JSON otherwise. */
 export const defaultLogFormat = (): LogFormat => (process.stdout.isTTY ? 'pretty' : 'json');
 

@@ -2,7 +2,7 @@
 // gracefully on SIGINT/SIGTERM, within SHUTDOWN_TIMEOUT_MS.
 import { earlySignals } from './early-signals.js';
 import { ConfigError, logFormatOf, readConfig, type Config } from './config.js';
-import { createLogger, writeStartFailure, type LogFormat } from './log.js';
+import { createLogger, logProcessWarnings, writeStartFailure, type LogFormat } from './log.js';
 import type { Service } from './service.js';
 import { applyHeapGrowing } from './v8-heap.js';
 
@@ -29,6 +29,7 @@ try {
   fail(format, err);
 }
 const log = createLogger(config.logLevel, {}, { format: config.logFormat });
+logProcessWarnings(log);
 // Process-wide, so before any thread starts.
 applyHeapGrowing(config.v8HeapGrowingPercent);
 

@@ -4,7 +4,7 @@
 // result (sent once the batch is committed) carries this worker's metric deltas.
 import { BroadcastChannel, workerData } from 'node:worker_threads';
 import pg from 'pg';
-import { createLogger } from '../src/log.js';
+import { createLogger, logProcessWarnings } from '../src/log.js';
 import { connectionLimits, keepClientErrors } from '../src/db/limits.js';
 import { REGISTRY_CHANNEL, type RegistryEvent } from '../src/registry/events.js';
 import { DeviceCache } from '../src/ingest/device-cache.js';
@@ -18,6 +18,7 @@ import { COMMITTED_CHANNEL, type ShardTask, type ShardWorkerSettings, type Worke
 
 const settings = workerData as ShardWorkerSettings;
 const log = createLogger(settings.logLevel, { component: 'ingest-shard' }, { format: settings.logFormat });
+logProcessWarnings(log);
 
 // Two connections: one for COPY, one for registry reads, so a lookup never waits behind a COPY.
 const pool = new pg.Pool({

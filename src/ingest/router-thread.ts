@@ -5,7 +5,7 @@
 import { BroadcastChannel, parentPort, workerData } from 'node:worker_threads';
 import pg from 'pg';
 import { ConfigError } from '../config.js';
-import { createLogger } from '../log.js';
+import { createLogger, logProcessWarnings } from '../log.js';
 import { ingestThreadLimits } from '../v8-heap.js';
 import { lowerThreadPriority } from '../thread-priority.js';
 import { connectionLimits, keepClientErrors } from '../db/limits.js';
@@ -22,6 +22,7 @@ import type { IngestSettings, MainToRouter, RouterToMain } from './protocol.js';
 
 const settings = workerData as IngestSettings;
 const log = createLogger(settings.logLevel, { component: 'ingest' }, { format: settings.logFormat });
+logProcessWarnings(log);
 // Before the shard workers start: they inherit it.
 if (!lowerThreadPriority(settings.ingestThreadNice))
   log.warn('INGEST_THREAD_NICE could not be applied; the ingest threads keep their priority');

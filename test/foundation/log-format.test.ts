@@ -1,12 +1,13 @@
 // The log format: every output line of a real process is one JSON object with ts, level and msg,
 // at the default level and at LOG_LEVEL=warn; every line of every thread names the service.
+import { stripVTControlCharacters } from 'node:util';
 import pg from 'pg';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, inject, it } from 'vitest';
 import { freePort } from '../../src/net.js';
 import type { TemplateList } from '../helpers/api.js';
 import { parseLogLines } from '../helpers/log-lines.js';
 import { timescaleLayout } from '../helpers/history-layout.js';
-import { http, login, terminate, testEnv, useSpawnedServices, zeroSetupEnv } from '../helpers/service.js';
+import { freshDatabase, http, login, startFailure, terminate, testEnv, useSpawnedServices, zeroSetupEnv } from '../helpers/service.js';
 
 const spawned = useSpawnedServices();
 
@@ -93,5 +94,38 @@ describe('log format', () => {
     const entries = parseLogLines(second.output);
     expect(entries.some((e) => e.level === 'warn')).toBe(true);
     expect(entries.filter((e) => e.level === 'info' || e.level === 'debug')).toEqual([]);
+  }, 90_000);
+
+  // Node.js writes its process warnings itself, several plain lines on stderr, unless the service
+  // takes them. Before, a DATABASE_URL with sslmode=require (pg's 'SECURITY WARNING', 8 lines) or
+  // an mqtts:// MQTT_URL naming an IP address (DEP0123, from the ingest thread, 2 lines) put
+  // plain text before the one line of a failed start, in either format (seen by an audit).
+  it('a Node.js warning is one log line of the format, also from the ingest thread: JSON', async () => {
+    const viaSsl = spawned.spawn(await testEnv({ LOG_LEVEL: 'warn', DATABASE_URL: `${await freshDatabase()}?sslmode=require` }));
+    expect(await viaSsl.exited).toBe(2);
+    const ssl = parseLogLines(viaSsl.output);
+    expect(startFailure(viaSsl)).toMatch(/^start failed: cannot use the database .*\(DATABASE_URL\)/);
+    expect(ssl.filter((e) => e.level === 'warn').map((e) => e.msg)).toEqual([
+      expect.stringMatching(/^Warning: SECURITY WARNING: The SSL modes/),
+    ]);
+    const mqtts = spawned.spawn(await testEnv({ LOG_LEVEL: 'warn', MQTT_URL: inject('mqttUrl').replace(/^mqtt:/, 'mqtts:') }));
+    expect(await mqtts.exited).toBe(2);
+    const tls = parseLogLines(mqtts.output);
+    expect(startFailure(mqtts)).toMatch(/^start failed: ingest could not start: cannot reach the broker/);
+    const warnings = tls.filter((e) => e.level === 'warn');
+    expect(warnings.map((e) => [e.component, e.code])).toEqual([['ingest', 'DEP0123']]);
+    expect(warnings[0]!.msg).toMatch(/^DeprecationWarning: Setting the TLS ServerName/);
+  }, 90_000);
+
+  it('a Node.js warning is one log line of the format: pretty', async () => {
+    const svc = spawned.spawn(
+      await testEnv({ LOG_LEVEL: 'warn', LOG_FORMAT: 'pretty', MQTT_URL: inject('mqttUrl').replace(/^mqtt:/, 'mqtts:') }),
+    );
+    expect(await svc.exited).toBe(2);
+    const lines = svc.output.filter((l) => l.trim() !== '').map((l) => stripVTControlCharacters(l));
+    expect(lines).toEqual([
+      expect.stringMatching(/^\[\d\d:\d\d:\d\d\.\d{3}\] WARN: DeprecationWarning: Setting the TLS ServerName/),
+      expect.stringMatching(/^\[\d\d:\d\d:\d\d\.\d{3}\] ERROR: start failed: ingest could not start: cannot reach the broker/),
+    ]);
   }, 90_000);
 });
