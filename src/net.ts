@@ -12,3 +12,8 @@ export function freePort(host = '127.0.0.1'): Promise<number> {
     });
   });
 }
+
+/** `host:port` as a URL writes it: an IPv6 address in brackets (`[::1]:8001`, not `::1:8001`). */
+export function hostPort(host: string, port: number): string {
+  return `${host.includes(':') && !host.startsWith('[') ? `[${host}]` : host}:${port}`;
+}

@@ -11,6 +11,7 @@ import tls from 'node:tls';
 import { Aedes, type AedesOptions, type Client, type PublishPacket } from 'aedes';
 import { ConfigError, type DeviceAuthMode } from '../config.js';
 import type { Logger } from '../log.js';
+import { hostPort } from '../net.js';
 import type { LoginCheck } from '../registry/credentials/logins.js';
 import { DeviceAuthorisation } from './device-auth.js';
 import { NO_ACK, maxPacketBytes, type BrokerLink, type Inbox, type LinkState } from './link.js';
@@ -150,7 +151,7 @@ function listen(server: net.Server, host: string, port: number, variable: string
               : err.code === 'EACCES'
                 ? 'permission denied (a port below 1024 needs privileges)'
                 : err.message;
-        reject(new Error(`cannot listen on ${host}:${port} (${variable}/MQTT_HOST); ${cause}`));
+        reject(new Error(`cannot listen on ${hostPort(host, port)} (${variable}/MQTT_HOST); ${cause}`));
       }
     });
     // A deep accept queue (the kernel caps it at net.core.somaxconn): a reconnect storm of
@@ -187,7 +188,7 @@ export async function startEmbeddedBroker(opts: {
       const server = net.createServer(handle);
       servers.push(server);
       port = await listen(server, opts.host, opts.port, 'MQTT_PORT');
-      opts.log.info('embedded MQTT broker listening', { address: `mqtt://${opts.host}:${port}` });
+      opts.log.info('embedded MQTT broker listening', { address: `mqtt://${hostPort(opts.host, port)}` });
     }
     if (opts.tls && secure) {
       // 'secureConnection': the handshake is done, so a client certificate is known at CONNECT.
@@ -203,7 +204,7 @@ export async function startEmbeddedBroker(opts: {
       servers.push(server);
       tlsPort = await listen(server, opts.host, opts.tls.port, 'MQTT_TLS_PORT');
       opts.log.info('embedded MQTT broker listening', {
-        address: `mqtts://${opts.host}:${tlsPort}`,
+        address: `mqtts://${hostPort(opts.host, tlsPort)}`,
         clientCertificates: opts.tls.ca !== undefined,
       });
     }

@@ -17,6 +17,7 @@ import { isDatabaseUnavailable } from '../db/pool.js';
 import { ApiError, errors } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
+import { hostPort } from '../net.js';
 import type { QueryLimits } from '../schemas/queries.js';
 import type { QueryCheck, QueryFailure, QueryValues } from '../schemas/validator.js';
 import { acceptOf } from './accept.js';
@@ -97,8 +98,8 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServer> {
     pub.app.close();
     throw err;
   });
-  opts.log.info('public HTTP API listening', { address: `http://${opts.publicHost}:${pub.port}` });
-  opts.log.info('internal HTTP API listening', { address: `http://${opts.internalHost}:${internal.port}` });
+  opts.log.info('public HTTP API listening', { address: `http://${hostPort(opts.publicHost, pub.port)}` });
+  opts.log.info('internal HTTP API listening', { address: `http://${hostPort(opts.internalHost, internal.port)}` });
   let closing: Promise<number> | undefined;
   const close = async (drainUntil: number) => {
     uWS.us_listen_socket_close(pub.socket);
@@ -157,7 +158,9 @@ function listen(
     listenExclusive(host, port, LISTEN_EXCLUSIVE_PORT, (socket) => {
       if (!socket) {
         const names = site.listener === 'public' ? 'PORT/HOST' : 'INTERNAL_PORT/INTERNAL_HOST';
-        void listenFailureCause(host, port).then((cause) => reject(new Error(`cannot listen on ${host}:${port} (${names}); ${cause}`)));
+        void listenFailureCause(host, port).then((cause) =>
+          reject(new Error(`cannot listen on ${hostPort(host, port)} (${names}); ${cause}`)),
+        );
         return;
       }
       resolve({ app, socket, port: uWS.us_socket_local_port(socket) });
