@@ -85,9 +85,49 @@ export class ProtocolRefused extends Error {
   }
 }
 
+/** CONNACK refusals by code: MQTT 5 reason codes, MQTT 3.1.1 return codes. */
+const REFUSALS: Record<MqttVersion, Record<number, string>> = {
+  5: {
+    0x80: 'unspecified error',
+    0x81: 'malformed packet',
+    0x82: 'protocol error',
+    0x83: 'implementation specific error',
+    0x85: 'client identifier not valid',
+    0x86: 'bad user name or password',
+    0x87: 'not authorized',
+    0x88: 'server unavailable',
+    0x89: 'server busy',
+    0x8a: 'banned',
+    0x8c: 'bad authentication method',
+    0x95: 'packet too large',
+    0x97: 'quota exceeded',
+    0x9f: 'connection rate exceeded',
+  },
+  4: { 2: 'identifier rejected', 3: 'server unavailable', 4: 'bad user name or password', 5: 'not authorized' },
+};
+/** The refusals of the login (MQTT_URL's user name and password), and of the client id (MQTT_CLIENT_ID). */
+const LOGIN_REFUSED: Record<MqttVersion, number[]> = { 5: [0x86, 0x87], 4: [4, 5] };
+const CLIENT_ID_REFUSED: Record<MqttVersion, number[]> = { 5: [0x85], 4: [2] };
+
+/**
+ * The broker refused the CONNECT: the line names the broker, MQTT_URL, the reason and what to
+ * check (before, found by an audit: 'the broker refused the connection (code 134)' alone).
+ */
 class ConnectRefused extends Error {
-  constructor(readonly code: number) {
-    super(`the broker refused the connection (code ${code})`);
+  constructor(
+    readonly code: number,
+    version: MqttVersion,
+    host: string,
+  ) {
+    const login = LOGIN_REFUSED[version].includes(code);
+    const hint = login
+      ? '; check the user name and password in MQTT_URL'
+      : CLIENT_ID_REFUSED[version].includes(code)
+        ? '; check MQTT_CLIENT_ID'
+        : '';
+    super(
+      `the broker at ${host} (MQTT_URL) refused the ${login ? 'login' : 'connection'}: ${REFUSALS[version][code] ?? 'refused'} (code ${code})${hint}`,
+    );
     this.name = 'ConnectRefused';
   }
 }
@@ -463,7 +503,9 @@ export class SubscriberConnection extends EventEmitter {
     wire.connackSeen = true;
     const code = (this.opts.version === 5 ? packet.reasonCode : packet.returnCode) ?? 0;
     if (code !== 0) {
-      this.failConnect(code === 1 || code === 0x84 ? new ProtocolRefused(this.opts.version) : new ConnectRefused(code));
+      this.failConnect(
+        code === 1 || code === 0x84 ? new ProtocolRefused(this.opts.version) : new ConnectRefused(code, this.opts.version, this.url.host),
+      );
       wire.socket.destroy();
       return;
     }

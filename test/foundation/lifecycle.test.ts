@@ -1,5 +1,6 @@
 // Start, restart and shutdown of the real process with the zero-setup defaults: the
 // embedded PostgreSQL under DATA_DIR and the embedded broker.
+import crypto from 'node:crypto';
 import fs from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
@@ -249,6 +250,22 @@ describe('zero-setup start', { timeout: 90_000 }, () => {
     } finally {
       blocker.close();
     }
+  });
+
+  it("a broker that refuses MQTT_URL's login stops the start with one line naming MQTT_URL and why, without the password", async () => {
+    // Before: 'start failed: ingest could not start: the broker refused the connection (code 134)',
+    // naming neither the variable nor the reason (seen by an audit with a wrong MQTT_URL login).
+    const first = await start({ DATA_DIR: await tempDir() });
+    const mqtt = new URL(loggedAddress(await first.svc.waitFor(/embedded MQTT broker listening/)));
+    const password = `pw${crypto.randomBytes(8).toString('hex')}`;
+    const svc = spawned.spawn(await testEnv({ MQTT_URL: `mqtt://svc:${password}@127.0.0.1:${mqtt.port}` }));
+    expect(await svc.exited).toBe(2);
+    expect(svc.output.filter((l) => l.trim() !== '')).toHaveLength(1);
+    expect(startFailure(svc)).toBe(
+      `start failed: ingest could not start: the broker at 127.0.0.1:${mqtt.port} (MQTT_URL) refused the login: bad user name or password (code 134); check the user name and password in MQTT_URL`,
+    );
+    expect(svc.output.join('\n')).not.toContain(password);
+    await stopCleanly(first.svc);
   });
 
   it('a DATABASE_URL that cannot be used stops the start with one line naming it, without its password', async () => {
