@@ -6,7 +6,8 @@ import { PLATFORM_TENANT, countUsers, createUser } from './users.js';
 /**
  * With no users at all, creates the first admin (username `admin`, tenant `admin`, profile
  * `admin`). Its password is ADMIN_PASSWORD; `admin` is the default only with the embedded
- * database, where nothing is reachable from outside the machine by default.
+ * database, the zero-setup first run (its public API still listens on every interface, HOST
+ * 0.0.0.0: README says to set ADMIN_PASSWORD on a machine others can reach).
  */
 export async function ensureAdmin(pool: pg.Pool, config: Config, log: Logger): Promise<void> {
   if ((await countUsers(pool)) > 0) return;
