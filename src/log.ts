@@ -135,6 +135,11 @@ export function createLogger(level: LogLevel, base: LogFields = {}, opts: Logger
  * stderr. Each thread has its own: call it in each, once its logger exists.
  */
 export function logProcessWarnings(log: Logger): void {
+  // Warnings turned off (`--no-warnings`, NODE_NO_WARNINGS=1): Node writes none, nor do we.
+  const off =
+    process.env.NODE_NO_WARNINGS === '1' ||
+    [...process.execArgv, ...(process.env.NODE_OPTIONS ?? '').split(/\s+/)].includes('--no-warnings');
+  if (off) return;
   process.removeAllListeners('warning');
   process.on('warning', (w: Error & { code?: unknown }) =>
     log.warn(`${w.name}: ${w.message}`, typeof w.code === 'string' ? { code: w.code } : undefined),
