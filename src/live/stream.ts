@@ -522,7 +522,7 @@ export class LiveHub {
   committed(batch: CommittedBatch): void {
     let texts: Map<Client, string[]> | undefined;
     const full: Array<string | undefined> = [];
-    const parsed: Array<Record<string, unknown> | undefined> = [];
+    const members: Array<Array<[string, string]> | undefined> = [];
     for (let i = 0; i < batch.ids.length; i++) {
       const id = batch.ids[i]!;
       if (batch.attrs[i] === NOT_CARRIED) continue;
@@ -532,10 +532,10 @@ export class LiveHub {
           if (!c.wants(id)) continue;
           let text: string | undefined;
           if (c.sub.attrs) {
-            const all = (parsed[i] ??= JSON.parse(batch.attrs[i]!) as Record<string, unknown>);
-            const kept = Object.keys(all).filter((k) => c.sub.attrs!.has(k));
+            const all = (members[i] ??= objectMembers(batch.attrs[i]!));
+            const kept = all.filter(([k]) => c.sub.attrs!.has(k));
             if (kept.length === 0) continue;
-            text = attrsText(id, batch.ts[i]!, JSON.stringify(Object.fromEntries(kept.map((k) => [k, all[k]]))));
+            text = attrsText(id, batch.ts[i]!, '{' + kept.map(([k, v]) => JSON.stringify(k) + ':' + v).join(',') + '}');
           } else {
             text = full[i] ??= attrsText(id, batch.ts[i]!, batch.attrs[i]!);
           }
@@ -856,6 +856,46 @@ export class LiveHub {
     if (n > 0) this.admitting.set(tenant, n);
     else this.admitting.delete(tenant);
   }
+}
+
+/**
+ * The members of a committed message's `attrs` text (`{"label":value,...}`, as ingest writes it:
+ * no blanks) as [label, value text], the values' text as stored, not parsed and written again:
+ * a value nested deeper than this thread's stack lets JSON.stringify go is stored all the same
+ * (ingest's worker threads have a larger stack), and writing it here threw RangeError, which lost
+ * every `attrs` message of its commit (found by an audit).
+ */
+function objectMembers(text: string): Array<[string, string]> {
+  const out: Array<[string, string]> = [];
+  let i = 1; // past '{'
+  while (i < text.length && text[i] !== '}') {
+    const keyEnd = stringEnd(text, i);
+    const key = JSON.parse(text.slice(i, keyEnd)) as string;
+    const start = keyEnd + 1; // past ':'
+    let depth = 0;
+    for (i = start; i < text.length; i++) {
+      const c = text.charCodeAt(i);
+      if (c === 0x22) i = stringEnd(text, i) - 1;
+      else if (c === 0x7b || c === 0x5b) depth++;
+      else if (c === 0x7d || c === 0x5d) {
+        if (depth === 0) break;
+        depth--;
+      } else if (c === 0x2c && depth === 0) break;
+    }
+    out.push([key, text.slice(start, i)]);
+    if (text[i] === ',') i++;
+  }
+  return out;
+}
+
+/** The index just past the JSON string that starts (with its quote) at `i`. */
+function stringEnd(text: string, i: number): number {
+  for (let j = i + 1; j < text.length; j++) {
+    const c = text.charCodeAt(j);
+    if (c === 0x5c) j++;
+    else if (c === 0x22) return j + 1;
+  }
+  return text.length;
 }
 
 const attrsText = (id: string, tsUs: number, attrs: string) =>
