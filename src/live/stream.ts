@@ -862,8 +862,8 @@ export class LiveHub {
  * The members of a committed message's `attrs` text (`{"label":value,...}`, as ingest writes it:
  * no blanks) as [label, value text], the values' text as stored, not parsed and written again:
  * a value nested deeper than this thread's stack lets JSON.stringify go is stored all the same
- * (ingest's worker threads have a larger stack), and writing it here threw RangeError, which lost
- * every `attrs` message of its commit (found by an audit).
+ * (ingest stores up to 10,000 levels; here it goes ~4,000), and writing it here threw RangeError,
+ * which lost every `attrs` message of its commit (found by an audit).
  */
 function objectMembers(text: string): Array<[string, string]> {
   const out: Array<[string, string]> = [];

@@ -24,7 +24,7 @@ describe('GET /stream, attr filter, a deeply nested stored value', () => {
     const t = await http<TemplateCreated>('POST', `${svc.base}/template`, { token, body: { label: 'deep', attrs } });
     const d = await http<DevicesCreated>('POST', `${svc.base}/device`, { token, body: { label: 'dev', templates: [t.body.template.id] } });
     const id = d.body.devices[0]!.id;
-    const depth = 12_000; // 24 KB of JSON, under MAX_MESSAGE_BYTES
+    const depth = 10_000; // 20 KB of JSON, under MAX_MESSAGE_BYTES; the deepest stored (docs/messaging.md §1)
     const deep = '['.repeat(depth) + ']'.repeat(depth);
 
     const ws = await openWs(`${svc.base.replace('http', 'ws')}/stream?attr=n,o`, { token });
