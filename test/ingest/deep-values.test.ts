@@ -66,8 +66,9 @@ describe('deeply nested values', () => {
       const start = Date.now();
       await other.publishAsync(`${tenant}:${beside}/attrs`, '{"n":1}', { qos: 1 });
       await eventually(async () => (await historyCount(pool, tenant, beside)) === 1 || undefined, 'the device beside it stored', 30_000);
-      // Before: ~20 s (behind the 200); now well under a second.
-      expect(Date.now() - start).toBeLessThan(5_000);
+      // Before: 20 to 30 s (behind the 200); now well under a second here. The bound leaves room
+      // for a loaded machine (CI runs two files at once) and still tells the two apart.
+      expect(Date.now() - start).toBeLessThan(12_000);
       await Promise.all(sent);
       await eventually(async () => (await historyCount(pool, tenant, bad)) === 200 || undefined, "the bad device's n values", 30_000);
     } finally {
