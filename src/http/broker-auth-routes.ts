@@ -24,7 +24,7 @@ import {
   vernemqSubscribeBody,
 } from '../schemas/broker-hooks.js';
 import { validate } from '../schemas/validator.js';
-import type { Request, RouteSpec } from './types.js';
+import type { Request, ResponseDoc, RouteSpec } from './types.js';
 
 type Deps = { logins: DeviceLogins };
 
@@ -61,6 +61,17 @@ function takesOver(
 }
 
 const NOT_ALLOWED = { result: { error: 'not_allowed' } } as const;
+/**
+ * The login hooks read the device's credentials (unless cached): with the database away they
+ * answer 503 like every route that reads it (the topic hooks read none). Declared here, since the
+ * document gives routes without a token only the shutdown's 503 (before, found by an audit,
+ * this one was answered and not declared).
+ */
+const LOGIN_UNAVAILABLE: ResponseDoc = {
+  description:
+    'The database is unavailable (down, restarting or out of connections) and the device’s credentials are not cached; or the service is shutting down.',
+  errors: ['unhealthy'],
+};
 const hook = (name: string) => ({
   method: 'POST' as const,
   listeners: ['internal' as const],
@@ -92,6 +103,7 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
     responses: {
       200: { description: 'The decision.', schema: emqxAnswer },
       400: { description: 'Not the configured body.', errors: ['brokerHookBadBody', 'validation', 'payloadNotJson'] },
+      503: LOGIN_UNAVAILABLE,
     },
     examples: [
       {
@@ -249,6 +261,7 @@ export const brokerAuthRoutes: RouteSpec<Deps>[] = [
     responses: {
       200: { description: 'The decision.', schema: vernemqAnswer },
       400: { description: 'Not the hook’s body.', errors: ['brokerHookBadBody', 'validation', 'payloadNotJson'] },
+      503: LOGIN_UNAVAILABLE,
     },
     examples: [
       {
