@@ -57,6 +57,8 @@ export const liveRoutes: RouteSpec<object>[] = [
         description: 'The tenant has `LIVE_MAX_CLIENTS_PER_TENANT` streams (WebSocket and SSE together) open on this instance.',
         errors: ['tooManyStreams'],
       },
+      // Its own text (before, found by an audit, only the other routes' drain answer was declared).
+      503: { description: 'The service is shutting down: no new stream.', errors: ['streamShuttingDown'] },
     },
     examples: [
       {

@@ -2,12 +2,28 @@
 // outlives the drain is answered 503 and changes nothing; idle keep-alive connections are ended;
 // a request on a kept-alive connection during the drain is answered and closes its connection;
 // a client gone before its whole body arrived holds nothing.
+import fs from 'node:fs';
 import net from 'node:net';
+import path from 'node:path';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { http, login, loggedAddress, spawnService, testEnv, type SpawnedService } from '../helpers/service.js';
 import { RawConnection } from '../helpers/raw-http.js';
 import type { TemplateCreated } from '../helpers/api.js';
+import { projectRoot } from '../../src/paths.js';
+import { schemaValidators, type Doc } from '../openapi/helpers.js';
+
+/** The API description as committed (the served one differs in its servers only). */
+const doc = JSON.parse(fs.readFileSync(path.join(projectRoot, 'docs/openapi.json'), 'utf8')) as Doc;
+const compile = schemaValidators(doc);
+
+/** What the document does not declare of this answer of an operation: its status, or a JSON body that fits. */
+function undeclared(method: string, p: string, status: number, body: string): string | undefined {
+  const schema = doc.paths[p]?.[method]?.responses[String(status)]?.content?.['application/json']?.schema;
+  if (!schema) return `${method} ${p}: ${status} is not declared`;
+  const validate = compile(schema);
+  return validate(JSON.parse(body)) ? undefined : `${method} ${p} ${status} ${body}: ${JSON.stringify(validate.errors)}`;
+}
 
 const spawned: SpawnedService[] = [];
 afterAll(() => {
@@ -82,6 +98,7 @@ describe('SIGTERM', () => {
         { message: 'The service is shutting down; send the request again', status: 503 },
       ]);
       expect(res.headers['x-request-id']).toBe('cut-off-1');
+      expect(undeclared('post', '/device', res.status, res.body)).toBeUndefined();
       expect(res.headers.connection).toBe('close');
       // At the drain deadline: three quarters of the budget.
       expect(answeredAfter).toBeGreaterThanOrEqual(timeoutMs * 0.75 - 100);
@@ -144,12 +161,17 @@ describe('SIGTERM', () => {
       const answer = JSON.parse(during.body) as { reasons: string[] };
       expect(answer).toMatchObject({ status: 'not ready', reasons: expect.arrayContaining(['shutting down']) as unknown });
       expect(answer.reasons[0]).toBe('shutting down');
+      expect(undeclared('get', '/health/ready', during.status, during.body)).toBeUndefined();
       await reused.closed;
       // The live stream refuses a new client on a kept-alive connection the same way: 503, closed after.
       const stream = await streamer.request('GET', '/stream', {
         headers: { authorization: `Bearer ${token}`, accept: 'text/event-stream', 'x-request-id': 'stream-during-drain' },
       });
       expect([stream.status, stream.headers.connection, stream.headers['x-request-id']]).toEqual([503, 'close', 'stream-during-drain']);
+      // An answer the API description declares (before, found by an audit, its text was not:
+      // the document gave GET /stream the drain's 503 of the other routes, whose text is longer).
+      expect(JSON.parse(stream.body)).toEqual({ message: 'The service is shutting down', status: 503 });
+      expect(undeclared('get', '/stream', stream.status, stream.body)).toBeUndefined();
       await streamer.closed;
       // The idle one stays open while a request is in flight.
       expect(idle.isClosed).toBe(false);
