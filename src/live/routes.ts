@@ -67,8 +67,9 @@ export const liveRoutes: RouteSpec<object>[] = [
         query: { max_messages: 1 },
         headers: { Accept: 'text/event-stream' },
         status: 200,
+        // As served, its opening comment line included (an SSE client skips it).
         response:
-          'data: {"type":"subscribed","devices":null,"templates":null,"attrs":null}\n\nevent: closed\ndata: {"type":"closed","reason":"max_messages reached"}\n\n',
+          ': device-registry live stream\n\ndata: {"type":"subscribed","devices":null,"templates":null,"attrs":null}\n\nevent: closed\ndata: {"type":"closed","reason":"max_messages reached"}\n\n',
       },
       {
         name: 'badTemplate',

@@ -78,7 +78,8 @@ function inTenant(v: unknown, tenant: string): unknown {
   return v;
 }
 
-const STREAMED = new Set(['text/csv', 'application/x-ndjson']);
+// (Server-Sent Events too: before, found by an audit, the documented one lacked the stream's opening comment line.)
+const STREAMED = new Set(['text/csv', 'application/x-ndjson', 'text/event-stream']);
 
 const examples = () =>
   operationsOf(doc).flatMap((o) =>
