@@ -165,6 +165,13 @@ export const latestBody = bodySchema({
     },
   },
   additionalProperties: false,
+  // Exactly one of them, as `latestRequestOf` checks (before, found by an audit, the document
+  // admitted `{}` and both together, which are answered 400).
+  oneOf: [
+    { properties: { devices: true }, required: ['devices'] },
+    { properties: { template: true }, required: ['template'] },
+  ],
+  description: 'Exactly one of `devices` and `template`.',
   examples: [{ devices: ['a1b2c3', 'd4e5f6'], attrs: ['temperature'] }],
 });
 

@@ -206,6 +206,25 @@ describe('routes', () => {
   });
 });
 
+describe('request bodies', () => {
+  it('POST /history/latest: a body its schema admits is taken, and one refused for its shape does not fit the schema', async () => {
+    // Before (found by an audit), the schema admitted `{}` and a body with both `devices` and
+    // `template`, which the service refuses (exactly one of them): a client or contract checker
+    // built from the document sent bodies it was sure of and got 400.
+    const { schema } = doc.paths['/history/latest']!.post!.requestBody!.content['application/json']!;
+    const fits = schemaValidators(doc)(schema);
+    const { token } = svc;
+    for (const body of [{}, { attrs: ['temperature'] }, { devices: ['a1b2c3'], template: 1 }]) {
+      const res = await http('POST', `${svc.base}/history/latest`, { token, body });
+      expect([res.status, fits(body)], JSON.stringify(body)).toEqual([400, false]);
+    }
+    for (const body of [{ devices: [] }, { devices: ['a1b2c3'], attrs: [] }, { template: 1 }, { template: 1, attrs: ['temperature'] }]) {
+      const res = await http('POST', `${svc.base}/history/latest`, { token, body });
+      expect([res.status, fits(body)], JSON.stringify(body)).toEqual([200, true]);
+    }
+  });
+});
+
 describe('schemas and examples', () => {
   it('every component schema compiles with ajv (JSON Schema 2020-12, strict)', () => {
     const compile = schemaValidators(doc);
