@@ -330,10 +330,10 @@ function buildOpenApi(routes: readonly RouteDecl[], limits: DocumentLimits, urls
       summary: 'IoT device registry: templates, devices, pre-shared keys, actuation, history.',
       description:
         'Every request and query is checked against the schemas of this document; error bodies are exact (components `Error.*`). ' +
-        'Every operation except POST /auth, /health, /health/live, /health/ready, /metrics, /openapi.json and the broker hooks needs `Authorization: Bearer <jwt>` (from POST /auth). ' +
+        'Every operation except POST /auth, /health, /health/live, /health/ready, /metrics, /openapi.json, /live and the broker hooks needs `Authorization: Bearer <jwt>` (from POST /auth). ' +
         'Operations tagged `internal` are served on the internal listener only. ' +
         'A path no operation has answers 404 `{"message": "Invalid endpoint requested", "status": 404}`, a known path with another method 405 with `Allow`. ' +
-        'Every answer carries `X-Request-Id` (the one sent, or one made by the service). See docs/api.md.',
+        'Every answer carries `X-Request-Id` (the one sent, or one made by the service), but the WebSocket upgrade of GET /stream (101). See docs/api.md.',
       license: { name: 'MIT', identifier: 'MIT' },
     },
     jsonSchemaDialect: 'https://json-schema.org/draft/2020-12/schema',
