@@ -12,13 +12,12 @@
 // that the first instance's timed writes come too late: before, the second read the table after
 // a fixed wait (two flush periods) and missed what a slow first instance wrote after it.
 import crypto from 'node:crypto';
-import net from 'node:net';
-import { Aedes } from 'aedes';
 import { afterAll, describe, expect, it } from 'vitest';
 import { listenBlockingProxy } from '../helpers/faults.js';
 import { createDevices, createTemplate } from '../helpers/registry-api.js';
 import { deviceClient, eventually } from '../helpers/registry-fixtures.js';
 import { http, login, tenantToken, testEnv, useSpawnedServices } from '../helpers/service.js';
+import { quietBroker } from './quiet-broker.js';
 
 const LIVE_LISTEN_APP = 'device-registry-live-listen';
 const DEVICES = 12;
@@ -31,13 +30,11 @@ afterAll(async () => {
 
 type View = { id: string; last_seen: string | null; status: string };
 
-/** A broker no device publishes to, for the second instance. */
-async function quietBroker(): Promise<string> {
-  const quiet = await Aedes.createBroker();
-  const server = net.createServer(quiet.handle);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  cleanups.push(() => new Promise<void>((resolve) => quiet.close(() => server.close(() => resolve()))));
-  return `mqtt://127.0.0.1:${(server.address() as net.AddressInfo).port}`;
+/** A broker no device publishes to, for the second instance; closed after the file. */
+async function quietBrokerUrl(): Promise<string> {
+  const broker = await quietBroker();
+  cleanups.push(() => broker.close());
+  return broker.url;
 }
 
 /** The first instance, a tenant with DEVICES devices of one template, and the views of any instance. */
@@ -102,7 +99,7 @@ describe('device status across instances', () => {
   async function secondBehindProxy(first: Awaited<ReturnType<typeof firstInstance>>, app: string) {
     const proxy = await listenBlockingProxy(first.env.DATABASE_URL!, app);
     cleanups.push(() => proxy.close());
-    const env = { ...first.env, DATABASE_URL: proxy.url, MQTT_URL: await quietBroker(), DATA_DIR: (await testEnv()).DATA_DIR };
+    const env = { ...first.env, DATABASE_URL: proxy.url, MQTT_URL: await quietBrokerUrl(), DATA_DIR: (await testEnv()).DATA_DIR };
     return { env, proxy, b: await spawned.ready(env) };
   }
 
@@ -169,7 +166,7 @@ describe('device status across instances', () => {
     await first.publishAll();
     const expected = await first.onlineOnFirst();
     // (nothing written by the first for a minute: DEVICE_STATUS_FLUSH_MS)
-    const b = await spawned.ready({ ...first.env, MQTT_URL: await quietBroker(), DATA_DIR: (await testEnv()).DATA_DIR });
+    const b = await spawned.ready({ ...first.env, MQTT_URL: await quietBrokerUrl(), DATA_DIR: (await testEnv()).DATA_DIR });
     await agrees(first.views, b.base, expected);
   }, 60_000);
 });

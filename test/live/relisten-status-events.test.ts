@@ -6,13 +6,12 @@
 // (DEVICE_OFFLINE_AFTER_SECONDS, 600 s) before its template's was read, and told `status`
 // `online` and, right after, `offline`: an `online` that was not true when told.
 import crypto from 'node:crypto';
-import net from 'node:net';
-import { Aedes } from 'aedes';
 import { afterAll, describe, expect, it } from 'vitest';
 import { listenBlockingProxy } from '../helpers/faults.js';
 import { createDevices } from '../helpers/registry-api.js';
 import { deviceClient, eventually } from '../helpers/registry-fixtures.js';
 import { http, login, tenantToken, testEnv, useSpawnedServices } from '../helpers/service.js';
+import { quietBroker } from './quiet-broker.js';
 import { openWs } from './stream-client.js';
 
 const spawned = useSpawnedServices();
@@ -21,13 +20,11 @@ afterAll(async () => {
   for (const c of cleanups.reverse()) await c().catch(() => undefined);
 });
 
-/** A broker no device publishes to, for the second instance. */
-async function quietBroker(): Promise<string> {
-  const quiet = await Aedes.createBroker();
-  const server = net.createServer(quiet.handle);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  cleanups.push(() => new Promise<void>((resolve) => quiet.close(() => server.close(() => resolve()))));
-  return `mqtt://127.0.0.1:${(server.address() as net.AddressInfo).port}`;
+/** A broker no device publishes to, for the second instance; closed after the file. */
+async function quietBrokerUrl(): Promise<string> {
+  const broker = await quietBroker();
+  cleanups.push(() => broker.close());
+  return broker.url;
 }
 
 describe('status messages after the LISTEN connection was away', () => {
@@ -52,7 +49,12 @@ describe('status messages after the LISTEN connection was away', () => {
     // The second instance: its LISTEN connection goes through a proxy, its broker is its own.
     const proxy = await listenBlockingProxy(env.DATABASE_URL!, 'device-registry-live-listen');
     cleanups.push(() => proxy.close());
-    const b = await spawned.ready({ ...env, DATABASE_URL: proxy.url, MQTT_URL: await quietBroker(), DATA_DIR: (await testEnv()).DATA_DIR });
+    const b = await spawned.ready({
+      ...env,
+      DATABASE_URL: proxy.url,
+      MQTT_URL: await quietBrokerUrl(),
+      DATA_DIR: (await testEnv()).DATA_DIR,
+    });
     const ws = await openWs(`${b.base.replace('http', 'ws')}/stream?device=${id}`, { token });
     cleanups.push(() => Promise.resolve(ws.close()));
     await ws.next((m) => m.type === 'subscribed', 'subscribed');
