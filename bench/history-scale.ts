@@ -14,7 +14,7 @@
 //            1 Hz values (86,400 rows added to device 0), idle and while ingest runs, one
 //            client paced at one request every BENCH_AGGREGATE_PACE_MS (250; a dashboard),
 //            then back to back (a closed loop, which the read gate holds on a saturated host).
-// Reported: p50 / p99 / max of lastN, the ingest rate offered, acknowledged and stored
+// Reported: p50 / p99 / max of lastN and of the floors beside it (GET /health/live: no database; GET /health: one round trip), the ingest rate offered, acknowledged and stored
 // (history rows a second), and the database's shared_buffers against the current chunk's index.
 // The values are written set-based before the service starts (history_reopen(): no per-row
 // trigger), and the service's first pass writes the series' spans in one GROUP BY.
@@ -136,6 +136,14 @@ async function main(): Promise<void> {
     log(`lastN=10, idle, one request every ${LASTN_PACE_MS} ms, ${SECONDS} s`);
     results.idlePaced = await sequential(svc, lastN, SECONDS, LASTN_PACE_MS);
     log(`  ${JSON.stringify(results.idlePaced)}`);
+    // The floors, in the same closed loop: an answer without the database (GET /health/live),
+    // and one with a single round trip to it (GET /health: SELECT 1). What lastN costs beyond
+    // the second is the read's own work; the second beyond the first is one database round trip.
+    const floor = () => '/health/live';
+    const roundTrip = () => '/health';
+    log(`the floors (GET /health/live; GET /health), idle, ${SECONDS} s each`);
+    results.floorIdle = { noDatabase: await sequential(svc, floor, SECONDS), oneRoundTrip: await sequential(svc, roundTrip, SECONDS) };
+    log(`  ${JSON.stringify(results.floorIdle)}`);
     const aggregate = () =>
       `/history/device/${deviceId(0)}/history?attr=${ATTRS[0]}&interval=1h&agg=avg,min,max&dateFrom=${aggDay.toISOString()}&dateTo=${new Date(aggDay.getTime() + 86_400_000 - 1).toISOString()}`;
     const aggregates = async (phase: string) => {
@@ -179,6 +187,9 @@ async function main(): Promise<void> {
       log(`lastN=10 while ingest runs, one request every ${LASTN_PACE_MS} ms, ${SECONDS} s`);
       const duringPaced = await sequential(svc, lastN, SECONDS, LASTN_PACE_MS);
       log(`  ${JSON.stringify(duringPaced)}`);
+      log(`the floors (GET /health/live; GET /health) while ingest runs, ${SECONDS} s each`);
+      const floorDuring = { noDatabase: await sequential(svc, floor, SECONDS), oneRoundTrip: await sequential(svc, roundTrip, SECONDS) };
+      log(`  ${JSON.stringify(floorDuring)}`);
       const rows1 = await inserted();
       const secs = (performance.now() - t2) / 1000;
       const acked = Math.round(((gen.latest()?.acked ?? 0) - acked0) / secs);
@@ -194,6 +205,7 @@ async function main(): Promise<void> {
       results.duringIngest = {
         ...during,
         paced: duringPaced,
+        floor: floorDuring,
         offeredMsgPerSecond: INGEST_RATE,
         ackedMsgPerSecond: acked,
         storedValuesPerSecond: Math.round((rows1 - rows0) / secs),
