@@ -151,19 +151,30 @@ export class DynamicSecurity implements BrokerAccounts {
     return accounts;
   }
 
-  async secretAdded(tenant: string, deviceId: string, secret: string): Promise<void> {
-    await this.logged('create the account of', tenant, deviceId, () => this.setSecret(tenant, deviceId, secret));
+  async secretAdded(tenant: string, deviceId: string, secret: string, requestId?: string): Promise<void> {
+    await this.logged('create the account of', { tenant, deviceId, requestId }, () => this.setSecret(tenant, deviceId, secret));
   }
 
-  async accountRemoved(tenant: string, deviceId: string): Promise<void> {
-    await this.logged('remove the account of', tenant, deviceId, () => this.removeAccount(tenant, deviceId));
+  async accountRemoved(tenant: string, deviceId: string, requestId?: string): Promise<void> {
+    await this.logged('remove the account of', { tenant, deviceId, requestId }, () => this.removeAccount(tenant, deviceId));
   }
 
-  private async logged(what: string, tenant: string, deviceId: string, step: () => Promise<void>): Promise<void> {
+  /** A change the broker did not make, logged with the id of the request that asked for it (docs/operations.md §8). */
+  private async logged(
+    what: string,
+    change: { tenant: string; deviceId: string; requestId: string | undefined },
+    step: () => Promise<void>,
+  ): Promise<void> {
     try {
       await step();
     } catch (err) {
-      this.opts.log.warn(`the broker did not ${what} a device`, { tenant, device: deviceId, error: (err as Error).message });
+      const { tenant, deviceId, requestId } = change;
+      this.opts.log.warn(`the broker did not ${what} a device`, {
+        tenant,
+        device: deviceId,
+        ...(requestId === undefined ? {} : { requestId }),
+        error: (err as Error).message,
+      });
       throw err;
     }
   }

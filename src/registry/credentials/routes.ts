@@ -92,7 +92,7 @@ export const credentialRoutes: RouteSpec<{ credentials: CredentialService }>[] =
       // The secret is in this answer only: no cache on the way may keep a copy of it.
       return {
         status: 201,
-        body: await credentials.create(req.tenant, req.params.id!, req.body),
+        body: await credentials.create(req.tenant, req.params.id!, req.body, req.requestId),
         headers: { 'Cache-Control': 'no-store' },
       };
     },
@@ -168,7 +168,7 @@ export const credentialRoutes: RouteSpec<{ credentials: CredentialService }>[] =
       },
     ],
     async handler(req, { credentials }) {
-      const removed = await credentials.remove(req.tenant, req.params.id!, req.params.credential_id!);
+      const removed = await credentials.remove(req.tenant, req.params.id!, req.params.credential_id!, req.requestId);
       return { status: 200, body: { result: 'ok', removed_credential: removed } };
     },
   },

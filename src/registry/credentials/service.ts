@@ -33,10 +33,13 @@ export interface CreatedCredential extends Omit<repo.CredentialRow, 'last_used_a
  * must learn of each change before it is committed; a rejection undoes the change (503).
  */
 export interface BrokerAccounts {
-  /** The device's account now logs in with `secret` (the broker holds one per device). */
-  secretAdded(tenant: string, deviceId: string, secret: string): Promise<void>;
+  /**
+   * The device's account now logs in with `secret` (the broker holds one per device). A refusal
+   * is logged with `requestId`, the id of the request that made the change.
+   */
+  secretAdded(tenant: string, deviceId: string, secret: string, requestId?: string): Promise<void>;
   /** The device's account is gone, and its connections with it. */
-  accountRemoved(tenant: string, deviceId: string): Promise<void>;
+  accountRemoved(tenant: string, deviceId: string, requestId?: string): Promise<void>;
 }
 
 /** The broker did not take an account change (it logged why): the change is undone, 503. */
@@ -56,8 +59,8 @@ export class CredentialService {
     private readonly accounts?: BrokerAccounts,
   ) {}
 
-  /** POST /device/{id}/credentials: the body (400), the device (404), the bound (400). */
-  async create(tenant: string, deviceId: string, body: unknown): Promise<CreatedCredential> {
+  /** POST /device/{id}/credentials: the body (400), the device (404), the bound (400). `requestId`: the request's, for the log. */
+  async create(tenant: string, deviceId: string, body: unknown, requestId?: string): Promise<CreatedCredential> {
     const input = validate<CreateBody>(credentialCreateBody, body);
     /** timestamptz text, to the microsecond as given (a Date would keep milliseconds only). */
     let expires: string | null = null;
@@ -82,7 +85,7 @@ export class CredentialService {
       if ((await repo.countOf(c, tenant, deviceId)) >= this.maxPerDevice) throw errors.credentialLimit(this.maxPerDevice);
       const created = await repo.insert(c, { tenant, deviceId, id, type: input.type, secretHash, expires });
       if (this.accounts) {
-        await this.accounts.secretAdded(tenant, deviceId, secret).catch(brokerFailed);
+        await this.accounts.secretAdded(tenant, deviceId, secret, requestId).catch(brokerFailed);
         await repo.markInBroker(c, tenant, deviceId, id);
       }
       await announce({ type: 'credentials.changed', tenant, deviceId, removedIds: [] });
@@ -98,13 +101,13 @@ export class CredentialService {
     return repo.list(this.pool, tenant, deviceId);
   }
 
-  /** DELETE /device/{id}/credentials/{credId}: the device (404), the credential (404). */
-  async remove(tenant: string, deviceId: string, credentialId: string): Promise<repo.CredentialRow> {
+  /** DELETE /device/{id}/credentials/{credId}: the device (404), the credential (404). `requestId`: the request's, for the log. */
+  async remove(tenant: string, deviceId: string, credentialId: string, requestId?: string): Promise<repo.CredentialRow> {
     const removed = await this.events.change(async (c, announce) => {
       await requireDevice(c, tenant, deviceId, true);
       const row = UUID.test(credentialId) ? await repo.remove(c, tenant, deviceId, credentialId) : undefined;
       if (!row) throw errors.noSuchCredential(credentialId);
-      if (row.in_broker && this.accounts) await this.accounts.accountRemoved(tenant, deviceId).catch(brokerFailed);
+      if (row.in_broker && this.accounts) await this.accounts.accountRemoved(tenant, deviceId, requestId).catch(brokerFailed);
       await announce({ type: 'credentials.changed', tenant, deviceId, removedIds: [row.id] });
       return row;
     });
