@@ -158,6 +158,8 @@ abstract class Client {
   constructor(
     readonly tenant: string,
     readonly hub: LiveHub,
+    /** The X-Request-Id of its GET /stream: the lines logged about the stream carry it. */
+    readonly requestId: string,
   ) {}
 
   /** Is device `id` within the device and template filters? */
@@ -217,7 +219,14 @@ abstract class Client {
   }
 }
 
-type WsData = { client?: WsClient; tenant: string; claims: Claims; sub: Subscription; maxMessages: number | undefined };
+type WsData = {
+  client?: WsClient;
+  tenant: string;
+  claims: Claims;
+  sub: Subscription;
+  maxMessages: number | undefined;
+  requestId: string;
+};
 
 class WsClient extends Client {
   constructor(
@@ -225,8 +234,9 @@ class WsClient extends Client {
     hub: LiveHub,
     private readonly ws: uWS.WebSocket<WsData>,
     private readonly limit: number,
+    requestId: string,
   ) {
-    super(tenant, hub);
+    super(tenant, hub, requestId);
   }
 
   /**
@@ -294,8 +304,9 @@ class SseClient extends Client {
     tenant: string,
     hub: LiveHub,
     private readonly res: uWS.HttpResponse,
+    requestId: string,
   ) {
-    super(tenant, hub);
+    super(tenant, hub, requestId);
     res.onWritable(() => {
       this.choked = false;
       if (this.dropped > 0) {
@@ -495,7 +506,7 @@ export class LiveHub {
       upgrade: (res, req, context) => this.upgrade(res, req, context),
       open: (ws) => {
         const data = ws.getUserData();
-        const c = new WsClient(data.tenant, this, ws, this.opts.bufferBytes);
+        const c = new WsClient(data.tenant, this, ws, this.opts.bufferBytes, data.requestId);
         data.client = c;
         this.add(c, data.claims, data.sub, data.maxMessages);
       },
@@ -704,8 +715,11 @@ export class LiveHub {
       if (c.sub !== sub || c.closed) return;
       try {
         await this.resolveTemplates(c.tenant, [c]);
+      } catch (err) {
+        // The subscription then matches no device of its templates until the tenant's next
+        // registry change. Logged here, with the stream request's id (the turn logs the others).
+        this.opts.log.warn('live: reading a template filter failed', { requestId: c.requestId, error: (err as Error).message });
       } finally {
-        // (a failed read is logged by the turn: the subscription then matches no device of its templates until the next change)
         if (c.sub === sub) {
           c.ready = true;
           c.confirm(describe(sub));
@@ -768,7 +782,13 @@ export class LiveHub {
         // A browser that offered subprotocols needs one of them back: ours (admit refused any other offer).
         const chosen = protocols.length > 0 ? SUBPROTOCOL : '';
         res.upgrade<WsData>(
-          { tenant: admitted.claims.service, claims: admitted.claims, sub: admitted.sub, maxMessages: admitted.maxMessages },
+          {
+            tenant: admitted.claims.service,
+            claims: admitted.claims,
+            sub: admitted.sub,
+            maxMessages: admitted.maxMessages,
+            requestId: request.id,
+          },
           key,
           chosen,
           extensions,
@@ -818,7 +838,7 @@ export class LiveHub {
         res.writeHeader('X-Accel-Buffering', 'no');
         res.write(': device-registry live stream\n\n');
       });
-      client = new SseClient(admitted.claims.service, this, res);
+      client = new SseClient(admitted.claims.service, this, res, request.id);
       this.add(client, admitted.claims, admitted.sub, admitted.maxMessages);
     });
   }

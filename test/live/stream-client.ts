@@ -51,9 +51,14 @@ export interface WsStream extends StreamClient {
 }
 
 /** Opens a WebSocket; resolves once open (rejects with the HTTP status of a refused upgrade). */
-export function openWs(url: string, opts: { token?: string; protocols?: string[] } = {}): Promise<WsStream> {
+export function openWs(
+  url: string,
+  opts: { token?: string; protocols?: string[]; headers?: Record<string, string> } = {},
+): Promise<WsStream> {
   const c = collector();
-  const ws = new WebSocket(url, opts.protocols ?? [], { headers: opts.token ? { Authorization: `Bearer ${opts.token}` } : {} });
+  const ws = new WebSocket(url, opts.protocols ?? [], {
+    headers: { ...opts.headers, ...(opts.token ? { Authorization: `Bearer ${opts.token}` } : {}) },
+  });
   ws.on('message', (data: Buffer) => c.push(JSON.parse(data.toString('utf8')) as LiveMessage));
   const closed = new Promise<{ code: number; reason: string }>((resolve) =>
     ws.on('close', (code: number, reason: Buffer) => resolve({ code, reason: reason.toString() })),
@@ -79,13 +84,13 @@ export interface SseStream extends StreamClient {
   ended: Promise<void>;
 }
 
-/** Reads GET /stream as Server-Sent Events. */
-export async function openSse(url: string, token?: string): Promise<SseStream> {
+/** Reads GET /stream as Server-Sent Events (`headers`: more request headers, e.g. X-Request-Id). */
+export async function openSse(url: string, token?: string, headers: Record<string, string> = {}): Promise<SseStream> {
   const c = collector();
   const events: Array<{ event: string; data: LiveMessage }> = [];
   const abort = new AbortController();
   const res = await fetch(url, {
-    headers: { Accept: 'text/event-stream', ...(token ? { Authorization: `Bearer ${token}` } : {}) },
+    headers: { ...headers, Accept: 'text/event-stream', ...(token ? { Authorization: `Bearer ${token}` } : {}) },
     signal: abort.signal,
   });
   if (res.status !== 200) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
