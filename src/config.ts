@@ -204,6 +204,28 @@ function url(env: Env, name: string, protocols: string[]): string | undefined {
   return v;
 }
 
+/** Whether every part percent-decodes (as the database and broker clients decode them: a bad escape throws there, "URI malformed"). */
+function decodes(...parts: string[]): boolean {
+  try {
+    for (const p of parts) decodeURIComponent(p);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+const HOW_TO_ESCAPE = "that does not decode: write '%' as %25, and other characters as UTF-8 escapes (é as %C3%A9)";
+
+/** DATABASE_URL: pg percent-decodes its user name, password and database name, so they must decode (never quoted: it holds a password). */
+function databaseUrlOf(env: Env): string | undefined {
+  const v = url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']);
+  if (v === undefined) return undefined;
+  const { username, password, pathname } = new URL(v);
+  if (!decodes(username, password, pathname))
+    throw new ConfigError('DATABASE_URL', `has a '%' in its user name, password or database name ${HOW_TO_ESCAPE}`);
+  return v;
+}
+
 /** MQTT_URL: its user name and password are percent-decoded for the broker's login, so they must decode (the value is never quoted: it holds a password). */
 function brokerUrl(env: Env): string | undefined {
   const v = url(env, 'MQTT_URL', ['mqtt:', 'mqtts:', 'tcp:', 'ssl:']);
@@ -215,12 +237,7 @@ function brokerUrl(env: Env): string | undefined {
       'MQTT_URL',
       'has a path, query or fragment, which a broker address does not take: mqtt://[user:password@]host:port',
     );
-  try {
-    decodeURIComponent(username);
-    decodeURIComponent(password);
-  } catch {
-    throw new ConfigError('MQTT_URL', "has a '%' in its user name or password that is not followed by two hex digits (write '%' as %25)");
-  }
+  if (!decodes(username, password)) throw new ConfigError('MQTT_URL', `has a '%' in its user name or password ${HOW_TO_ESCAPE}`);
   return v;
 }
 
@@ -357,7 +374,7 @@ function mqttName(env: Env, name: string, fallback: string, max: number): string
 }
 
 export function readConfig(env: Env = process.env): Readonly<Config> {
-  const databaseUrl = url(env, 'DATABASE_URL', ['postgres:', 'postgresql:']);
+  const databaseUrl = databaseUrlOf(env);
   const pskEncryptionKey = key32(env, 'PSK_ENCRYPTION_KEY');
   if (databaseUrl && pskEncryptionKey === undefined) {
     throw new ConfigError('PSK_ENCRYPTION_KEY', 'must be set when DATABASE_URL is set (32 bytes, as 64 hex characters or base64)');

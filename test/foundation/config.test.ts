@@ -131,7 +131,7 @@ describe('configuration', () => {
     expect(await svc.exited).toBe(2);
     expect(svc.output.filter((l) => l.trim() !== '')).toHaveLength(1);
     expect(startFailure(svc)).toBe(
-      "configuration error: MQTT_URL has a '%' in its user name or password that is not followed by two hex digits (write '%' as %25)",
+      "configuration error: MQTT_URL has a '%' in its user name or password that does not decode: write '%' as %25, and other characters as UTF-8 escapes (é as %C3%A9)",
     );
     expect(svc.output.join('\n')).not.toContain(password.slice(0, 19));
   });
@@ -153,6 +153,27 @@ describe('configuration', () => {
     expect(svc.output.filter((l) => l.trim() !== '')).toHaveLength(1);
     expect(startFailure(svc)).toMatch(/^configuration error: DATABASE_URL has an '@' after its host/);
     expect(svc.output.join('\n')).not.toContain(rest);
+  });
+
+  it("a '%' escape that does not decode in DATABASE_URL's user, password or database: one line naming DATABASE_URL, without the password", async () => {
+    // Before: accepted, then the start failed with "cannot use the database ... (DATABASE_URL):
+    // URI malformed" (pg decodes them), which does not say what is wrong nor how to write it.
+    const message =
+      "DATABASE_URL has a '%' in its user name, password or database name that does not decode: write '%' as %25, and other characters as UTF-8 escapes (é as %C3%A9)";
+    for (const v of ['postgres://u:p%E9@h:5432/db', 'postgres://u%zz:p@h/db', 'postgres://u:p@h/d%E9b', 'postgresql://u:%@h/db'])
+      expect(() => readConfig({ DATABASE_URL: v, PSK_ENCRYPTION_KEY: KEY }), v).toThrow(message);
+    for (const v of ['postgres://u:p%C3%A9%25@h:5432/db', 'postgres://u@h/d%C3%A9b'])
+      expect(readConfig({ DATABASE_URL: v, PSK_ENCRYPTION_KEY: KEY }).databaseUrl, v).toBe(v);
+    const password = `pw-${crypto.randomBytes(8).toString('hex')}%E9`;
+    const svc = spawnService({
+      DATABASE_URL: `postgres://svc:${password}@127.0.0.1:1/x`,
+      PSK_ENCRYPTION_KEY: KEY,
+      DATA_DIR: await tempDir(),
+    });
+    expect(await svc.exited).toBe(2);
+    expect(svc.output.filter((l) => l.trim() !== '')).toHaveLength(1);
+    expect(startFailure(svc)).toBe(`configuration error: ${message}`);
+    expect(svc.output.join('\n')).not.toContain(password.slice(0, 19));
   });
 
   it('MQTT_URL with a path, query or fragment is refused, naming what it takes (was accepted, the rest ignored)', () => {
