@@ -66,8 +66,8 @@ export interface ExternalLinkOptions {
 /** The leased slot the subscribers run on, and what its previous holder left. */
 interface Slot {
   prefix: string;
-  /** A share group the sessions were subscribed in before (to leave). */
-  staleGroup: string | undefined;
+  /** Share groups the sessions may be subscribed in besides ours (to leave). */
+  staleGroups: string[];
 }
 
 type OnMessage = (topic: string, payload: Buffer, ack: AckHandle) => void;
@@ -103,7 +103,7 @@ async function connectSubscribers(
       clientId: subscriberClientId(slot.prefix, n),
       version,
       filters: filtersOf(version, opts.shareGroup),
-      ...(version === 5 && slot.staleGroup !== undefined ? { staleFilters: filtersOf(5, slot.staleGroup) } : {}),
+      ...(version === 5 && slot.staleGroups.length > 0 ? { staleFilters: slot.staleGroups.flatMap((g) => filtersOf(5, g)) } : {}),
       sessionExpirySeconds: opts.sessionExpirySeconds,
       receiveMaximum: opts.receiveMaximum,
       keepaliveSeconds: opts.keepaliveSeconds,
@@ -198,9 +198,14 @@ export class ExternalLink implements BrokerLink {
     const claim = await opts.leases.claim();
     const { prefix, previous } = claim;
     // Before leases the share group defaulted to MQTT_CLIENT_ID: a session of those days may
-    // still hold that subscription, which would deliver every message a second time.
-    const staleGroup = previous ? previous.shareGroup : prefix === opts.clientId ? opts.clientId : undefined;
-    const slot: Slot = { prefix, staleGroup: staleGroup === opts.shareGroup ? undefined : staleGroup };
+    // still hold that subscription, which would deliver every message a second time. Also when
+    // the slot was leased before: a rollback to such a version resumes the sessions of the
+    // first slot and subscribes them in that group again, beside the lease's group.
+    const stale = new Set<string>();
+    if (previous) stale.add(previous.shareGroup);
+    if (prefix === opts.clientId) stale.add(opts.clientId);
+    stale.delete(opts.shareGroup);
+    const slot: Slot = { prefix, staleGroups: [...stale] };
     const onMessage = toInbox(inbox);
     let connected: { subscribers: SubscriberConnection[]; version: MqttVersion };
     let publisher: mqtt.MqttClient;

@@ -271,6 +271,31 @@ describe.skipIf(!hasMosquitto)('several instances on one broker (Mosquitto)', ()
     expect(a.child.exitCode).toBeNull();
   }, 120_000);
 
+  it('a rollback and a second upgrade: the old version subscribed its default group (MQTT_CLIENT_ID) again on a slot leased before; the new version leaves it: nothing stored twice', async () => {
+    // First upgrade: this version leases the slot (its lease row remembers the group it used).
+    const base = `${baseEnv.MQTT_CLIENT_ID}-back`;
+    const env = { ...baseEnv, MQTT_CLIENT_ID: base, MQTT_SUBSCRIBER_CONNECTIONS: '1' };
+    await stop(await launch(env));
+    // Rollback: the version before leases resumes the same session and subscribes in its own
+    // default group, MQTT_CLIENT_ID, beside the lease's group the session still holds.
+    const old = await deviceClient(broker.url, {
+      clientId: `${base}-0`,
+      protocolVersion: 5,
+      clean: false,
+      properties: { sessionExpiryInterval: 600 },
+    });
+    await old.subscribeAsync([`$share/${base}/+/attrs`, `$share/${base}//+/+/attrs`], { qos: 1 });
+    await old.endAsync();
+    // Second upgrade.
+    const a = await launch(env);
+    const { tenant, fleet: f } = await fleet();
+    await f.start();
+    await until(() => f.total > 2000, 'messages published');
+    await f.stop();
+    expect(await settle(tenant, f, 30_000)).toEqual({ missing: 0, duplicates: 0 });
+    expect(a.child.exitCode).toBeNull();
+  }, 120_000);
+
   it('an instance whose lease another took stops using those client ids and goes on under a new slot, nothing lost', async () => {
     const env = { ...baseEnv, MQTT_SESSION_LEASE_SECONDS: '4' };
     const a = await launch(env);
