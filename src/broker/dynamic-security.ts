@@ -240,7 +240,24 @@ export class DynamicSecurity implements BrokerAccounts {
     const present = new Set((clients!.data?.clients ?? []).filter((u) => parseDeviceName(u) !== undefined));
     const wanted = await repo.brokerAccounts(this.opts.pool);
     const held = new Set(wanted.filter((w) => w.in_broker).map((w) => deviceName(w.tenant, w.device_id)));
-    const removed = [...present].filter((u) => DEVICE_ACCOUNT.test(u) && !held.has(u));
+    // An account of an existing device that the service did not make (no role device:<name>)
+    // is the operator's: the versions before credentials had each device's account made by hand
+    // (mosquitto_ctrl), and removing those at the first start of this version locked every
+    // device out. Accounts of no device, and the service's own without a credential, go.
+    const serviceRoles = new Set((roles!.data?.roles ?? []).filter((r) => r.startsWith(ROLE_PREFIX)));
+    const candidates = [...present].filter((u) => DEVICE_ACCOUNT.test(u) && !held.has(u));
+    const handMade = candidates.filter((u) => !serviceRoles.has(roleOf(u))).map((u) => ({ u, d: parseDeviceName(u)! }));
+    const existing = await repo.existingDevices(
+      this.opts.pool,
+      handMade.map(({ d }) => ({ tenant: d.tenant, deviceId: d.id })),
+    );
+    const kept = handMade.filter(({ d }) => existing.has(`${d.tenant}\n${d.id}`)).map(({ u }) => u);
+    const removed = candidates.filter((u) => !kept.includes(u));
+    if (kept.length > 0)
+      this.opts.log.warn('broker accounts of devices without credentials, not made by the service, left alone', {
+        accounts: kept.length,
+        first: kept.slice(0, 20),
+      });
     const orphanRoles = (roles!.data?.roles ?? []).filter((r) => {
       const username = r.slice(ROLE_PREFIX.length);
       return r.startsWith(ROLE_PREFIX) && DEVICE_ACCOUNT.test(username) && !held.has(username) && !removed.includes(username);

@@ -7,6 +7,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type mqtt from 'mqtt';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { projectRoot } from '../../src/paths.js';
 import { http, loggedAddress, spawnService, testEnv, useService } from '../helpers/service.js';
@@ -196,6 +197,28 @@ describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped M
       expect(clients).not.toContain(`${a.name}:5747a8`);
       expect(mosquittoCtrl('listRoles').split('\n')).toContain('device:readers');
       expect(await connackCode(url, { username: 'ops:reader', password: 'reader-password-1', protocolVersion: 5 })).toBe(0);
+    } finally {
+      again.child.kill('SIGTERM');
+      await again.exited;
+    }
+  });
+
+  it("at start: an existing device's account made by hand, as the versions before credentials had it done (mosquitto_ctrl), is left alone (found by an upgrade audit)", async () => {
+    // Before credentials, docs/operations.md had the operator create each device's account with
+    // `dynsec createClient <tenant>:<id> -p ...`; the first start of this version must not lock
+    // those devices out. The service's own accounts (with their role device:<name>) still go.
+    // (The file's service is stopped by now: the device goes into the registry's table directly.)
+    const handMade = crypto.randomBytes(3).toString('hex');
+    const db = new pg.Client({ connectionString: svc.env.DATABASE_URL });
+    await db.connect();
+    await db.query("INSERT INTO devices (tenant, id, label) VALUES ($1, $2, 'dev')", [a.name, handMade]);
+    await db.end();
+    mosquittoCtrl('createClient', `${a.name}:${handMade}`, '-p', 'hand-made-password');
+    const again = spawnService({ ...svc.env, LOG_LEVEL: 'info' });
+    try {
+      expect(await again.waitFor(/"msg":"ready"|start failed/)).toContain('"msg":"ready"');
+      expect(mosquittoCtrl('listClients').split('\n')).toContain(`${a.name}:${handMade}`);
+      expect(await connackCode(url, { username: `${a.name}:${handMade}`, password: 'hand-made-password', protocolVersion: 5 })).toBe(0);
     } finally {
       again.child.kill('SIGTERM');
       await again.exited;

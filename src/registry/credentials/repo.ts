@@ -119,6 +119,16 @@ export async function brokerAccounts(db: Db): Promise<Array<{ tenant: string; de
   return rows;
 }
 
+/** Which of these devices exist (`<tenant>:<id>` names of broker accounts), as `<tenant>\n<id>` keys. */
+export async function existingDevices(db: Db, devices: Array<{ tenant: string; deviceId: string }>): Promise<Set<string>> {
+  if (devices.length === 0) return new Set();
+  const { rows } = await db.query<{ tenant: string; id: string }>(
+    `SELECT d.tenant, d.id FROM devices d JOIN unnest($1::text[], $2::text[]) AS k(tenant, id) ON d.tenant = k.tenant AND d.id = k.id`,
+    [devices.map((d) => d.tenant), devices.map((d) => d.deviceId)],
+  );
+  return new Set(rows.map((r) => `${r.tenant}\n${r.id}`));
+}
+
 /** The broker's account of these devices is gone: no credential of theirs is in the broker any more. */
 export async function clearInBroker(db: Db, devices: Array<{ tenant: string; deviceId: string }>): Promise<void> {
   if (devices.length === 0) return;
