@@ -9,6 +9,7 @@
 // messages per second over all devices (token bucket, 5 ms ticks), still at most `window` in
 // flight per device; the parent may change the rate ({type:'rate', rate}). Progress goes to
 // the parent every 200 ms: { sent, acked, connected }.
+import crypto from 'node:crypto';
 import net from 'node:net';
 import mqttPacket from 'mqtt-packet';
 import { AckStats } from './lib/ack-stats.js';
@@ -135,8 +136,12 @@ export async function runLoad(
     if (c.rest) c.rest = Buffer.from(c.rest);
   };
 
+  // Client ids of this run's own (the device's id alone would be the same in every benchmark
+  // run: two runs against one broker would take over each other's connections).
+  const run = crypto.randomBytes(3).toString('hex');
   const connect = (devices: string[]) =>
     new Promise<void>((resolve) => {
+      const clientId = `bench-${run}-${devices[0]}`;
       const socket = net.connect({ host: url.hostname, port });
       socket.setNoDelay(true);
       const c: Conn = {
@@ -155,7 +160,7 @@ export async function runLoad(
             cmd: 'connect',
             protocolId: 'MQTT',
             protocolVersion: 4,
-            clientId: `bench-${devices[0]}`,
+            clientId,
             clean: true,
             keepalive: 0,
             username: `${cfg.tenant}:${devices[0]}`,
