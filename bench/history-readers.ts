@@ -23,7 +23,7 @@ import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { projectRoot } from '../src/paths.js';
-import { benchServiceEnv } from './lib/harness.js';
+import { benchServiceEnv, externalBrokerService } from './lib/harness.js';
 import { generator } from './lib/load-generator.js';
 
 const ADMIN_DB = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
@@ -54,6 +54,7 @@ async function main(): Promise<void> {
   const url = new URL(ADMIN_DB);
   url.pathname = '/' + dbName;
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'dr-bench-readers-'));
+  const broker = externalBrokerService(MQTT_URL, 'bench-readers');
   const proc = spawn(process.execPath, [path.join(projectRoot, 'dist/src/main.js')], {
     env: {
       PATH: process.env.PATH,
@@ -65,8 +66,7 @@ async function main(): Promise<void> {
       HOST: '127.0.0.1',
       PORT: '0',
       INTERNAL_PORT: '0',
-      MQTT_URL,
-      MQTT_CLIENT_ID: `bench-readers-${crypto.randomBytes(3).toString('hex')}`,
+      ...broker.env,
       MQTT_SESSION_EXPIRY_SECONDS: '60',
       LOG_LEVEL: 'info',
       ...benchServiceEnv(),
@@ -311,8 +311,12 @@ async function main(): Promise<void> {
     process.stdout.write(JSON.stringify(results, null, 2) + '\n');
   } finally {
     await db.end();
-    proc.kill('SIGTERM');
-    await new Promise((r) => proc.once('exit', r));
+    // (a service that exited already, e.g. at start, has no exit left to wait for)
+    if (proc.exitCode === null && proc.signalCode === null) {
+      proc.kill('SIGTERM');
+      await new Promise((r) => proc.once('exit', r));
+    }
+    await broker.endSessions();
     await admin.query(`DROP DATABASE IF EXISTS "${dbName}" WITH (FORCE)`);
     await admin.end();
     fs.rmSync(dataDir, { recursive: true, force: true });

@@ -23,10 +23,10 @@
 // BENCH_HOLD_FILE set, the benchmark waits after loading until that file exists, so the
 // measurements start when the machine has been made quiet (the load takes half an hour); a
 // number written in it replaces BENCH_INGEST_RATE (the top rate can be measured meanwhile).
-import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import pg from 'pg';
+import { externalBrokerService } from './lib/harness.js';
 import { generator } from './lib/load-generator.js';
 import {
   ATTRS,
@@ -64,9 +64,9 @@ async function main(): Promise<void> {
   };
   let svc: BenchService | undefined;
   const pool = new pg.Pool({ connectionString: db.url, max: 2 });
+  const broker = externalBrokerService(MQTT_URL, 'bench-scale');
   const serviceEnv = {
-    MQTT_URL,
-    MQTT_CLIENT_ID: `bench-scale-${crypto.randomBytes(3).toString('hex')}`,
+    ...broker.env,
     MQTT_SESSION_EXPIRY_SECONDS: '60',
     HISTORY_CHUNK_INTERVAL: CHUNK_INTERVAL,
   };
@@ -220,6 +220,7 @@ async function main(): Promise<void> {
   } finally {
     await pool.end();
     await svc?.stop();
+    await broker.endSessions();
     await db.stop();
   }
   results.loadAverageAtEnd = os.loadavg()[0]!.toFixed(1);

@@ -7,6 +7,8 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
+import { subscriberClientId } from '../../src/broker/external.js';
+import { endSession } from '../../src/broker/session-drain.js';
 import { readConfig } from '../../src/config.js';
 import { startEmbeddedDatabase } from '../../src/db/embedded.js';
 import { createLogger } from '../../src/log.js';
@@ -49,6 +51,25 @@ export function benchServiceEnv(): Record<string, string> {
   return Object.fromEntries(
     Object.entries(process.env).flatMap(([k, v]) => (k.startsWith('BENCH_SVC_') && v !== undefined ? [[k.slice(10), v]] : [])),
   );
+}
+
+/**
+ * Settings of a service under benchmark that subscribes on a shared broker (the machine's
+ * Mosquitto): a client id and a share group of its own, so that no other deployment of the
+ * default group (`device-registry`) on that broker takes a share of the benchmark's messages or
+ * hands it theirs. `endSessions()` after the service stopped: the last instance of a group keeps
+ * its persistent sessions (the broker queues for them until they expire); the benchmark's are
+ * ended instead.
+ */
+export function externalBrokerService(url: string, prefix: string): { env: Record<string, string>; endSessions(): Promise<void> } {
+  const clientId = `${prefix}-${crypto.randomBytes(3).toString('hex')}`;
+  const connections = Number(benchServiceEnv().MQTT_SUBSCRIBER_CONNECTIONS ?? 8);
+  return {
+    env: { MQTT_URL: url, MQTT_CLIENT_ID: clientId, MQTT_SHARE_GROUP: clientId },
+    async endSessions() {
+      for (let n = 0; n < connections; n++) await endSession(url, subscriberClientId(clientId, n), 5).catch(() => undefined);
+    },
+  };
 }
 
 /**
