@@ -3,7 +3,8 @@
 // postgres://postgres@127.0.0.1:5432/postgres; a fresh database is created and dropped).
 //
 // Throughput is the highest *sustainable* rate: the load generator (bench/ingest-load.ts,
-// BENCH_DEVICES devices, QoS 1, 3 values a message) offers a fixed rate, raised by 20 % a step
+// BENCH_DEVICES devices, QoS 1, 3 values a message) offers a fixed rate (BENCH_START_RATE, 5000;
+// lowered by 20 % a step first while it is too much), raised by 20 % a step
 // until the receiver no longer keeps up (it gets less than 97 % of what was published) or the
 // publishers cannot reach it (less than 90 % of the offered rate), twice in a row; then the gap
 // between the last rate that held and the first that failed is halved BENCH_REFINE_STEPS (2)
@@ -253,13 +254,24 @@ async function sustainable(gen: Child<LoadProgress>, received: () => Promise<num
   const holds = async (rate: number): Promise<boolean> => (await trial(rate)) || trial(rate);
   // Up by 20 % a step until a rate fails; then halve the gap between the last rate that held
   // and the first that failed, twice (the result is then within 5 % of the true limit).
+  // A start rate the receiver does not take: down by 20 % a step until one holds (as
+  // bench/soak.ts does), or the search would end with no step that held and report 0.
   let good = 0;
+  let bad = 0;
   let rate = START_RATE;
-  while (rate < 1_000_000 && (await holds(rate))) {
-    good = rate;
-    rate = Math.round(rate * 1.2);
+  while (rate >= 100 && !(await holds(rate))) {
+    bad = rate;
+    rate = Math.round(rate * 0.8);
   }
-  let bad = rate;
+  if (rate >= 100) good = rate;
+  if (good > 0 && bad === 0) {
+    rate = Math.round(good * 1.2);
+    while (rate < 1_000_000 && (await holds(rate))) {
+      good = rate;
+      rate = Math.round(rate * 1.2);
+    }
+    bad = rate;
+  }
   for (let i = 0; i < REFINE_STEPS && good > 0; i++) {
     const mid = Math.round((good + bad) / 2);
     if (await holds(mid)) good = mid;
