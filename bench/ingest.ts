@@ -189,13 +189,14 @@ async function startService(databaseUrl: string): Promise<Service> {
       return Number(/VmRSS:\s+(\d+)/.exec(status)![1]) / 1024;
     },
     stop: async () => {
-      await new Promise<void>((resolve) => {
-        proc.once('exit', () => {
-          fs.rmSync(dataDir, { recursive: true, force: true });
-          resolve();
+      // (a service that died meanwhile has no exit left to wait for)
+      if (proc.exitCode === null && proc.signalCode === null) {
+        await new Promise<void>((resolve) => {
+          proc.once('exit', () => resolve());
+          proc.kill('SIGTERM');
         });
-        proc.kill('SIGTERM');
-      });
+      }
+      fs.rmSync(dataDir, { recursive: true, force: true });
       await forgetSessions(clientId); // (its actuation connection starts clean and keeps no session)
     },
   };

@@ -175,8 +175,12 @@ export async function startBenchService(env: Record<string, string> = {}, nodeAr
     token: jwt,
     async stop() {
       await pool.end();
-      child.kill('SIGTERM');
-      await new Promise((r) => child.once('exit', r));
+      // A service that died meanwhile has no exit left to wait for (waiting would hang the
+      // benchmark with its database still running).
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGTERM');
+        await new Promise((r) => child.once('exit', r));
+      }
       await db.stop();
       await fs.rm(dir, { recursive: true, force: true });
     },
