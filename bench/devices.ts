@@ -23,6 +23,9 @@ const api = async (method: string, path: string, body?: unknown): Promise<{ stat
   return { status: res.status, text: await res.text() };
 };
 
+// The bare server is a process of its own: stopped in `finally` too, or a failure after its
+// start would leave it listening after the benchmark ended.
+let bare: Awaited<ReturnType<typeof startBareProcess>> | undefined;
 try {
   const tpl = await api('POST', '/template', {
     label: 'Thermometer',
@@ -86,7 +89,7 @@ try {
     `/device/template/${templateId}?page_num=10`,
   ];
   for (const path of lists) answers[path] = (await api('GET', path)).text;
-  const bare = await startBareProcess(answers);
+  bare = await startBareProcess(answers);
 
   // Bare: the 10,000-device creation answer from memory, for scale.
   const t0 = performance.now();
@@ -140,6 +143,7 @@ try {
     );
   }
   await bare.stop();
+  bare = undefined;
 
   const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
   const bareRps = mean(byId.filter((r) => r.name.startsWith('bare')).map((r) => r.rps));
@@ -158,5 +162,6 @@ try {
   for (let i = 0; i < listed.length; i += 2)
     console.log(`${lists[i / 2]}: service/bare ${(listed[i + 1]!.rps / listed[i]!.rps).toFixed(3)}`);
 } finally {
+  await bare?.stop();
   await svc.stop();
 }
