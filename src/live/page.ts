@@ -51,7 +51,13 @@ const MAX_DRAWN = 600;
 // name, "constructor" and "__proto__" too (found by an audit: in plain objects such a label
 // threw or was never shown).
 const byLabel = () => Object.create(null);
-const state = { token: null, devices: new Map(), chosen: null, values: byLabel(), points: byLabel(), ws: null };
+const state = { token: null, expires: Infinity, devices: new Map(), chosen: null, values: byLabel(), points: byLabel(), ws: null };
+// Reconnecting after a stream that closed (the service restarted, a proxy or the network cut
+// it): 1 s, then twice as long each time, at most 30 s, until a socket is subscribed again.
+const RECONNECT_FIRST_MS = 1000;
+const RECONNECT_MAX_MS = 30000;
+let reconnectMs = RECONNECT_FIRST_MS;
+let reconnectTimer = null;
 const $ = (id) => document.getElementById(id);
 // The API's root, whether the page was opened as /live or /live/ (or under a proxy's prefix).
 const BASE = location.pathname.replace(/\/live\/?$/, "/");
@@ -70,7 +76,13 @@ $("login").addEventListener("submit", async (e) => {
   const body = await res.json().catch(() => ({}));
   if (!res.ok || !body.jwt) { $("login-error").textContent = body.message || ("login failed: " + res.status); return; }
   state.token = body.jwt;
+  // Logged in again after the token expired: the stream starts afresh.
+  clearTimeout(reconnectTimer);
+  const previous = state.ws;
+  state.ws = null;
+  if (previous) previous.close();
   const claims = JSON.parse(atob(body.jwt.split(".")[1].replace(/-/g, "+").replace(/_/g, "/")));
+  state.expires = typeof claims.exp === "number" ? claims.exp * 1000 : Infinity;
   $("tenant").textContent = claims.service;
   $("login").hidden = true;
   $("app").hidden = false;
@@ -79,6 +91,7 @@ $("login").addEventListener("submit", async (e) => {
   // listed offline for good).
   await connect();
   await loadDevices();
+  if (state.chosen !== null) await readRecent(state.chosen); // logged in again: what came meanwhile
 });
 
 // Status messages that came while a list was being read, one map per read under way: applied
@@ -150,7 +163,12 @@ async function choose(id) {
   const d = state.devices.get(id);
   $("device-title").textContent = d.label + " (" + id + ")";
   $("detail").hidden = false;
-  // The last minutes from history, then live values.
+  await readRecent(id);
+}
+
+// The chosen device's last minutes from history, merged with the values already shown (each
+// point once): on choosing it, and after a reconnect (what was committed meanwhile).
+async function readRecent(id) {
   const since = new Date(Date.now() - WINDOW_MS).toISOString();
   try {
     const history = await api("history/device/" + encodeURIComponent(id) + "/history?dateFrom=" + since);
@@ -233,6 +251,10 @@ function renderChart() {
 setInterval(renderChart, 5000);
 
 // Opens the stream; resolves once it is subscribed (or closed: the list is read all the same).
+// A stream that closes is opened again (RECONNECT_FIRST_MS, doubling up to RECONNECT_MAX_MS),
+// and once subscribed again the list and the chosen device's recent history are read afresh:
+// the stream does not replay what was committed while it was closed (docs/live.md §2). An
+// expired token (close code 4001, or found expired before reconnecting) asks to log in again.
 function connect() {
   const url = location.origin.replace(/^http/, "ws") + BASE + "stream";
   const ws = new WebSocket(url, ["device-registry.live.v1", "bearer." + state.token]);
@@ -240,10 +262,19 @@ function connect() {
   let subscribed;
   const ready = new Promise((resolve) => { subscribed = resolve; });
   ws.onopen = () => { $("conn").textContent = "open"; };
-  ws.onclose = (e) => { $("conn").textContent = "closed (" + e.code + (e.reason ? " " + e.reason : "") + ")"; subscribed(); };
+  ws.onclose = (e) => {
+    subscribed();
+    if (state.ws !== ws) return;
+    const why = "closed (" + e.code + (e.reason ? " " + e.reason : "") + ")";
+    if (e.code === 4001 || Date.now() >= state.expires) return logInAgain(why);
+    $("conn").textContent = why + ", reconnecting in " + Math.round(reconnectMs / 1000) + " s";
+    reconnectTimer = setTimeout(reconnect, reconnectMs);
+    reconnectMs = Math.min(reconnectMs * 2, RECONNECT_MAX_MS);
+  };
   ws.onmessage = (e) => {
     const m = JSON.parse(e.data);
     if (m.type === "subscribed") {
+      reconnectMs = RECONNECT_FIRST_MS;
       subscribed();
     } else if (m.type === "attrs" && m.device_id === state.chosen) {
       for (const [label, value] of Object.entries(m.attrs)) add(label, value, m.ts);
@@ -259,6 +290,29 @@ function connect() {
     }
   };
   return ready;
+}
+
+async function reconnect() {
+  if (Date.now() >= state.expires) return logInAgain("closed");
+  const ws = state.ws;
+  await connect();
+  if (state.ws !== ws && state.ws.readyState === WebSocket.OPEN) {
+    await loadDevices().catch(() => {});
+    if (state.chosen !== null) {
+      await readRecent(state.chosen);
+    }
+  }
+}
+
+// The token expired: the stream and the API refuse it; the login form again, the list kept.
+function logInAgain(why) {
+  clearTimeout(reconnectTimer);
+  const ws = state.ws;
+  state.ws = null;
+  if (ws && ws.readyState !== WebSocket.CLOSED) ws.close();
+  $("conn").textContent = why;
+  $("login-error").textContent = "session expired: log in again";
+  $("login").hidden = false;
 }
 </script>
 </body>
