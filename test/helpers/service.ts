@@ -7,7 +7,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { afterAll, beforeAll, inject } from 'vitest';
+import { afterAll, afterEach, beforeAll, inject } from 'vitest';
 import { readConfig } from '../../src/config.js';
 import { createLogger } from '../../src/log.js';
 import { startService, type Service } from '../../src/service.js';
@@ -83,6 +83,33 @@ export async function startTestService(overrides: Record<string, string | undefi
     base: `http://127.0.0.1:${service.publicPort}`,
     internal: `http://127.0.0.1:${service.internalPort}`,
     stop: () => service.stop(),
+  };
+}
+
+/**
+ * In-process services that a test starts itself, each stopped after the test that started it
+ * (every service holds a dozen database connections), whether it passed or not.
+ */
+export function servicesPerTest() {
+  const running: TestService[] = [];
+  afterEach(async () => {
+    for (const s of running.splice(0)) await s.stop().catch(() => undefined);
+  });
+  return {
+    start: async (env: Record<string, string | undefined>): Promise<TestService> => {
+      const s = await startTestService(env);
+      running.push(s);
+      return s;
+    },
+    /** Stops one before the test ends (its failure fails the test). */
+    stop: async (s: TestService): Promise<void> => {
+      running.splice(running.indexOf(s), 1);
+      await s.stop();
+    },
+    /** Stops every one still running (a failure fails the test). */
+    stopAll: async (): Promise<void> => {
+      for (const s of running.splice(0)) await s.stop();
+    },
   };
 }
 

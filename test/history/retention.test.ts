@@ -5,12 +5,12 @@
 // creates, a retention policy set from HISTORY_RETENTION_DAYS and a compression policy.
 import crypto from 'node:crypto';
 import pg from 'pg';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { countOf } from '../helpers/db.js';
 import { readConfig } from '../../src/config.js';
 import { createLogger } from '../../src/log.js';
 import { startService, type Service } from '../../src/service.js';
-import { freshDatabase, http, login, startTestService, tenantToken, testEnv, type TestService } from '../helpers/service.js';
+import { freshDatabase, http, login, servicesPerTest, tenantToken, testEnv, type TestService } from '../helpers/service.js';
 import { createDevice, createTemplate, deviceClient, eventually, historyCount, insertHistory } from '../helpers/registry-fixtures.js';
 import { timescaleLayout, timescaleLicense, timescaleOnly } from '../helpers/history-layout.js';
 
@@ -28,20 +28,7 @@ if (!APACHE)
     '[retention.test.ts] TimescaleDB Apache-only check NOT RUN: timescaledb.license is not apache here (docs/operations.md, "TimescaleDB, checked by hand")\n',
   );
 
-const running: TestService[] = [];
-afterAll(async () => {
-  for (const s of running) await s.stop().catch(() => undefined);
-});
-// Each test stops what it started (every service holds a dozen database connections).
-afterEach(async () => {
-  for (const s of running.splice(0)) await s.stop().catch(() => undefined);
-});
-
-async function start(env: Record<string, string | undefined>): Promise<TestService> {
-  const s = await startTestService(env);
-  running.push(s);
-  return s;
-}
+const { start, stopAll } = servicesPerTest();
 
 async function partitions(s: TestService): Promise<Array<{ name: string; range_start: Date; range_end: Date }>> {
   return (
@@ -355,7 +342,7 @@ describe(`retention (HISTORY_RETENTION_DAYS), ${TIMESCALE ? 'TimescaleDB: a rete
               ],
         );
       }
-      for (const r of running.splice(0)) await r.stop();
+      await stopAll();
     }
   }, 120_000);
 

@@ -7,33 +7,19 @@
 // TimescaleDB's Apache-only build) the service drops partitions itself and forgets only the
 // hours of what it dropped: the same checks hold there.
 import crypto from 'node:crypto';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { forgetHorizon } from '../../src/history/horizon.js';
 import type { HistoryRecord } from '../helpers/api.js';
 import { timescaleLayout } from '../helpers/history-layout.js';
 import { createDevice, createTemplate, insertHistory } from '../helpers/registry-fixtures.js';
-import { freshDatabase, login, startTestService, tenantToken, type TestService } from '../helpers/service.js';
+import { freshDatabase, login, servicesPerTest, tenantToken, type TestService } from '../helpers/service.js';
 import { getHistory } from './fixtures.js';
 
 const TIMESCALE = await timescaleLayout();
 const HOUR = 3_600_000;
 const DAY = 86_400_000;
 
-const running: TestService[] = [];
-afterEach(async () => {
-  for (const s of running.splice(0)) await s.stop().catch(() => undefined);
-});
-
-async function start(env: Record<string, string | undefined>): Promise<TestService> {
-  const s = await startTestService(env);
-  running.push(s);
-  return s;
-}
-
-async function stop(s: TestService): Promise<void> {
-  running.splice(running.indexOf(s), 1);
-  await s.stop();
-}
+const { start, stop } = servicesPerTest();
 
 describe(`rollups after HISTORY_RETENTION_DAYS is raised or removed (${TIMESCALE ? 'TimescaleDB' : 'plain PostgreSQL'})`, () => {
   it('hourly aggregates answer what the rows answer, with retention 3 days, then 10 days, then none', async () => {
