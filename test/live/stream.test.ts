@@ -259,6 +259,23 @@ describe('GET /stream over WebSocket', () => {
       'accept: text/event-stream;q=0',
     ]);
     expect(refusedLater.status).toBe(400);
+    // At most 10,000 entries a filter (docs/live.md §2; found by an audit enforced but undocumented).
+    const tooMany = await fetch(`${svc.base}/stream?device=${Array.from({ length: 10_001 }, () => 'a').join(',')}`, {
+      headers: { Accept: 'text/event-stream', Authorization: `Bearer ${a.token}` },
+    });
+    expect({ status: tooMany.status, body: await tooMany.json() }).toEqual({
+      status: 400,
+      body: { message: 'devices may list at most 10000 entries', status: 400 },
+    });
+    const open = await openWs(wsUrl(), { token: a.token });
+    await open.next((m) => m.type === 'subscribed', 'subscribed');
+    open.send({ type: 'subscribe', attrs: Array.from({ length: 10_001 }, () => 'a') });
+    expect(await open.next((m) => m.type === 'error', 'error')).toEqual({ type: 'error', message: 'attrs may list at most 10000 entries' });
+    open.send({ type: 'subscribe', attrs: Array.from({ length: 10_000 }, () => 'a') });
+    expect(await open.next((m) => m.type === 'subscribed' && m.attrs !== null, 'subscribed with 10,000')).toMatchObject({
+      type: 'subscribed',
+    });
+    open.close();
     // A misspelt filter parameter is refused rather than ignored (it would widen the stream).
     await expect(openWs(wsUrl(`?devices=${a.devices[0]!}`), { token: a.token })).rejects.toThrow('HTTP 400');
     const misspelt = await fetch(`${svc.base}/stream?devices=${a.devices[0]!}`, {
