@@ -1,6 +1,6 @@
 // Device SQL. Every statement is scoped by tenant; callers own transactions and rules.
 import type pg from 'pg';
-import { registryTimeSql } from '../../time.js';
+import { microsToText, registryTimeSql } from '../../time.js';
 import type { Page } from '../paging.js';
 import { ATTR_COLUMNS, attrFromRow, nestAttrs, type AttrColumns, type AttrRecord } from '../attrs.js';
 import { labelMatchSql, Params } from '../sql.js';
@@ -42,7 +42,7 @@ function listWhere(tenant: string, q: DeviceQuery, p: Params, plan: AttrPlan): s
   }
   if (f.label !== undefined) conds.push(labelMatchSql('d.label', f.label, p));
   if (q.status !== undefined) {
-    const online = onlineSql(p.add(q.status.offlineAfterSeconds));
+    const online = onlineSql(p.add(q.status.offlineAfterSeconds), `${p.add(microsToText(q.status.nowUs))}::timestamptz`);
     conds.push(q.status.online ? online : `NOT ${online}`);
   }
   // A psk attribute's value in a device is its key, which no public view shows (nor its template

@@ -149,7 +149,7 @@ export class DeviceService {
   async statusQuery(status: string | undefined): Promise<DeviceQuery['status']> {
     if (status !== 'online' && status !== 'offline') return undefined;
     await this.opts.status?.flush();
-    return { online: status === 'online', offlineAfterSeconds: this.opts.offlineAfterSeconds ?? 600 };
+    return { online: status === 'online', offlineAfterSeconds: this.opts.offlineAfterSeconds ?? 600, nowUs: Date.now() * 1000 };
   }
 
   /**

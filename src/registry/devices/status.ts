@@ -397,9 +397,13 @@ export class DeviceStatusBook {
   }
 }
 
-/** SQL condition on `devices d`: the device is online (its stored last_seen within its timeout). */
-export function onlineSql(defaultSecondsParam: string): string {
+/**
+ * SQL condition on `devices d`: the device is online (its stored last_seen within its timeout)
+ * at `nowSql`, the service's clock as the views use it (isOnline), not the database's now():
+ * where the two clocks differ, the filter and the views would disagree.
+ */
+export function onlineSql(defaultSecondsParam: string, nowSql: string): string {
   return `EXISTS (SELECT 1 FROM device_status s WHERE s.tenant = d.tenant AND s.device_id = d.id
-    AND s.last_seen > now() - make_interval(secs => COALESCE((SELECT max(t.offline_after) FROM device_templates dt
+    AND s.last_seen > ${nowSql} - make_interval(secs => COALESCE((SELECT max(t.offline_after) FROM device_templates dt
       JOIN templates t ON t.tenant = dt.tenant AND t.id = dt.template_id WHERE dt.tenant = d.tenant AND dt.device_id = d.id), ${defaultSecondsParam})))`;
 }

@@ -52,8 +52,11 @@ export interface DeviceQuery {
   filters: ListFilters;
   /** Only devices built from this template (GET /device/template/{id}). */
   templateId?: number;
-  /** Only devices with this status (GET /device?status=); the service fills in the default timeout. */
-  status?: { online: boolean; offlineAfterSeconds: number };
+  /**
+   * Only devices with this status (GET /device?status=); the service fills in the default timeout
+   * and its clock (µs), the one its views judge by, not the database's.
+   */
+  status?: { online: boolean; offlineAfterSeconds: number; nowUs: number };
   /** Views with `last_seen` and `status` (`withStatus`, or a status filter). */
   withStatus?: boolean;
 }
