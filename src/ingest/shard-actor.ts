@@ -34,7 +34,6 @@ interface RowBuffer {
   times: number[];
   /** The arrival time (µs) of each message with rows, for the commit latency. */
   received: number[];
-  messagesWithRows: number;
   waiters: Deferred[];
   /** The messages with rows, as the live stream shows them once committed. */
   committed: CommittedBatch;
@@ -47,7 +46,6 @@ function emptyBuffer(): RowBuffer {
     lines: [],
     times: [],
     received: [],
-    messagesWithRows: 0,
     waiters: [],
     committed: { tenants: [], ids: [], ts: [], received: [], attrs: [] },
     firstLines: [],
@@ -185,7 +183,6 @@ export class ShardActor {
     if (outcome.wrongTypes) this.drop('wrong_type', outcome.wrongTypes);
     if (outcome.badTimestamp) this.drop('bad_timestamp');
     if (buf.lines.length > before) {
-      buf.messagesWithRows++;
       buf.times.push(outcome.us);
       buf.received.push(receivedUs);
       const c = buf.committed;
@@ -214,17 +211,19 @@ export class ShardActor {
 
   /**
    * Tells the live stream of a buffer's committed messages, without the values the database
-   * rejected (the rest of the buffer was committed all the same). Never throws: the messages are
-   * stored, and their acknowledgements must not wait on what the stream makes of them.
+   * rejected (the rest of the buffer was committed all the same), and returns how many messages
+   * have a value committed. Never throws: the messages are stored, and their acknowledgements
+   * must not wait on what the stream makes of them.
    */
-  private tellCommitted(buf: RowBuffer, rejectedLines: string[]): void {
-    if (!this.opts.onCommitted) return;
+  private tellCommitted(buf: RowBuffer, rejectedLines: string[]): number {
+    let committed = buf.committed;
     try {
-      const committed = rejectedLines.length === 0 ? buf.committed : storedOnly(buf, counted(rejectedLines));
-      if (committed.ids.length > 0) this.opts.onCommitted(committed);
+      if (rejectedLines.length > 0) committed = storedOnly(buf, counted(rejectedLines));
+      if (this.opts.onCommitted && committed.ids.length > 0) this.opts.onCommitted(committed);
     } catch (err) {
       this.opts.log?.error('committed messages could not be passed to the live stream', { error: err as Error });
     }
+    return committed.ids.length;
   }
 
   private async flush(): Promise<void> {
@@ -253,11 +252,11 @@ export class ShardActor {
         for (const l of refused) rejectedLines.push(l);
       }
       if (buf.lines.length > 0) {
-        this.metrics.messagesStored += buf.messagesWithRows;
         const now = Date.now();
         for (const receivedUs of buf.received) observeSince(this.metrics.commitLatency, receivedUs, now);
-        // Committed: now, and only now, the live stream may show these messages.
-        this.tellCommitted(buf, rejectedLines);
+        // Committed: now, and only now, the live stream may show these messages; stored are those
+        // with a value committed (before, found by an audit, also those whose every row was rejected).
+        this.metrics.messagesStored += this.tellCommitted(buf, rejectedLines);
       }
     } finally {
       this.writing = false;
