@@ -36,7 +36,9 @@ export type DeviceSelection = { devices: string[] } | { template: number };
 const hasNul = (s: string) => s.includes('\0');
 
 /**
- * The latest value of each (device, label) pair that has one, ordered by device id then label.
+ * The latest value of each (device, label) pair that has one, ordered by device id then label,
+ * byte by byte (COLLATE "C": the same order on every database, whatever its locale; before,
+ * found by an audit, a database created with en-US answered `aa02` before `AB01`).
  * `labels` undefined: every attribute of each device (its templates' labels).
  */
 export async function latestValues(
@@ -72,7 +74,7 @@ export async function latestValues(
                     WHERE series = k.series AND tenant = $1 AND device_id = k.id AND attr = k.label AND ts >= ${open.sql}
                     ORDER BY ts DESC LIMIT 1) h ON true
             WHERE h.ts IS NOT NULL OR sp.series IS NOT NULL
-            ORDER BY k.id, k.label`,
+            ORDER BY k.id COLLATE "C", k.label COLLATE "C"`,
     values,
   });
   const closed = rows.filter((r) => r.ts === null);

@@ -371,7 +371,7 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
     summary: 'The latest value of chosen attributes of many devices',
     description:
       `One query for up to ${MAX_LATEST_DEVICES} devices (by id, or every device of a template): one entry per device and label ` +
-      'that has a value, ordered by device id then label. Ids that are no device of the tenant, and labels without a value, ' +
+      "that has a value, ordered by device id then label (byte order, whatever the database's locale). Ids that are no device of the tenant, and labels without a value, " +
       'are simply not in the answer.',
     tag: 'history',
     body: { read: 'json', schema: latestBody },
