@@ -5,7 +5,7 @@
 import { BroadcastChannel, workerData } from 'node:worker_threads';
 import pg from 'pg';
 import { createLogger, logProcessWarnings } from '../src/log.js';
-import { connectionLimits, keepClientErrors } from '../src/db/limits.js';
+import { connectionLimits, keepClientErrors, SESSION_OPTIONS } from '../src/db/limits.js';
 import { REGISTRY_CHANNEL, type RegistryEvent } from '../src/registry/events.js';
 import { DeviceCache } from '../src/ingest/device-cache.js';
 import { HistoryWriter } from '../src/ingest/history-writer.js';
@@ -23,6 +23,7 @@ logProcessWarnings(log);
 // Two connections: one for COPY, one for registry reads, so a lookup never waits behind a COPY.
 const pool = new pg.Pool({
   connectionString: settings.databaseUrl,
+  options: SESSION_OPTIONS,
   max: 2,
   idleTimeoutMillis: 60_000,
   connectionTimeoutMillis: 5000,

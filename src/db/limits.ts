@@ -12,6 +12,18 @@ export interface ConnectionLimits {
   keepaliveSeconds: number;
 }
 
+/**
+ * Session settings every connection of the service starts with (libpq `options`), whatever the
+ * database or role sets. DateStyle ISO: node-postgres reads timestamps only in ISO, and only ISO
+ * writes a time with its numeric offset. Another style writes the zone's abbreviation, which
+ * PostgreSQL may read back as another offset (`IST`, Asia/Kolkata's +05:30, is read as Israel's
+ * +02): found by an audit on a database with `datestyle = 'SQL, DMY'` and `timezone =
+ * 'Asia/Kolkata'`, where aggregate reads took the rolled hours 3.5 hours off (buckets after
+ * `dateTo`, hours counted twice), partitions and late-row triggers were made with bounds 3.5
+ * hours off, and the rollup pass failed (its times parsed as null).
+ */
+export const SESSION_OPTIONS = '-c datestyle=ISO,MDY';
+
 /** Client-side margin past the statement timeout, for a server that cannot even say it cancelled. */
 const READ_MARGIN_MS = 5000;
 

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { Logger } from '../log.js';
-import { connectionLimits, keepClientErrors, type ConnectionLimits } from './limits.js';
+import { connectionLimits, keepClientErrors, SESSION_OPTIONS, type ConnectionLimits } from './limits.js';
 
 // int8 (bigint) ids fit in a JS number for any realistic registry size.
 pg.types.setTypeParser(pg.types.builtins.INT8, (v) => Number(v));
@@ -39,7 +39,7 @@ export function createPool(
     idleTimeoutMillis: 30_000,
     connectionTimeoutMillis: 10_000,
     maxLifetimeSeconds: opts.lifetimeSeconds ?? CONNECTION_LIFETIME_SECONDS,
-    options: '-c jit=off -c extra_float_digits=1',
+    options: `-c jit=off -c extra_float_digits=1 ${SESSION_OPTIONS}`,
     ...(opts.limits ? connectionLimits(opts.limits, true) : {}),
   });
   // An idle client losing its connection (database restart) must not crash the process.

@@ -8,7 +8,7 @@ import { ConfigError } from '../config.js';
 import { createLogger, logProcessWarnings } from '../log.js';
 import { ingestThreadLimits } from '../v8-heap.js';
 import { lowerThreadPriority } from '../thread-priority.js';
-import { connectionLimits, keepClientErrors } from '../db/limits.js';
+import { connectionLimits, keepClientErrors, SESSION_OPTIONS } from '../db/limits.js';
 import { REGISTRY_CHANNEL, type RegistryEvent } from '../registry/events.js';
 import { EmbeddedLink } from '../broker/embedded.js';
 import { ExternalLink } from '../broker/external.js';
@@ -67,6 +67,7 @@ const router = new IngestRouter(shards, {
 const brokerPool = settings.mqttUrl
   ? new pg.Pool({
       connectionString: settings.databaseUrl,
+      options: SESSION_OPTIONS,
       max: 2,
       connectionTimeoutMillis: 5000,
       ...connectionLimits({ statementTimeoutMs: settings.dbStatementTimeoutMs, keepaliveSeconds: settings.dbKeepaliveSeconds }, true),

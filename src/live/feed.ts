@@ -20,7 +20,7 @@ import crypto from 'node:crypto';
 import { BroadcastChannel } from 'node:worker_threads';
 import pg from 'pg';
 import client from 'prom-client';
-import { connectionLimits, type ConnectionLimits } from '../db/limits.js';
+import { connectionLimits, SESSION_OPTIONS, type ConnectionLimits } from '../db/limits.js';
 import type { Logger } from '../log.js';
 import type { Metrics } from '../metrics.js';
 import { COMMITTED_CHANNEL, NOT_CARRIED, type CommittedBatch } from '../ingest/protocol.js';
@@ -272,6 +272,7 @@ export class LiveFeed {
   private async connect(name: string, sending: boolean): Promise<pg.Client> {
     const c = new pg.Client({
       connectionString: this.opts.databaseUrl,
+      options: SESSION_OPTIONS,
       application_name: name,
       connectionTimeoutMillis: 5000,
       ...connectionLimits(this.opts.limits, sending),

@@ -12,6 +12,7 @@ import crypto from 'node:crypto';
 import { BroadcastChannel } from 'node:worker_threads';
 import pg from 'pg';
 import { inTransaction } from '../db/pool.js';
+import { SESSION_OPTIONS } from '../db/limits.js';
 import type { Logger } from '../log.js';
 
 export type RegistryEvent =
@@ -216,6 +217,7 @@ export class RegistryEvents {
   private async listen(): Promise<void> {
     const client = new pg.Client({
       connectionString: this.databaseUrl,
+      options: SESSION_OPTIONS,
       application_name: LISTEN_APPLICATION_NAME,
       keepAlive: true,
       connectionTimeoutMillis: LISTEN_ANSWER_MS,
