@@ -4,11 +4,12 @@
 //   - a credential created: the device's client `<tenant>:<device_id>` is created (or its
 //     password set) with the new secret, before the creation commits; its role grants the
 //     legacy topics `/<tenant>/<device_id>/attrs|config` (the ACL file's `%u` patterns grant
-//     the default ones);
+//     the default ones) and denies shared subscriptions (`$share/#`);
 //   - the credential the broker holds deleted (or expired), or the device removed: the client
 //     and its role are deleted; Mosquitto then closes the device's connections itself.
 //   - at start: clients of devices the registry no longer has (or whose credentials are gone)
-//     are removed, and devices with credentials the broker lacks are reported.
+//     are removed, devices with credentials the broker lacks are reported, and device roles of
+//     earlier versions get the deny of `$share/#`.
 // The plugin holds one password per client: the broker knows a device's newest credential only
 // (rotation on Mosquitto: docs/operations.md §2). Setting a password makes Mosquitto close the
 // device's connections, so none outlives the credential it logged in with.
@@ -53,7 +54,8 @@ const DEVICE_ACCOUNT = /^[A-Za-z0-9_-]+:[0-9a-fA-F]{2,6}$/;
 interface Answer {
   command: string;
   error?: string;
-  data?: { clients?: string[]; roles?: string[] };
+  /** Roles as names, or (`verbose`) with their ACLs. */
+  data?: { clients?: string[]; roles?: Array<string | { rolename: string; acls?: RoleAcl[] }> };
 }
 
 export interface DynamicSecurityOptions {
@@ -74,16 +76,33 @@ export interface Reconciled {
 
 const roleOf = (username: string) => ROLE_PREFIX + username;
 
-/** The legacy topics of a device; its default topics come from the ACL file's `%u` patterns. */
-function legacyAcls(tenant: string, deviceId: string): object[] {
+/**
+ * No shared subscription for a device. Mosquitto 2 grants every subscription the ACL file does
+ * not forbid and checks only delivery, and a shared subscription's message given to a member
+ * whose delivery is denied is lost to the group: a device in the service's share group
+ * (`$share/<group>/+/attrs`) took a share of every tenant's messages (found by an audit).
+ */
+const NO_SHARED = { acltype: 'subscribePattern', topic: '$share/#', allow: false } as const;
+
+/** A device role's ACLs: its legacy topics (its default topics come from the ACL file's `%u` patterns), and no shared subscription. */
+function deviceAcls(tenant: string, deviceId: string): object[] {
   const attrs = `/${tenant}/${deviceId}/attrs`;
   const config = `/${tenant}/${deviceId}/config`;
   return [
     { acltype: 'publishClientSend', topic: attrs, allow: true },
     { acltype: 'subscribeLiteral', topic: config, allow: true },
     { acltype: 'publishClientReceive', topic: config, allow: true },
+    NO_SHARED,
   ];
 }
+
+interface RoleAcl {
+  acltype?: string;
+  topic?: string;
+  allow?: boolean;
+}
+const deniesShared = (acls: RoleAcl[] | undefined) =>
+  (acls ?? []).some((acl) => acl.acltype === NO_SHARED.acltype && acl.topic === NO_SHARED.topic && acl.allow === false);
 
 const notFound = (a: Answer | undefined) => a?.error !== undefined && /not found/i.test(a.error);
 const exists = (a: Answer | undefined) => a?.error !== undefined && /already exists/i.test(a.error);
@@ -182,7 +201,7 @@ export class DynamicSecurity implements BrokerAccounts {
   private async setSecret(tenant: string, deviceId: string, secret: string): Promise<void> {
     const username = deviceName(tenant, deviceId);
     const [role, client] = await this.send([
-      { command: 'createRole', rolename: roleOf(username), acls: legacyAcls(tenant, deviceId) },
+      { command: 'createRole', rolename: roleOf(username), acls: deviceAcls(tenant, deviceId) },
       { command: 'createClient', username, password: secret, roles: [{ rolename: roleOf(username) }] },
     ]);
     this.check(role, exists);
@@ -225,7 +244,7 @@ export class DynamicSecurity implements BrokerAccounts {
     const [clients, roles] = await this.send(
       [
         { command: 'listClients', verbose: false, count: -1 },
-        { command: 'listRoles', verbose: false, count: -1 },
+        { command: 'listRoles', verbose: true, count: -1 },
       ],
       Math.max(this.opts.timeoutMs, LIST_MS),
     ).catch((err: Error) => {
@@ -244,7 +263,9 @@ export class DynamicSecurity implements BrokerAccounts {
     // is the operator's: the versions before credentials had each device's account made by hand
     // (mosquitto_ctrl), and removing those at the first start of this version locked every
     // device out. Accounts of no device, and the service's own without a credential, go.
-    const serviceRoles = new Set((roles!.data?.roles ?? []).filter((r) => r.startsWith(ROLE_PREFIX)));
+    const roleList = (roles!.data?.roles ?? []).map((r) => (typeof r === 'string' ? { rolename: r, acls: undefined } : r));
+    const roleNames = roleList.map((r) => r.rolename);
+    const serviceRoles = new Set(roleNames.filter((r) => r.startsWith(ROLE_PREFIX)));
     const candidates = [...present].filter((u) => DEVICE_ACCOUNT.test(u) && !held.has(u));
     const handMade = candidates.filter((u) => !serviceRoles.has(roleOf(u))).map((u) => ({ u, d: parseDeviceName(u)! }));
     const existing = await repo.existingDevices(
@@ -258,15 +279,31 @@ export class DynamicSecurity implements BrokerAccounts {
         accounts: kept.length,
         first: kept.slice(0, 20),
       });
-    const orphanRoles = (roles!.data?.roles ?? []).filter((r) => {
+    const orphanRoles = roleNames.filter((r) => {
       const username = r.slice(ROLE_PREFIX.length);
       return r.startsWith(ROLE_PREFIX) && DEVICE_ACCOUNT.test(username) && !held.has(username) && !removed.includes(username);
     });
-    const commands = [...removed.flatMap(removal), ...orphanRoles.map((rolename) => ({ command: 'deleteRole', rolename }))];
+    // The service's device roles that stay, made by a version before the rule against shared
+    // subscriptions: they get it (once; a role made since has it).
+    const unshared = roleList
+      .filter(({ rolename, acls }) => {
+        const username = rolename.slice(ROLE_PREFIX.length);
+        return (
+          rolename.startsWith(ROLE_PREFIX) &&
+          DEVICE_ACCOUNT.test(username) &&
+          !orphanRoles.includes(rolename) &&
+          !removed.includes(username) &&
+          !deniesShared(acls)
+        );
+      })
+      .map(({ rolename }) => ({ command: 'addRoleACL', rolename, ...NO_SHARED }));
+    const commands = [...removed.flatMap(removal), ...orphanRoles.map((rolename) => ({ command: 'deleteRole', rolename })), ...unshared];
     for (let i = 0; i < commands.length; i += 2 * REMOVAL_BATCH) {
       const batch = commands.slice(i, i + 2 * REMOVAL_BATCH);
-      for (const a of await this.send(batch, Math.max(this.opts.timeoutMs, RECONCILE_BATCH_MS))) this.check(a, notFound);
+      for (const a of await this.send(batch, Math.max(this.opts.timeoutMs, RECONCILE_BATCH_MS)))
+        this.check(a, (x) => notFound(x) || exists(x));
     }
+    if (unshared.length > 0) this.opts.log.info('device roles of the broker denied shared subscriptions', { roles: unshared.length });
     if (removed.length > 0)
       this.opts.log.info('removed broker accounts of devices without credentials', {
         accounts: removed.length,

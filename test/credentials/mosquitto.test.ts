@@ -53,6 +53,15 @@ describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped M
     clients.push(c);
     return c;
   };
+  /** The SUBACK's codes for the filters (mqtt.js rejects a SUBACK that refuses any: its packet holds them). */
+  const granted = (c: mqtt.MqttClient, filters: string[]): Promise<number[]> =>
+    c.subscribeAsync(filters, { qos: 1 }).then(
+      (g) => g.map((x) => x.qos),
+      (err: { packet?: { granted?: number[] } }) => {
+        if (!err.packet?.granted) throw err;
+        return err.packet.granted;
+      },
+    );
   const stored = (t: Tenant, id: string, n: number) =>
     eventually(async () => (await historyCount(svc.service.pool, t.name, id)) === n || undefined, `${n} values of ${id}`);
   const mosquittoCtrl = (...args: string[]) =>
@@ -97,6 +106,22 @@ describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped M
     await c.publishAsync(`${a.name}:${d}/attrs`, JSON.stringify({ temperature: 1 }), { qos: 1 });
     await stored(a, d, 1);
     expect(await historyCount(svc.service.pool, b.name, theirs)).toBe(0);
+  });
+
+  it("a device cannot join the service's share group, which would take a share of every tenant's messages (found by an audit)", async () => {
+    // Mosquitto 2 grants any subscription the ACL file does not forbid and checks only delivery;
+    // a message of a shared subscription given to a member whose delivery is denied is lost to
+    // the group. Before, a device's account subscribed to $share/device-registry/+/attrs and
+    // every third message of every tenant (two service connections, one device) was dropped.
+    const d = await newDevice(svc, a);
+    const thief = await device(a, d, (await newCredential(svc, a, d)).secret);
+    expect(await granted(thief, ['$share/device-registry/+/attrs', '$share/device-registry//+/+/attrs', '$share/other/#'])).toEqual([
+      0x87, 0x87, 0x87,
+    ]);
+    const theirs = await newDevice(svc, b);
+    const c = await device(b, theirs, (await newCredential(svc, b, theirs)).secret);
+    for (let i = 0; i < 12; i++) await c.publishAsync(`${b.name}:${theirs}/attrs`, JSON.stringify({ temperature: i }), { qos: 1 });
+    await stored(b, theirs, 12);
   });
 
   it('rotation: the broker holds the newest credential; creating it closes the connection that used the old one', async () => {
@@ -153,6 +178,25 @@ describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped M
     const cred = await newCredential(svc, a, d);
     await (await device(a, d, cred.secret)).publishAsync(`${a.name}:${d}/attrs`, JSON.stringify({ temperature: 3 }), { qos: 1 });
     await stored(a, d, 1);
+  });
+
+  it('at start: device roles made before the share-group rule get it (found by an audit)', async () => {
+    // Roles made by earlier versions lack the deny of $share/#: a start (here a second instance
+    // beside the file's service) adds it to each.
+    const d = await newDevice(svc, a);
+    const cred = await newCredential(svc, a, d);
+    mosquittoCtrl('removeRoleACL', `device:${a.name}:${d}`, 'subscribePattern', '$share/#');
+    expect(mosquittoCtrl('getRole', `device:${a.name}:${d}`)).not.toContain('$share/#');
+    const again = spawnService({ ...svc.env, LOG_LEVEL: 'info' });
+    try {
+      expect(await again.waitFor(/"msg":"ready"|start failed/)).toContain('"msg":"ready"');
+      expect(mosquittoCtrl('getRole', `device:${a.name}:${d}`)).toMatch(/subscribePattern\s*:\s*deny\s*:\s*\$share\/#/);
+      const c = await device(a, d, cred.secret);
+      expect(await granted(c, ['$share/device-registry/+/attrs'])).toEqual([0x87]);
+    } finally {
+      again.child.kill('SIGTERM');
+      await again.exited;
+    }
   });
 
   it('at start: accounts the registry does not have are removed; credentials the broker lacks are reported', async () => {
