@@ -150,6 +150,20 @@ describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped M
     expect(await connackCode(url, { username: `${a.name}:${d}`, password: cred.secret, protocolVersion: 5 })).toBe(0x87);
   });
 
+  it("an expired credential's account is removed by the minute's sweep, and its connection closed (untested before; found by an audit)", async () => {
+    // Mosquitto knows no expiry: the service deletes the account of a device whose broker-held
+    // credential expired, checked every minute (docs/operations.md §2).
+    const d = await newDevice(svc, a);
+    const cred = await newCredential(svc, a, d, { type: 'password', expires_at: new Date(Date.now() + 2000).toISOString() });
+    const c = await device(a, d, cred.secret);
+    await closedByPeer(c, 75_000);
+    expect(mosquittoCtrl('listClients').split('\n')).not.toContain(`${a.name}:${d}`);
+    expect(await connackCode(url, { username: `${a.name}:${d}`, password: cred.secret, protocolVersion: 5 })).toBe(0x87);
+    // A new credential gives it an account again.
+    const next = await newCredential(svc, a, d);
+    expect(await connackCode(url, { username: `${a.name}:${d}`, password: next.secret, protocolVersion: 5 })).toBe(0);
+  }, 90_000);
+
   it('Mosquitto checks passwords itself: failures are neither slowed down nor counted, and its file keeps a fast hash (documented limits)', async () => {
     // docs/credentials.md §2 and §3, docs/operations.md §2: what holds for the embedded broker
     // and the HTTP hooks does not hold here (before, found by an audit, the docs did not say so).
