@@ -297,13 +297,11 @@ export class DynamicSecurity implements BrokerAccounts {
         );
       })
       .map(({ rolename }) => ({ command: 'addRoleACL', rolename, ...NO_SHARED }));
-    const commands = [...removed.flatMap(removal), ...orphanRoles.map((rolename) => ({ command: 'deleteRole', rolename })), ...unshared];
-    for (let i = 0; i < commands.length; i += 2 * REMOVAL_BATCH) {
-      const batch = commands.slice(i, i + 2 * REMOVAL_BATCH);
-      for (const a of await this.send(batch, Math.max(this.opts.timeoutMs, RECONCILE_BATCH_MS)))
-        this.check(a, (x) => notFound(x) || exists(x));
-    }
-    if (unshared.length > 0) this.opts.log.info('device roles of the broker denied shared subscriptions', { roles: unshared.length });
+    const commands = [...removed.flatMap(removal), ...orphanRoles.map((rolename) => ({ command: 'deleteRole', rolename }))];
+    await this.sendInBatches(commands);
+    // After the start, not before it: Mosquitto saves its whole file after each command, so a
+    // fleet's roles (each device of an earlier version) would hold the start for a long time.
+    if (unshared.length > 0) void this.denyShared(unshared);
     if (removed.length > 0)
       this.opts.log.info('removed broker accounts of devices without credentials', {
         accounts: removed.length,
@@ -327,6 +325,28 @@ export class DynamicSecurity implements BrokerAccounts {
       );
     }
     return { removed, missing };
+  }
+
+  /** Commands of the reconciliation, in batches; each answer must be done, not found or already there. */
+  private async sendInBatches(commands: object[]): Promise<void> {
+    for (let i = 0; i < commands.length; i += 2 * REMOVAL_BATCH) {
+      const batch = commands.slice(i, i + 2 * REMOVAL_BATCH);
+      for (const a of await this.send(batch, Math.max(this.opts.timeoutMs, RECONCILE_BATCH_MS)))
+        this.check(a, (x) => notFound(x) || exists(x));
+    }
+  }
+
+  /** Device roles of earlier versions get the deny of shared subscriptions; never throws (the next start tries again). */
+  private async denyShared(commands: object[]): Promise<void> {
+    this.opts.log.info('denying shared subscriptions to device roles of the broker made by an earlier version', { roles: commands.length });
+    try {
+      await this.sendInBatches(commands);
+      this.opts.log.info('device roles of the broker denied shared subscriptions', { roles: commands.length });
+    } catch (err) {
+      this.opts.log.warn('device roles of the broker not all denied shared subscriptions; the next start goes on', {
+        error: (err as Error).message,
+      });
+    }
   }
 
   async close(): Promise<void> {

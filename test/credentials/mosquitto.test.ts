@@ -196,7 +196,8 @@ describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped M
 
   it('at start: device roles made before the share-group rule get it (found by an audit)', async () => {
     // Roles made by earlier versions lack the deny of $share/#: a start (here a second instance
-    // beside the file's service) adds it to each.
+    // beside the file's service) adds it to each, once ready (Mosquitto saves its whole file
+    // after each command: a fleet's roles would hold the start).
     const d = await newDevice(svc, a);
     const cred = await newCredential(svc, a, d);
     mosquittoCtrl('removeRoleACL', `device:${a.name}:${d}`, 'subscribePattern', '$share/#');
@@ -204,6 +205,7 @@ describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped M
     const again = spawnService({ ...svc.env, LOG_LEVEL: 'info' });
     try {
       expect(await again.waitFor(/"msg":"ready"|start failed/)).toContain('"msg":"ready"');
+      expect(await again.waitFor(/device roles of the broker (not all )?denied shared subscriptions/)).toContain('"roles":1');
       expect(mosquittoCtrl('getRole', `device:${a.name}:${d}`)).toMatch(/subscribePattern\s*:\s*deny\s*:\s*\$share\/#/);
       const c = await device(a, d, cred.secret);
       expect(await granted(c, ['$share/device-registry/+/attrs'])).toEqual([0x87]);
