@@ -275,4 +275,14 @@ describe('after a short ingest', () => {
     const missing = [...families(scrape).keys()].filter((name) => !doc.includes(`\`${name}\``));
     expect(missing).toEqual([]);
   });
+
+  it("section 8's metric tables list exactly the metrics of /metrics, each with its type", () => {
+    // The tables, not the whole document: a name mentioned in another section (sizing, alerts)
+    // is no description, and a metric the tables list must be one the service exports.
+    const doc = readRepoFile('docs/operations.md');
+    const section = /^### Metrics$([\s\S]*?)^## 9\./m.exec(doc)?.[1] ?? '';
+    const listed = new Map([...section.matchAll(/^\| `([a-z_0-9]+)` \| ([a-z]+) \|/gm)].map((m) => [m[1]!, m[2]!]));
+    expect(listed.size).toBeGreaterThan(40);
+    expect(Object.fromEntries([...listed].sort())).toEqual(Object.fromEntries([...families(scrape)].sort()));
+  });
 });
