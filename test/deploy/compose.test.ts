@@ -113,6 +113,27 @@ describe('docker-compose.yml', () => {
     expect(ports.map((p) => interpolate(p, vars))).toEqual(['8000:8000']);
   });
 
+  it("the optional values .env.example shows, and the compose file's fallbacks, are the service's own defaults", () => {
+    // .env.example says "optional (defaults shown)": a value there that differed from the
+    // service's default would change a deployment that only copied the file.
+    const vars = { ...envExample, ...sampleSecrets };
+    const env = Object.fromEntries(Object.entries(serviceEnv()).map(([k, v]) => [k, interpolate(v, vars)]));
+    const optional = Object.entries(serviceEnv()).flatMap(([k, v]) => {
+      const m = /^\$\{([A-Z0-9_]+):-([^}]*)\}$/.exec(v);
+      return m ? [{ variable: k, name: m[1]!, fallback: m[2]! }] : [];
+    });
+    expect(optional.length).toBeGreaterThan(15);
+    const unset = { ...env };
+    for (const { variable } of optional) delete unset[variable];
+    // LOG_FORMAT's own default depends on a terminal, which a container has not: json there.
+    const defaults = { ...readConfig(unset), logFormat: 'json' };
+    for (const { variable, name, fallback } of optional) {
+      expect(envExample[name], `.env.example ${name}`).toBe(fallback);
+      const config = readConfig({ ...unset, [variable]: fallback });
+      expect(variable === 'LOG_FORMAT' ? config : { ...config, logFormat: 'json' }, `${variable}=${fallback}`).toEqual(defaults);
+    }
+  });
+
   it('runs TimescaleDB (PostgreSQL 16 or 17) on a named volume, with a pg_isready health check', () => {
     const db = yamlMapping(yamlBlock(compose, ['services', 'timescaledb']));
     expect(db.image).toMatch(/^timescale\/timescaledb:.*pg1[67]/);
