@@ -181,6 +181,8 @@ export class ExternalLink implements BrokerLink {
    * (-Infinity), until a renewal fails (undefined), then from the next one that succeeds.
    */
   private renewedSince: number | undefined = -Infinity;
+  /** Since when renewals fail (performance.now()), so that an outage is logged once, not at every heartbeat. */
+  private renewFailingSince: number | undefined;
 
   private constructor(
     private readonly subscribers: SubscriberConnection[],
@@ -361,8 +363,20 @@ export class ExternalLink implements BrokerLink {
       lost = await this.opts.leases.renew(mine);
     } catch (err) {
       this.renewedSince = undefined;
-      this.opts.log.warn('could not renew the lease of the broker sessions', { error: (err as Error).message });
+      // Once per outage, not at every heartbeat (a long database outage filled the log; found by an audit).
+      if (this.renewFailingSince === undefined) {
+        this.renewFailingSince = performance.now();
+        this.opts.log.warn('could not renew the lease of the broker sessions; trying again at every heartbeat', {
+          error: (err as Error).message,
+        });
+      }
       return;
+    }
+    if (this.renewFailingSince !== undefined) {
+      this.opts.log.info('the lease of the broker sessions renewed again', {
+        failedForMs: Math.round(performance.now() - this.renewFailingSince),
+      });
+      this.renewFailingSince = undefined;
     }
     const renewedSince = (this.renewedSince ??= performance.now());
     if (lost.includes(this.prefix)) {

@@ -245,6 +245,12 @@ describe.skipIf(!hasMosquitto)('several instances on one broker (Mosquitto)', ()
       ),
     );
     expect(takeovers).toEqual([]);
+    // The outage is logged once by each, and its end once (before, found by an audit, a warning
+    // at every heartbeat: a long outage filled the log).
+    for (const s of [a, b]) {
+      expect(s.output.filter((l) => /could not renew the lease of the broker sessions/.test(l))).toHaveLength(1);
+      expect(s.output.filter((l) => /the lease of the broker sessions renewed again/.test(l))).toHaveLength(1);
+    }
     console.log(
       `database outage with two instances: ${f.total} acknowledged, ${result.missing} missing, ${result.duplicates} stored more than once`,
     );
