@@ -3,6 +3,7 @@
 // circle, on a source file no row names, and on a source file the page names nowhere.
 import fs from 'node:fs';
 import path from 'node:path';
+import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
 import { projectRoot } from '../../src/paths.js';
 
@@ -56,17 +57,21 @@ function sourceFiles(dir: string): string[] {
   return out;
 }
 
-/** Relative imports and re-exports of a file (type-only ones included: they are dependencies too). */
+/**
+ * Relative imports and re-exports of a file, as TypeScript reads them: type-only ones (they are
+ * dependencies too), side-effect imports (`import './x.js'`) and `import('./x.js')` included,
+ * none in comments or strings.
+ */
 function importsOf(file: string): string[] {
-  const text = fs.readFileSync(path.join(projectRoot, file), 'utf8');
-  const out: string[] = [];
-  for (const m of text.matchAll(/^\s*(?:import|export)\b[^;'"]*?from\s+'(\.{1,2}\/[^']+)'/gm)) {
-    out.push(path.posix.normalize(path.posix.join(path.posix.dirname(file), m[1]!)).replace(/\.js$/, '.ts'));
-  }
-  for (const m of text.matchAll(/\bimport\(\s*'(\.{1,2}\/[^']+)'\s*\)/g)) {
-    out.push(path.posix.normalize(path.posix.join(path.posix.dirname(file), m[1]!)).replace(/\.js$/, '.ts'));
-  }
-  return out;
+  return importsIn(file, fs.readFileSync(path.join(projectRoot, file), 'utf8'));
+}
+
+function importsIn(file: string, text: string): string[] {
+  return ts
+    .preProcessFile(text, true, true)
+    .importedFiles.map((f) => f.fileName)
+    .filter((name) => /^\.{1,2}\//.test(name))
+    .map((name) => path.posix.normalize(path.posix.join(path.posix.dirname(file), name)).replace(/\.js$/, '.ts'));
 }
 
 describe('layers (docs/architecture.md)', () => {
@@ -128,5 +133,18 @@ describe('layers (docs/architecture.md)', () => {
     expect(ingest.rank).toBeGreaterThan(broker.rank); // the broker importing ingest is upward
     expect(globToRegExp('src/**/routes.ts').test('src/routes.ts')).toBe(true);
     expect(globToRegExp('src/db/**').test('src/dbx/pool.ts')).toBe(false);
+    // Every form of import is read (before, found by an audit: a side-effect import, or one whose
+    // braces held a comment with an apostrophe, was not), and none in a comment or a string.
+    const text = [
+      "import './side.js';",
+      "import {\n  // the router's\n  IngestRouter,\n} from '../ingest/router.js';",
+      "export * from './again.js';",
+      "const lazy = () => import('../http/server.js');",
+      "// import { x } from './commented.js';",
+      'const s = "import { y } from \'./quoted.js\'";',
+    ].join('\n');
+    expect(importsIn('src/broker/link.ts', text).sort()).toEqual(
+      ['src/broker/again.ts', 'src/broker/side.ts', 'src/http/server.ts', 'src/ingest/router.ts'].sort(),
+    );
   });
 });
