@@ -46,8 +46,8 @@ function withBriefLocks<R extends pg.QueryResultRow>(pool: pg.Pool, text: string
   });
 }
 
-/** How long after an hour ends it is rolled up: rows of devices whose clocks lag arrive first. */
-const ROLLUP_LAG_MINUTES = 5;
+/** How long after an hour ends it is rolled up: rows of devices whose clocks lag arrive first (also ingest's late-row bound, history-writer.ts). */
+export const ROLLUP_LAG_MINUTES = 5;
 const ROLLUP_EVERY_MS = 5 * 60_000;
 /** Most hours per transaction when a long history is rolled up the first time. */
 const ROLLUP_STEP = '1 day';

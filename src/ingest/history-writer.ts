@@ -21,6 +21,7 @@
 // believed only if the part's first row is there with that id as its xmin.
 import type pg from 'pg';
 import { from as copyFrom } from 'pg-copy-streams';
+import { ROLLUP_LAG_MINUTES } from '../history/maintenance.js';
 import type { Logger } from '../log.js';
 import type { CopyTurn } from './copy-turn.js';
 import type { DatabaseRetry } from './db-retry.js';
@@ -63,13 +64,13 @@ const LATE_ROWS_LOCK_SQL = 'SELECT pg_advisory_xact_lock(7341002121)';
 
 /**
  * Whether rows at these times (µs) may fire the late-row triggers: they fire for rows older than
- * the rollups' bound, the start of the hour that ended ROLLUP_LAG_MINUTES (5) ago by the
+ * the rollups' bound, the start of the hour that ended ROLLUP_LAG_MINUTES ago by the
  * database's clock (src/history/maintenance.ts; the open region's bound is older still). Taken
  * here a minute later, for a database clock ahead of this one: live rows of an hour's first
  * minutes do not take the lock (they fire nothing).
  */
 function mayFireTriggers(times: number[]): boolean {
-  const bound = Math.floor((Date.now() - 4 * 60_000) / 3_600_000) * 3_600_000 * 1000;
+  const bound = Math.floor((Date.now() - (ROLLUP_LAG_MINUTES - 1) * 60_000) / 3_600_000) * 3_600_000 * 1000;
   for (const t of times) if (t < bound) return true;
   return false;
 }
