@@ -8,6 +8,8 @@ const MIN_CHOSEN_SECRET = 16;
 export const MAX_CHOSEN_SECRET = 256;
 /** Every secret is this text: a chosen one by this schema, a generated one (base64url) too. */
 export const SECRET_CHARACTERS = '^[\\x21-\\x7e]+$';
+/** The 400 of an `expires_at` that is no time: refused by the pattern, or by the service's reading of it. */
+export const EXPIRES_AT_UNREADABLE = 'expires_at must be an ISO 8601 date and time with a time zone, such as 2027-01-31T00:00:00Z';
 
 /** The same `{message, status}` 400 for every failing keyword of a field. */
 const bad = (message: string, keywords: string[]) => Object.fromEntries(keywords.map((k) => [k, { error: 'credentialBadInput', message }]));
@@ -26,7 +28,7 @@ export const credentialCreateBody = bodySchema({
       type: ['string', 'null'],
       pattern: ZONED_TIME_PATTERN,
       description: 'ISO 8601 with a time zone offset; in the future. Absent or null (as the answers write it): never expires.',
-      'x-error': bad('expires_at must be an ISO 8601 date and time with a time zone, such as 2027-01-31T00:00:00Z', ['type', 'pattern']),
+      'x-error': bad(EXPIRES_AT_UNREADABLE, ['type', 'pattern']),
     },
     secret: {
       type: 'string',

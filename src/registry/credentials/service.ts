@@ -7,7 +7,7 @@
 import crypto from 'node:crypto';
 import type pg from 'pg';
 import { errors } from '../../errors.js';
-import { credentialCreateBody } from '../../schemas/credentials.js';
+import { credentialCreateBody, EXPIRES_AT_UNREADABLE } from '../../schemas/credentials.js';
 import { validate } from '../../schemas/validator.js';
 import { afterLatestTime, LATEST_TIME, microsToText, parseTimestamp } from '../../time.js';
 import type { RegistryEvents } from '../events.js';
@@ -70,8 +70,7 @@ export class CredentialService {
         throw errors.credentialBadInput(`expires_at must be ${LATEST_TIME} or earlier`);
       // A real time before 1970 (which no stored time is) is in the past, not badly written.
       if (us === undefined && parseTimestamp(input.expires_at, 'bound') !== undefined) throw errors.credentialExpiresInPast();
-      if (us === undefined)
-        throw errors.credentialBadInput('expires_at must be an ISO 8601 date and time with a time zone, such as 2027-01-31T00:00:00Z');
+      if (us === undefined) throw errors.credentialBadInput(EXPIRES_AT_UNREADABLE);
       if (us <= Date.now() * 1000) throw errors.credentialExpiresInPast();
       expires = microsToText(us);
     }
