@@ -29,23 +29,6 @@ export interface HistoryRow {
   value: string;
 }
 
-/** The labels of the device's attributes (by attribute id), or undefined if there is no such device. */
-export async function deviceAttributeLabels(pool: pg.Pool, tenant: string, id: string): Promise<string[] | undefined> {
-  if (hasNul(id)) return undefined;
-  const { rows } = await pool.query<{ label: string | null }>({
-    name: 'history-device-labels',
-    text: `SELECT a.label
-             FROM devices d
-             LEFT JOIN device_templates dt ON dt.tenant = d.tenant AND dt.device_id = d.id
-             LEFT JOIN template_attrs a ON a.tenant = dt.tenant AND a.template_id = dt.template_id AND a.parent_id IS NULL
-            WHERE d.tenant = $1 AND d.id = $2
-            ORDER BY a.id`,
-    values: [tenant, id],
-  });
-  if (rows.length === 0) return undefined;
-  return [...new Set(rows.map((r) => r.label).filter((l): l is string => l !== null))];
-}
-
 /** The value types of the device's attributes by label (a label of several templates: each), or undefined if there is no such device. */
 export async function deviceAttributeTypes(pool: pg.Pool, tenant: string, id: string): Promise<Map<string, string[]> | undefined> {
   if (hasNul(id)) return undefined;
@@ -68,6 +51,12 @@ export async function deviceAttributeTypes(pool: pg.Pool, tenant: string, id: st
     out.set(r.label, types);
   }
   return out;
+}
+
+/** The labels of the device's attributes (by attribute id), or undefined if there is no such device. */
+export async function deviceAttributeLabels(pool: pg.Pool, tenant: string, id: string): Promise<string[] | undefined> {
+  const types = await deviceAttributeTypes(pool, tenant, id);
+  return types && [...types.keys()];
 }
 
 function bounds(q: HistoryQuery, firstParam: number): { sql: string; values: string[]; key: string } {
