@@ -2,7 +2,7 @@
 // presented) or refused (by reason).
 import client from 'prom-client';
 import type { Metrics } from '../../metrics.js';
-import { LOGIN_REFUSALS, type LoginRefusal } from './refusals.js';
+import { LOGIN_REFUSALS, loginRefusalsHelp, type LoginRefusal } from './refusals.js';
 
 export type LoginKind = 'password' | 'certificate' | 'none';
 
@@ -20,7 +20,7 @@ export class LoginMetrics {
     });
     this.refusedTotal = new client.Counter({
       name: 'device_logins_refused_total',
-      help: 'Device logins to a broker refused, by reason: unknown_device, no_credential (none presented, or the device has none), wrong, expired, throttled (too many failures waiting)',
+      help: `Device logins to a broker refused, by reason: ${loginRefusalsHelp()}`,
       labelNames: ['reason'] as const,
       registers,
     });
