@@ -62,7 +62,7 @@ export class Readiness {
     });
     new client.Gauge({
       name: 'health_check_up',
-      help: 'Each readiness check of GET /health/ready: 1 ok, 0 failing (check: database, migrations, broker, ingest)',
+      help: `Each readiness check of GET /health/ready: 1 ok, 0 failing (check: ${CHECKS.join(', ')})`,
       labelNames: ['check'] as const,
       registers: [opts.metrics.registry],
       async collect() {
