@@ -223,9 +223,9 @@ describe('errors and isolation', () => {
       'interval=1M&agg=count&dateFrom=0001-01-01',
       'interval=1w&tz=Europe/Berlin&agg=max&dateFrom=1900-01-01',
     ]) {
-      const wide = await get(`?attr=temperature&${q}&dateTo=2024-05-02`);
+      const wide = await get<ErrorBody>(`?attr=temperature&${q}&dateTo=2024-05-02`);
       expect(wide.status, q).toBe(400);
-      expect((wide.body as unknown as { message: string }).message).toMatch(/at most 1000 \(HISTORY_MAX_BUCKETS\)/);
+      expect(wide.body.message).toMatch(/at most 1000 \(HISTORY_MAX_BUCKETS\)/);
     }
     const years = await get('?attr=temperature&interval=1M&agg=count&dateFrom=1960-01-01&dateTo=2024-05-02');
     expect(years.body).toEqual([{ ts: '2024-05-01T00:00:00.000000Z', count: 10 }]);
