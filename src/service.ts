@@ -288,7 +288,6 @@ function registryServices(
     cacheMaxAgeMs,
     openKey: (sealed, place) => psk.open(sealed, place),
     status: messaging.deviceStatus,
-    offlineAfterSeconds: config.deviceOfflineAfterSeconds,
   });
   started.onStop('registry caches', () => {
     templates.close();

@@ -35,10 +35,8 @@ export interface DeviceOptions {
   openKey?: (sealed: Buffer, place: { tenant: string; deviceId: string; attrId: number }) => string;
   /** Id generator; tests replace it to force collisions. */
   randomId?: () => string;
-  /** last_seen and status of the GET views, and the status filter (docs/live.md). */
+  /** last_seen and status of the GET views, and the status filter (docs/live.md); absent: neither. */
   status?: DeviceStatusBook;
-  /** DEVICE_OFFLINE_AFTER_SECONDS, for the status filter. */
-  offlineAfterSeconds?: number;
 }
 
 interface CachedView {
@@ -147,9 +145,10 @@ export class DeviceService {
 
   /** `status=online|offline` of a list request as a query condition; the book's pending times are written first. */
   async statusQuery(status: string | undefined): Promise<DeviceQuery['status']> {
-    if (status !== 'online' && status !== 'offline') return undefined;
-    await this.opts.status?.flush();
-    return { online: status === 'online', offlineAfterSeconds: this.opts.offlineAfterSeconds ?? 600, nowUs: Date.now() * 1000 };
+    const book = this.opts.status;
+    if (!book || (status !== 'online' && status !== 'offline')) return undefined;
+    await book.flush();
+    return { online: status === 'online', offlineAfterSeconds: book.offlineAfterSeconds, nowUs: Date.now() * 1000 };
   }
 
   /**

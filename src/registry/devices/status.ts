@@ -83,6 +83,11 @@ export class DeviceStatusBook {
     events.on((e) => this.registryChanged(e));
   }
 
+  /** DEVICE_OFFLINE_AFTER_SECONDS: the timeout of a device whose templates set none. */
+  get offlineAfterSeconds(): number {
+    return this.opts.offlineAfterSeconds;
+  }
+
   /** Reads every stored last_seen and starts the batch writer and the offline sweep. */
   async start(): Promise<void> {
     const rows = await this.stored();
