@@ -97,7 +97,12 @@ const UNREACHABLE_CODES = new Set([
   'ENOTFOUND',
   'EAI_AGAIN',
 ]);
-/** SQLSTATEs of a server that cannot serve now: shutting down, starting, recovering, out of connections. */
+/**
+ * SQLSTATEs of a server that cannot serve now: shutting down, starting, recovering, out of
+ * connections. Beside them, classes 08 (connection exception) and 28 (the login refused: a
+ * password changed in the database before DATABASE_URL, docs/operations.md §5, or a role that
+ * may not log in), which leave the service without a connection just the same.
+ */
 const UNAVAILABLE_STATES = new Set(['57P01', '57P02', '57P03', '53300']);
 /**
  * pg's own messages for a lost connection, a pool that found none in time, one closed by
@@ -112,7 +117,7 @@ const UNAVAILABLE_MESSAGES =
  */
 export function isDatabaseUnavailable(err: unknown): boolean {
   const { code, syscall } = (err ?? {}) as { code?: unknown; syscall?: unknown };
-  if (typeof code === 'string' && (UNREACHABLE_CODES.has(code) || UNAVAILABLE_STATES.has(code) || code.startsWith('08'))) return true;
+  if (typeof code === 'string' && (UNREACHABLE_CODES.has(code) || UNAVAILABLE_STATES.has(code) || /^(08|28)/.test(code))) return true;
   // A database reached by its Unix socket (`?host=/var/run/postgresql`): PostgreSQL removes the
   // socket file when it stops, so connecting while it is down fails ENOENT, not ECONNREFUSED.
   if (code === 'ENOENT' && syscall === 'connect') return true;
