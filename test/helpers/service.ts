@@ -233,11 +233,15 @@ export interface SpawnedService {
   waitFor(pattern: RegExp, timeoutMs?: number): Promise<string>;
 }
 
-/** Runs the compiled service (`node dist/src/main.js`) as its own process. */
-export function spawnService(env: Record<string, string | undefined>): SpawnedService {
+/**
+ * Runs the compiled service (`node dist/src/main.js`) as its own process; `processGroup`: in a
+ * process group of its own, as a terminal runs a command (Ctrl-C signals the whole group).
+ */
+export function spawnService(env: Record<string, string | undefined>, opts: { processGroup?: boolean } = {}): SpawnedService {
   const child = spawn(process.execPath, [path.join(projectRoot, 'dist/src/main.js')], {
     env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached: opts.processGroup ?? false,
   });
   const output: string[] = [];
   const waiters: Array<{ pattern: RegExp; resolve: (line: string) => void }> = [];
