@@ -379,6 +379,11 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
   if (databaseUrl && pskEncryptionKey === undefined) {
     throw new ConfigError('PSK_ENCRYPTION_KEY', 'must be set when DATABASE_URL is set (32 bytes, as 64 hex characters or base64)');
   }
+  // There is no embedded PostgreSQL with DATABASE_URL: its settings would be ignored silently.
+  for (const name of ['EMBEDDED_PG_PORT', 'EMBEDDED_PG_SETTINGS']) {
+    if (databaseUrl && value(env, name) !== undefined)
+      throw new ConfigError(name, 'configures the embedded PostgreSQL; with DATABASE_URL set, configure that server');
+  }
   const cores = Math.max(1, os.availableParallelism());
   const config: Config = {
     host: host(env, 'HOST', '0.0.0.0'),

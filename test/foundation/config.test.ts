@@ -54,6 +54,17 @@ describe('configuration', () => {
     expect(run).toThrow(message);
   });
 
+  it.each([
+    ['EMBEDDED_PG_PORT', '5999'],
+    ['EMBEDDED_PG_SETTINGS', 'shared_buffers=2GB'],
+  ])('refuses %s with DATABASE_URL set (it would be ignored: there is no embedded PostgreSQL then)', (name, value) => {
+    // Before, found by an audit: both were ignored without a word.
+    const run = () => readConfig({ DATABASE_URL: 'postgres://x@localhost/db', PSK_ENCRYPTION_KEY: KEY, [name]: value });
+    expect(run).toThrow(ConfigError);
+    expect(run).toThrow(`${name} configures the embedded PostgreSQL; with DATABASE_URL set, configure that server`);
+    expect(readConfig({ DATABASE_URL: 'postgres://x@localhost/db', PSK_ENCRYPTION_KEY: KEY, [name]: '  ' }).databaseUrl).toBeDefined();
+  });
+
   it('needs PSK_ENCRYPTION_KEY with DATABASE_URL', () => {
     expect(() => readConfig({ DATABASE_URL: 'postgres://x@localhost/db' })).toThrow(
       /PSK_ENCRYPTION_KEY must be set when DATABASE_URL is set/,
