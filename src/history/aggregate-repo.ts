@@ -76,7 +76,12 @@ export async function spanOf(pool: pg.Pool, s: SeriesRef, r: Range, b: Bucketing
   return { empty: false, lo: row.lo, hi: row.hi, buckets: Math.max(0, Number(row.n)) };
 }
 
-const NUMBER = `CASE WHEN value ~ '^-?[0-9]' THEN value::numeric END`;
+/**
+ * A stored value as a number, null when it is none; the same as history_number() of the rollups
+ * (sql/190_history_number_within_numeric.sql): an exponent of five digits or more is beyond
+ * `numeric` (it answered 500 before, found by an audit).
+ */
+const NUMBER = `CASE WHEN value ~ '^-?[0-9]' AND value !~ '[eE][+-]?0*[1-9][0-9]{4}' THEN value::numeric END`;
 
 /**
  * An exact (numeric) average or sum as the nearest double: 0 when that is 0, |x| <= 2^-1075
