@@ -78,10 +78,10 @@ export async function spanOf(pool: pg.Pool, s: SeriesRef, r: Range, b: Bucketing
 
 /**
  * A stored value as a number, null when it is none; the same as history_number() of the rollups
- * (sql/190_history_number_within_numeric.sql): an exponent of five digits or more is beyond
- * `numeric` (it answered 500 before, found by an audit).
+ * (sql/190_history_number_within_numeric.sql): more than 1,000 characters or an exponent of five
+ * digits or more may be beyond `numeric` (it answered 500 before, found by an audit).
  */
-const NUMBER = `CASE WHEN value ~ '^-?[0-9]' AND value !~ '[eE][+-]?0*[1-9][0-9]{4}' THEN value::numeric END`;
+const NUMBER = `CASE WHEN value ~ '^-?[0-9]' AND length(value) <= 1000 AND value !~ '[eE][+-]?0*[1-9][0-9]{4}' THEN value::numeric END`;
 
 /**
  * An exact (numeric) average or sum as the nearest double: 0 when that is 0, |x| <= 2^-1075

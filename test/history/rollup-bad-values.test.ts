@@ -1,4 +1,4 @@
-// A value PostgreSQL's numeric cannot hold (a bulk-loaded `1e200000`: docs/operations.md §6,
+// A value PostgreSQL's numeric cannot hold (a bulk-loaded `1e200000`, or 20,000 digits after the point: docs/operations.md §6,
 // "Loading history in bulk", the value column read as it is): it is no number for the numeric
 // aggregates, and the rollup pass goes on for every series. Before (found by an audit), reading
 // it as numeric raised "value overflows numeric format": every rollup pass failed at its hour
@@ -34,12 +34,14 @@ beforeAll(async () => {
   await insertHistory(pool, [
     { tenant, device: bad, attr: 'temperature', ts: '2024-06-01T00:10:00Z', value: '1e200000' },
     { tenant, device: bad, attr: 'temperature', ts: '2024-06-01T00:20:00Z', value: '2' },
+    // More than numeric's 16,383 digits after the point.
+    { tenant, device: bad, attr: 'temperature', ts: '2024-06-01T00:40:00Z', value: `0.${'1'.repeat(20_000)}` },
     { tenant, device: good, attr: 'temperature', ts: '2024-06-01T00:30:00Z', value: '5' },
   ]);
 });
 
 describe('a stored number beyond numeric', () => {
-  const expectedBad = [{ ts: '2024-06-01T00:00:00.000000Z', avg: 2, max: 2, count: 2 }];
+  const expectedBad = [{ ts: '2024-06-01T00:00:00.000000Z', avg: 2, max: 2, count: 3 }];
   const expectedGood = [{ ts: '2024-06-01T00:00:00.000000Z', avg: 5, max: 5, count: 1 }];
 
   it('is no number for avg/min/max/sum, from the rows', async () => {
