@@ -146,6 +146,11 @@ export class DeviceAuthorisation {
   /** Clients that sent no client id (aedes made one up): nobody else can name it, and it is not kept. */
   private readonly madeUpIds = new WeakSet<Client>();
   /**
+   * Clients closed because their login no longer holds: aedes still runs their will through
+   * authorizePublish, which must not check it as a new login of the device (no password left).
+   */
+  private readonly revoked = new WeakSet<Client>();
+  /**
    * Logins being checked, by device: what the registry removes meanwhile (a slow hash takes tens
    * of milliseconds) would close nothing, the client not being bound yet, so it is applied to
    * the verdict when it arrives.
@@ -315,6 +320,7 @@ export class DeviceAuthorisation {
   /** PUBLISH: only to the client's own attrs topic (a legacy one may name it); anything else closes the connection. */
   private authorizePublish(client: Client | null, packet: PublishPacket, done: PublishDone): void {
     if (!client) return done(new Error('publishing without a client is not allowed'));
+    if (this.revoked.has(client)) return done(new Error('its login no longer holds'));
     const topic = attrsTopic(packet.topic);
     if (!topic) return done(new Error(`devices may only publish to their attrs topic, not ${packet.topic}`));
     const session = this.identity.get(client);
@@ -524,6 +530,7 @@ export class DeviceAuthorisation {
     for (const client of [...(clients ?? [])]) {
       const session = this.identity.get(client);
       this.log.info('closing an MQTT connection', { why, tenant: session?.device.tenant, device: session?.device.id, client: client.id });
+      this.revoked.add(client);
       this.disconnected(client);
       client.close();
     }
