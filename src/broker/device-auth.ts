@@ -198,9 +198,16 @@ export class DeviceAuthorisation {
   /** CONNECT (MQTT 3.1.1). */
   private authenticate(client: Client, username: string | undefined, password: Buffer | undefined, done: AuthenticateDone): void {
     const presented = { clientId: client.id, username, password, conn: client.conn };
+    // Until its login is accepted the client holds no session: aedes, closing a client that asked
+    // for a clean one, drops what its client id keeps (QoS 2 messages awaiting their PUBREL), and
+    // a refused client (or one that hangs up while checked) must not do that to the device whose
+    // client id it named.
+    const clean = client.clean;
+    client.clean = false;
     this.decide(presented).then(
       (d) => {
         if (!d.accept) return done(refused(d.code, d.why), false);
+        client.clean = clean;
         if (d.device) this.bind(client, d.device, d.verdict);
         // Its password waits for the topic that names its device.
         else this.unnamed.set(client, password && password.length > 0 ? Buffer.from(password) : undefined);
