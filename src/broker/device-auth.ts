@@ -52,6 +52,27 @@ interface SessionBroker {
   clients: Record<string, Client | undefined>;
 }
 
+/** aedes's wait for a client's socket to drain, bounded by its `drainTimeout` (60 s), past which it closes the connection; not in its typed API. */
+interface Drainable {
+  waitForDrain(callback: (err: Error | null) => void): void;
+}
+
+/**
+ * Whether what was written to the client waits unread (its socket over its high-water mark).
+ * aedes writes a PUBACK or PUBREC without looking at backpressure (mqtt-packet reports every
+ * acknowledgement as written), so a device that publishes and never reads had aedes go on
+ * reading and acknowledging, each unread PUBACK kept in memory for as long as the connection
+ * lived (found by an audit: +180 MB for 1.4 M messages of one connection).
+ */
+function ackUnread(client: Client): boolean {
+  return (client.conn as unknown as { writableNeedDrain?: boolean }).writableNeedDrain === true;
+}
+
+/** Goes on once the client has read its acknowledgements; aedes reads nothing more from it meanwhile, and closes it past its drain timeout. */
+function whenAcksRead(client: Client, go: () => void, fail: PublishDone): void {
+  (client as unknown as Drainable).waitForDrain((err) => (err ? fail(err) : go()));
+}
+
 /** CONNACK return codes (MQTT 3.1.1): 2 identifier rejected, 3 server unavailable, 4 bad user name or password, 5 not authorised. */
 type ReturnCode = 2 | 3 | 4 | 5;
 /** Their MQTT 5 reason codes. */
@@ -355,6 +376,7 @@ export class DeviceAuthorisation {
   /** An authorised attrs message to the inbox: QoS 0 goes on at once, QoS 1/2 (the PUBACK) when ingest uses its ack handle. */
   private handOver(client: Client, device: DeviceRef, packet: PublishPacket, done: PublishDone): void {
     if (this.holding) return;
+    if (ackUnread(client)) return whenAcksRead(client, () => this.handOver(client, device, packet, done), done);
     // Not retained: no one may subscribe to an attrs topic, so aedes would keep the last message
     // of each (up to MAX_MESSAGE_BYTES) in memory for good, even after its device is removed.
     packet.retain = false;
