@@ -73,6 +73,29 @@ function whenAcksRead(client: Client, go: () => void, fail: PublishDone): void {
   (client as unknown as Drainable).waitForDrain((err) => (err ? fail(err) : go()));
 }
 
+/** What of aedes's client bounds the QoS 2 messages awaiting PUBREL; not in its typed API. */
+interface Qos2Window {
+  _inboundInflight: Set<number>;
+  broker: { maxInflightInbound: number };
+}
+const QOS2_WINDOW_FULL = 'too many QoS 2 messages awaiting PUBREL';
+
+/**
+ * Takes the message's place in the client's QoS 2 window (aedes's maxInflightInbound, 1,000),
+ * as aedes would after this hook, or says it is full. aedes refuses a message past the window
+ * only after the hook, which takes it in and waits for its commit: the message was stored, got
+ * no PUBREC, and was stored again when the device sent it again (found by an audit). The place
+ * is taken at once, as aedes does it: a socket chunk's messages reach the hook together.
+ */
+function takeQos2Slot(client: Client, messageId: number | undefined): boolean {
+  const { _inboundInflight: inflight, broker } = client as unknown as Qos2Window;
+  if (!inflight || messageId === undefined) return true;
+  const limit = broker.maxInflightInbound;
+  if (limit > 0 && !inflight.has(messageId) && inflight.size >= limit) return false;
+  inflight.add(messageId);
+  return true;
+}
+
 /** CONNACK return codes (MQTT 3.1.1): 2 identifier rejected, 3 server unavailable, 4 bad user name or password, 5 not authorised. */
 type ReturnCode = 2 | 3 | 4 | 5;
 /** Their MQTT 5 reason codes. */
@@ -387,7 +410,7 @@ export class DeviceAuthorisation {
       const { persistence } = (client as Client & { broker: { persistence: SessionStore } }).broker;
       persistence.incomingGetPacket(client, packet).then(
         () => done(null),
-        () => this.takeIn(client, device, packet, done),
+        () => (takeQos2Slot(client, packet.messageId) ? this.takeIn(client, device, packet, done) : done(new Error(QOS2_WINDOW_FULL))),
       );
       return;
     }

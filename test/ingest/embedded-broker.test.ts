@@ -285,4 +285,35 @@ describe('QoS 2', () => {
     again.sock.destroy();
     expect(await values(d, 'seq')).toEqual([42, 42]);
   });
+
+  it('a message past the 1,000 awaiting their PUBREL is refused before it is stored: sent again, it is stored once', async () => {
+    // aedes closes a connection with more QoS 2 messages awaiting PUBREL than its
+    // maxInflightInbound (1,000). Found by an audit: the service took the message past the
+    // window in and committed it first, so the device, which got no PUBREC, sent it again
+    // after reconnecting, and it was stored twice.
+    const d = await newDevice();
+    const numbered = (seq: number, dup: boolean) =>
+      mqttPacket.generate({
+        cmd: 'publish',
+        topic: `${tenant}:${d}/attrs`,
+        payload: JSON.stringify({ seq }),
+        qos: 2,
+        messageId: seq,
+        dup,
+        retain: false,
+      });
+    const first = await rawSession(d);
+    const closed = new Promise((resolve) => first.sock.once('close', resolve));
+    for (let seq = 1; seq <= 1000; seq++) first.sock.write(numbered(seq, false));
+    await eventually(() => first.packets.filter((p) => p.cmd === 'pubrec').length === 1000 || undefined, '1,000 PUBRECs');
+    first.sock.write(numbered(1001, false));
+    await closed;
+    expect(first.packets.filter((p) => p.cmd === 'pubrec')).toHaveLength(1000);
+    // MQTT 3.1.1 §4.4: the message without its PUBREC is sent again, with DUP.
+    const again = await rawSession(d);
+    again.sock.write(numbered(1001, true));
+    await eventually(() => again.packets.some((p) => p.cmd === 'pubrec') || undefined, 'its PUBREC');
+    again.sock.destroy();
+    expect((await values(d, 'seq')).map(Number).sort((a, b) => a - b)).toEqual([...Array(1001).keys()].map((i) => i + 1));
+  });
 });
