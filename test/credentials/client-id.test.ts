@@ -7,7 +7,7 @@ import crypto from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { http, useService } from '../helpers/service.js';
 import { closedByPeer } from '../helpers/registry-fixtures.js';
-import { connackCode, connect, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
+import { connackCode, connect, newCredential, newDevice, type Tenant, twoTenants } from './fixtures.js';
 
 const IDENTIFIER_REJECTED = 2;
 const BAD_LOGIN = 4;
@@ -25,9 +25,7 @@ describe('client ids and MQTT_DEVICE_AUTH=required', () => {
   let url: string;
 
   beforeAll(async () => {
-    url = `mqtt://127.0.0.1:${svc.service.mqttPort}`;
-    a = await newTenant(svc);
-    b = await newTenant(svc);
+    ({ a, b, url } = await twoTenants(svc));
   });
 
   const clientId = () => `sensor-${crypto.randomBytes(4).toString('hex')}`;

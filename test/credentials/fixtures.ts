@@ -25,6 +25,13 @@ export async function newTenant(svc: Api, prefix = 'cred'): Promise<Tenant> {
   return { name, token, templateId: res.body.template.id };
 }
 
+/** Two tenants of a service with the embedded broker, and that broker's URL: a device's tenant and another. */
+export async function twoTenants(
+  svc: Api & { readonly service: { readonly mqttPort: number | undefined } },
+): Promise<{ a: Tenant; b: Tenant; url: string }> {
+  return { a: await newTenant(svc), b: await newTenant(svc), url: `mqtt://127.0.0.1:${svc.service.mqttPort}` };
+}
+
 export async function newDevice(svc: Api, t: Tenant): Promise<string> {
   const res = await http<DevicesCreated>('POST', `${svc.base}/device`, {
     token: t.token,

@@ -11,7 +11,7 @@ import mqttPacket from 'mqtt-packet';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { useService } from '../helpers/service.js';
 import { historyCount } from '../helpers/registry-fixtures.js';
-import { connackCode, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
+import { connackCode, newCredential, newDevice, type Tenant, twoTenants } from './fixtures.js';
 
 const IDENTIFIER_REJECTED = 2;
 const BAD_LOGIN = 4;
@@ -56,9 +56,7 @@ describe('a refused login and the session of the client id it named (MQTT_DEVICE
   let url: string;
 
   beforeAll(async () => {
-    url = `mqtt://127.0.0.1:${svc.service.mqttPort}`;
-    a = await newTenant(svc);
-    b = await newTenant(svc);
+    ({ a, b, url } = await twoTenants(svc));
   });
 
   it("leaves the device's QoS 2 messages awaiting their PUBREL: a resend is not taken in twice (found by an audit)", async () => {

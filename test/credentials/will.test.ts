@@ -7,7 +7,7 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { http, useService } from '../helpers/service.js';
 import { closedByPeer, eventually, historyCount } from '../helpers/registry-fixtures.js';
-import { connect, deleteCredential, metricValue, newCredential, newDevice, newTenant, type Tenant } from './fixtures.js';
+import { connect, deleteCredential, metricValue, newCredential, newDevice, type Tenant, twoTenants } from './fixtures.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const WILL = Buffer.from(JSON.stringify({ temperature: 42.5 }));
@@ -28,9 +28,7 @@ describe('will messages, MQTT_DEVICE_AUTH=required', () => {
   let url: string;
 
   beforeAll(async () => {
-    url = `mqtt://127.0.0.1:${svc.service.mqttPort}`;
-    a = await newTenant(svc);
-    b = await newTenant(svc);
+    ({ a, b, url } = await twoTenants(svc));
   });
 
   it("a device's will on its own attrs topic is taken in when its connection drops, in either layout", async () => {
