@@ -656,11 +656,17 @@ export class LiveHub {
     }
   }
 
-  /** Runs `step` after the tenant's earlier registry changes and subscriptions; a failure is logged, the next step runs. */
+  /**
+   * Runs `step` after the tenant's earlier registry changes and subscriptions; a failure is logged, the next step runs.
+   * A failed step is the re-read of every template filter of the tenant's streams after a registry change (a
+   * subscription logs its own failure, with its request's id): its line names the tenant, no one request.
+   */
   private inTurn(tenant: string, step: () => Promise<void>): void {
     const turn = (this.turns.get(tenant) ?? Promise.resolve())
       .then(step)
-      .catch((err: Error) => this.opts.log.warn('live: reading a template filter failed', { error: err.message }))
+      .catch((err: Error) =>
+        this.opts.log.warn('live: reading the template filters again after a registry change failed', { tenant, error: err.message }),
+      )
       .finally(() => {
         if (this.turns.get(tenant) === turn) this.turns.delete(tenant);
       });
