@@ -23,6 +23,7 @@ import type { QueryCheck, QueryFailure, QueryValues } from '../schemas/validator
 import { acceptOf } from './accept.js';
 import { bearerTokenOf } from './bearer.js';
 import { BodyAborted, parseJson, readBody } from './body.js';
+import { writeChunked } from './chunked-write.js';
 import { requestIdFor } from './request-id.js';
 import { statusLine } from './status-line.js';
 import { operationKey, queryChecks } from './route.js';
@@ -379,12 +380,7 @@ async function sendStream(ex: Exchange, reply: Reply, produce: (out: StreamOut) 
   const out: StreamOut = {
     write(chunk) {
       if (ex.aborted) return false;
-      let ok = true;
-      res.cork(() => {
-        start();
-        ok = res.write(chunk);
-      });
-      return ok;
+      return writeChunked(res, chunk, start);
     },
     drained() {
       if (ex.aborted) return Promise.resolve();

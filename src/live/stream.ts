@@ -13,6 +13,7 @@ import type { Claims, Tokens } from '../auth/tokens.js';
 import { errors, type ApiError } from '../errors.js';
 import { acceptOf, names } from '../http/accept.js';
 import { bearerTokenOf } from '../http/bearer.js';
+import { corkedBytes, CORK_RUN_BYTES, writeChunked } from '../http/chunked-write.js';
 import { unknownParameter } from '../http/query.js';
 import { requestIdFor } from '../http/request-id.js';
 import { statusLine } from '../http/status-line.js';
@@ -342,13 +343,31 @@ class SseClient extends Client {
    * Writes the texts one by one until uWS has to buffer one (its write answers false) and
    * answers how many went out: the rest are dropped, so uWS holds at most one message for a
    * client that stopped reading, not a whole commit's batch (before, found by an audit, a paused
-   * client held 28 MiB of one burst's batches with LIVE_CLIENT_BUFFER_BYTES at 1 MiB).
+   * client held 28 MiB of one burst's batches with LIVE_CLIENT_BUFFER_BYTES at 1 MiB). Corked in
+   * runs that fit uWS's cork buffer, a larger message alone (src/http/chunked-write.ts: before,
+   * found by CI, a message that did not fit was lost on a full socket, and the stream broken).
    */
   private writeUntilChoked(texts: string[]): number {
     let i = 0;
-    this.res.cork(() => {
-      while (i < texts.length && !this.choked) if (!this.res.write(`data: ${texts[i++]}\n\n`)) this.choked = true;
-    });
+    while (i < texts.length && !this.choked) {
+      const frame = `data: ${texts[i]}\n\n`;
+      if (corkedBytes(frame) > CORK_RUN_BYTES) {
+        i++;
+        if (!writeChunked(this.res, frame)) this.choked = true;
+        continue;
+      }
+      this.res.cork(() => {
+        let room = CORK_RUN_BYTES;
+        for (let next = frame; ; next = `data: ${texts[i]}\n\n`) {
+          const bytes = corkedBytes(next);
+          if (bytes > room) break;
+          room -= bytes;
+          i++;
+          if (!this.res.write(next)) this.choked = true;
+          if (this.choked || i === texts.length) break;
+        }
+      });
+    }
     this.hub.counters.sent.inc(i);
     this.sent(i);
     return i;
@@ -361,11 +380,7 @@ class SseClient extends Client {
   }
 
   private writeRaw(text: string): void {
-    let ok = true;
-    this.res.cork(() => {
-      ok = this.res.write(text);
-    });
-    if (!ok) this.choked = true;
+    if (!writeChunked(this.res, text)) this.choked = true;
   }
 
   private comment(): void {

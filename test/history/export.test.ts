@@ -1,6 +1,7 @@
 // Streamed export (docs/messaging.md §6 "Streamed export"): CSV and NDJSON on the history
 // endpoint by Accept, GET /history/export for the tenant, tenant isolation, and a client that
 // disconnects mid-stream: its COPY is gone from pg_stat_activity shortly after.
+import nodeHttp from 'node:http';
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { ErrorBody } from '../helpers/api.js';
 import { createDevice, createTemplate, eventually, insertHistory } from '../helpers/registry-fixtures.js';
@@ -275,6 +276,46 @@ describe('GET /history/export', () => {
     const lines = r.text.trimEnd().split('\n');
     expect(lines).toHaveLength(BIG_ROWS + 1);
     expect(new Set(lines.slice(1).map((l) => Number(l.split(',')[3]))).size).toBe(BIG_ROWS);
+  });
+
+  it(`a client that reads slowly, pausing again and again, still gets every row whole, rows larger than uWS's cork buffer too`, async () => {
+    // Each pause fills the socket; each chunk written then must be kept whole by uWS (before,
+    // found by CI on the live stream, a chunk that did not fit uWS's 16 KiB cork buffer was
+    // lost on a full socket: the client read a size line without its data and dropped the
+    // answer). A row of 20,000 characters is such a chunk.
+    const pool = svc.service.pool;
+    const t = await createTemplate(pool, tenant, 'wide', [{ label: 'note', type: 'dynamic', value_type: 'string' }]);
+    const wide = await createDevice(pool, tenant, [t]);
+    const rows = 1500;
+    await pool.query(
+      `INSERT INTO history (tenant, device_id, attr, series, ts, value)
+       SELECT $1, $2, 'note', history_series($1, $2, 'note'), '2024-06-01'::timestamptz + i * interval '1 second', to_json(i || repeat('x', 20000))::text
+         FROM generate_series(1, $3::int) i`,
+      [tenant, wide, rows],
+    );
+    const text = await new Promise<string>((resolve, reject) => {
+      nodeHttp
+        .get(`${svc.base}/history/export?devices=${wide}&format=csv`, { headers: { authorization: `Bearer ${token}` } }, (res) => {
+          const parts: Buffer[] = [];
+          let sincePause = 0;
+          res.on('data', (chunk: Buffer) => {
+            parts.push(chunk);
+            sincePause += chunk.length;
+            if (sincePause < 256 * 1024) return;
+            sincePause = 0;
+            res.pause();
+            setTimeout(() => res.resume(), 20);
+          });
+          res.on('end', () => resolve(Buffer.concat(parts).toString('utf8')));
+          res.on('error', reject);
+        })
+        .on('error', reject);
+    });
+    const lines = text.trimEnd().split('\n');
+    expect(lines).toHaveLength(rows + 1);
+    // value i: the JSON string "<i>xxx…" (20,000 x), quoted as CSV quotes it
+    const numbers = lines.slice(1).map((l) => Number(/,"""(\d+)x{20000}"""$/.exec(l)?.[1]));
+    expect(numbers).toEqual(Array.from({ length: rows }, (_, i) => i + 1));
   });
 
   it('a client that stops reading holds the query (backpressure); one that disconnects stops it', async () => {
