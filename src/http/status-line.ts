@@ -1,5 +1,6 @@
 // The status lines of the answers (uWebSockets.js sends the line it is given, reason phrase and all).
 const STATUS_LINES: Record<number, string> = {
+  101: '101 Switching Protocols',
   200: '200 OK',
   201: '201 Created',
   204: '204 No Content',

@@ -814,7 +814,10 @@ export class LiveHub {
           writeError(res, admitted.status, admitted.error, request.id, this.closing);
           return;
         }
-        // uWebSockets.js writes the 101 itself, with no room for X-Request-Id (the log line has it).
+        // The 101 echoes X-Request-Id as every answer does: upgrade() writes its status line only
+        // when none was written, and its own headers after ours.
+        res.writeStatus(statusLine(101));
+        res.writeHeader('X-Request-Id', request.id);
         // A browser that offered subprotocols needs one of them back: ours (admit refused any other offer).
         const chosen = protocols.length > 0 ? SUBPROTOCOL : '';
         res.upgrade<WsData>(

@@ -6,7 +6,7 @@ import { stripVTControlCharacters } from 'node:util';
 import WebSocket from 'ws';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createLogger, REDACT_PATHS, REDACTED, type LogFormat } from '../../src/log.js';
-import { http, loggedAddress, spawnService, testEnv, type SpawnedService } from '../helpers/service.js';
+import { http, loggedAddress, login, spawnService, testEnv, type SpawnedService } from '../helpers/service.js';
 
 function capture(format: LogFormat = 'json', level: 'debug' | 'info' = 'debug') {
   const lines: string[] = [];
@@ -153,6 +153,17 @@ describe('request ids', () => {
       ws.on('error', reject);
     });
     expect(upgrade).toEqual([401, 'live-ws']);
+    // An accepted WebSocket upgrade: its 101 echoes the id as every other answer does (before,
+    // found by an audit, uWebSockets.js's 101 went out without it).
+    const token = await login(base);
+    const accepted = await new Promise<[number | undefined, unknown]>((resolve, reject) => {
+      const ws = new WebSocket(`${base.replace('http', 'ws')}/stream?token=${token}`, { headers: { 'x-request-id': 'live-ws-open' } });
+      ws.on('upgrade', (res) => resolve([res.statusCode, res.headers['x-request-id']]));
+      ws.on('open', () => ws.close());
+      ws.on('unexpected-response', (_req, res) => reject(new Error(`upgrade refused: ${res.statusCode}`)));
+      ws.on('error', reject);
+    });
+    expect(accepted).toEqual([101, 'live-ws-open']);
     // A broker's login hook (internal listener): the login's own lines carry the request's id.
     const internal = loggedAddress(await svc.waitFor(/internal HTTP API listening/));
     const hook = await http<{ result: string }>('POST', `${internal}/broker/emqx/authenticate`, {
@@ -176,6 +187,7 @@ describe('request ids', () => {
       ['live-page', '/live', 200],
       ['live-sse', '/stream', 401],
       ['live-ws', '/stream', 401],
+      ['live-ws-open', '/stream', 101],
     ] as const)
       expect(byId(id)).toEqual([expect.objectContaining({ msg: 'request', path, status })]);
     expect(byId('hook-1').map((l) => l.msg)).toEqual(expect.arrayContaining(['device login refused', 'request']));
