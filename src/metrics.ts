@@ -24,6 +24,10 @@ export function createMetrics(): Metrics {
   const registry = new client.Registry();
   // process_* and nodejs_* (CPU, memory, file descriptors, heap, GC, event-loop lag).
   client.collectDefaultMetrics({ register: registry });
+  // prom-client names three gauges `_total`, which Prometheus keeps for counters (promtool check
+  // metrics refuses them): each is the sum of its by-type gauge (`nodejs_active_handles`, ...).
+  for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'])
+    registry.removeSingleMetric(name);
   memoryLimits(registry);
   const requests = new client.Counter({
     name: 'http_requests_total',
