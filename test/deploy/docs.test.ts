@@ -92,6 +92,12 @@ describe('docs/operations.md', () => {
       expect(operations).toContain(word);
   });
 
+  it("the load balancer example passes on the client's scheme, which the served /openapi.json names", () => {
+    const haproxy = /^frontend device_registry_public$([\s\S]*?)^```$/m.exec(operations)?.[1] ?? '';
+    expect(haproxy).toContain('bind :443 ssl');
+    expect(haproxy).toContain('http-request set-header X-Forwarded-Proto https');
+  });
+
   it('explains every secret the compose file requires', () => {
     for (const name of secrets) expect(operations).toContain(`\`${name}\``);
   });
