@@ -332,8 +332,8 @@ function buildOpenApi(routes: readonly RouteDecl[], limits: DocumentLimits, urls
         'Every request and query is checked against the schemas of this document; error bodies are exact (components `Error.*`). ' +
         'Every operation except POST /auth, /health, /health/live, /health/ready, /metrics, /openapi.json, /live and the broker hooks needs `Authorization: Bearer <jwt>` (from POST /auth). ' +
         'Operations tagged `internal` are served on the internal listener only. ' +
-        'A path no operation has answers 404 `{"message": "Invalid endpoint requested", "status": 404}`, a known path with another method 405 with `Allow`. ' +
-        'Every answer carries `X-Request-Id` (the one sent, or one made by the service), but the WebSocket upgrade of GET /stream (101). See docs/api.md.',
+        'A path no operation has answers 404 `{"message": "Invalid endpoint requested", "status": 404}`, a known path with another method 405 with `Allow` (the token is checked first: without a valid one, both answer 401). ' +
+        'Every answer carries `X-Request-Id` (the one sent, or one made by the service), the WebSocket upgrade of GET /stream (101) included. See docs/api.md.',
       license: { name: 'MIT', identifier: 'MIT' },
     },
     jsonSchemaDialect: 'https://json-schema.org/draft/2020-12/schema',
