@@ -36,6 +36,13 @@ applyHeapGrowing(config.v8HeapGrowingPercent);
 process.on('unhandledRejection', (reason) =>
   log.error('unhandled promise rejection', { error: reason instanceof Error ? reason : String(reason) }),
 );
+// Node's own report of an uncaught exception is a multi-line stack on stderr, which a log
+// collector reading JSON lines cannot parse: one log line instead, then the exit Node would make
+// (code 1; the state is not safe to go on with; what was not acknowledged is sent again).
+process.on('uncaughtException', (err) => {
+  log.error('uncaught exception; exiting', { error: err });
+  process.exit(1);
+});
 
 // Signals are handled from the first moment: before ready they cancel the start, which stops
 // whatever had started (a running initdb is let finish, so DATA_DIR stays usable).

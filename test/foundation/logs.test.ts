@@ -2,11 +2,13 @@
 // format on one line; and over HTTP, the request id: taken from X-Request-Id or made, echoed in
 // the answer, and on the request's log lines.
 import crypto from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import { stripVTControlCharacters } from 'node:util';
 import WebSocket from 'ws';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createLogger, REDACT_PATHS, REDACTED, type LogFormat } from '../../src/log.js';
-import { http, loggedAddress, login, spawnService, testEnv, type SpawnedService } from '../helpers/service.js';
+import { http, loggedAddress, login, spawnService, tempDir, testEnv, type SpawnedService } from '../helpers/service.js';
 
 function capture(format: LogFormat = 'json', level: 'debug' | 'info' = 'debug') {
   const lines: string[] = [];
@@ -111,6 +113,31 @@ describe('log lines', () => {
     const { log, lines } = capture('json', 'info');
     log.debug('not written');
     expect(lines).toEqual([]);
+  });
+});
+
+describe('an uncaught exception', () => {
+  it("is one JSON log line with its stack, and the process exits 1 (not Node's multi-line report on stderr)", async () => {
+    // A module loaded before the service (NODE_OPTIONS --import) throws from a signal handler:
+    // nothing outside can make the service throw, so the test brings the throw with it.
+    const dir = await tempDir();
+    const thrower = path.join(dir, 'thrower.mjs');
+    await fs.writeFile(thrower, "process.on('SIGUSR2', () => { throw new Error('thrown from outside'); });\n");
+    const svc = spawnService(await testEnv({ LOG_LEVEL: 'info', NODE_OPTIONS: `--import=${thrower}` }));
+    try {
+      await svc.waitFor(/"msg":"ready"/, 60_000);
+      svc.child.kill('SIGUSR2');
+      expect(await svc.exited).toBe(1);
+      const lines = svc.output.filter((l) => l.trim() !== '');
+      for (const line of lines) expect(() => JSON.parse(line) as unknown, line).not.toThrow();
+      const last = JSON.parse(lines.at(-1)!) as { level: string; msg: string; error: { message: string; stack: string } };
+      expect(last.level).toBe('error');
+      expect(last.msg).toBe('uncaught exception; exiting');
+      expect(last.error.message).toBe('thrown from outside');
+      expect(last.error.stack).toContain('thrower.mjs');
+    } finally {
+      if (svc.child.exitCode === null) svc.child.kill('SIGKILL');
+    }
   });
 });
 
