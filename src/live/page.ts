@@ -284,9 +284,14 @@ function connect() {
       for (const later of reads) later.set(m.device_id, m);
       const d = state.devices.get(m.device_id);
       if (d) { d.status = m.status; d.last_seen = m.last_seen; renderDevices(); }
-    } else if (m.type === "device" || m.type === "tenant" || m.type === "lagged") {
-      // (after "lagged": status messages may be among those lost)
+    } else if (m.type === "device" || m.type === "tenant") {
       loadDevices();
+    } else if (m.type === "lagged") {
+      // Messages were lost: status messages among them (the list), and the chosen device's
+      // values (its recent history; before, found by an audit, the value shown stayed the one
+      // before the lag, and the chart kept a gap).
+      loadDevices();
+      if (state.chosen !== null) readRecent(state.chosen);
     }
   };
   return ready;
