@@ -50,8 +50,10 @@ export const liveRoutes: RouteSpec<object>[] = [
         schema: { type: 'string' },
       },
       400: {
-        description: 'A bad filter or max_messages, or neither a WebSocket upgrade nor `Accept: text/event-stream`.',
-        errors: ['badQuery'],
+        description:
+          'A bad filter or max_messages (or an unknown query parameter), neither a WebSocket upgrade nor `Accept: text/event-stream`, ' +
+          'or a WebSocket that offers subprotocols without `device-registry.live.v1`.',
+        errors: ['badQuery', 'notAStream', 'streamSubprotocol'],
       },
       429: {
         description: 'The tenant has `LIVE_MAX_CLIENTS_PER_TENANT` streams (WebSocket and SSE together) open on this instance.',
@@ -70,6 +72,12 @@ export const liveRoutes: RouteSpec<object>[] = [
         // As served, its opening comment line included (an SSE client skips it).
         response:
           ': device-registry live stream\n\ndata: {"type":"subscribed","devices":null,"templates":null,"attrs":null}\n\nevent: closed\ndata: {"type":"closed","reason":"max_messages reached"}\n\n',
+      },
+      {
+        name: 'notAStream',
+        summary: 'A plain GET: neither a WebSocket upgrade nor Accept: text/event-stream',
+        status: 400,
+        response: errors.notAStream().body,
       },
       {
         name: 'badTemplate',
