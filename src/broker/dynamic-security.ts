@@ -26,7 +26,15 @@ import { brokerLogin } from './broker-url.js';
 const COMMANDS = '$CONTROL/dynamic-security/v1';
 const RESPONSES = `${COMMANDS}/response`;
 const CONNECT_MS = 10_000;
+/** The longest pause between two sweeps of expired credentials (one also runs when the next one the broker holds expires). */
 const SWEEP_MS = 60_000;
+/**
+ * The shortest pause between the starts of two sweeps: credentials expiring within a second of
+ * each other share one (the login that an expired credential still gets at the broker is that
+ * much late at most); and a margin past an expiry, so that the sweep's query sees it expired.
+ */
+const SWEEP_GAP_MS = 1000;
+const SWEEP_MARGIN_MS = 20;
 /** Devices per command message when many are removed at once (two commands each). */
 const REMOVAL_BATCH = 50;
 /**
@@ -112,6 +120,13 @@ export class DynamicSecurity implements BrokerAccounts {
   private readonly prefix = crypto.randomBytes(6).toString('hex');
   private sequence = 0;
   private sweepTimer: NodeJS.Timeout | undefined;
+  /** When the pending sweep runs (Date.now() time), and when the last one started. */
+  private sweepAt = Infinity;
+  private lastSweep = 0;
+  private sweeping = false;
+  /** A sweep was due while one ran: another follows it. */
+  private sweepAgain = false;
+  private closed = false;
 
   private constructor(
     private readonly client: mqtt.MqttClient,
@@ -122,7 +137,10 @@ export class DynamicSecurity implements BrokerAccounts {
     });
   }
 
-  /** Connects, reconciles the broker with the registry, and sweeps expired credentials every minute. */
+  /**
+   * Connects, reconciles the broker with the registry, and sweeps expired credentials when the
+   * next one the broker holds expires, and at least every minute.
+   */
   static async start(opts: DynamicSecurityOptions): Promise<DynamicSecurity> {
     const { url: address, ...credentials } = brokerLogin(opts.url);
     const client = mqtt.connect(address, {
@@ -161,17 +179,15 @@ export class DynamicSecurity implements BrokerAccounts {
       removed: found.removed.length,
       missing: found.missing.length,
     });
-    accounts.sweepTimer = setInterval(
-      () =>
-        void accounts.sweepExpired().catch((err: Error) => opts.log.warn('expired device accounts not removed', { error: err.message })),
-      SWEEP_MS,
-    );
-    accounts.sweepTimer.unref();
+    await accounts.scheduleSweep();
     return accounts;
   }
 
-  async secretAdded(tenant: string, deviceId: string, secret: string, requestId?: string): Promise<void> {
+  async secretAdded(tenant: string, deviceId: string, secret: string, requestId?: string, expiresMs?: number): Promise<void> {
     await this.logged('create the account of', { tenant, deviceId, requestId }, () => this.setSecret(tenant, deviceId, secret));
+    // Mosquitto knows no expiry: the account goes when the credential expires (before, found by
+    // an audit, at the minute's sweep: an expired credential logged in for up to a minute).
+    if (expiresMs !== undefined) this.sweepBy(expiresMs + SWEEP_MARGIN_MS);
   }
 
   async accountRemoved(tenant: string, deviceId: string, requestId?: string): Promise<void> {
@@ -350,8 +366,50 @@ export class DynamicSecurity implements BrokerAccounts {
   }
 
   async close(): Promise<void> {
-    clearInterval(this.sweepTimer);
+    this.closed = true;
+    clearTimeout(this.sweepTimer);
     await new Promise<void>((resolve) => this.client.end(false, {}, () => resolve()));
+  }
+
+  /** The next sweep runs by `at` (Date.now() time) or within SWEEP_MS, not sooner than SWEEP_GAP_MS after the last one started. */
+  private sweepBy(at: number): void {
+    if (this.closed) return;
+    // Within SWEEP_MS in any case (a far expiry is swept for by the sweeps before it).
+    const when = Math.max(Math.min(at, Date.now() + SWEEP_MS), this.lastSweep + SWEEP_GAP_MS);
+    if (when >= this.sweepAt) return;
+    clearTimeout(this.sweepTimer);
+    this.sweepAt = when;
+    this.sweepTimer = setTimeout(() => void this.sweep(), Math.max(0, when - Date.now()));
+    this.sweepTimer.unref();
+  }
+
+  /** A sweep, then the next one: when the next credential the broker holds expires (by the database's clock), within SWEEP_MS. */
+  private async sweep(): Promise<void> {
+    this.sweepAt = Infinity;
+    if (this.closed) return;
+    if (this.sweeping) {
+      this.sweepAgain = true;
+      return;
+    }
+    this.sweeping = true;
+    this.lastSweep = Date.now();
+    try {
+      await this.sweepExpired();
+    } catch (err) {
+      this.opts.log.warn('expired device accounts not removed', { error: (err as Error).message });
+    } finally {
+      this.sweeping = false;
+    }
+    if (this.sweepAgain) {
+      this.sweepAgain = false;
+      this.sweepBy(Date.now());
+    }
+    await this.scheduleSweep();
+  }
+
+  private async scheduleSweep(): Promise<void> {
+    const next = await repo.nextExpiryInBroker(this.opts.pool).catch(() => undefined);
+    this.sweepBy(Date.now() + Math.min(SWEEP_MS, next === undefined ? SWEEP_MS : next + SWEEP_MARGIN_MS));
   }
 
   /** Credentials the broker holds that have expired: their accounts go. */

@@ -139,6 +139,15 @@ export async function clearInBroker(db: Db, devices: Array<{ tenant: string; dev
   );
 }
 
+/** In how many ms (by the database's clock) the next broker-held credential expires; undefined: none will. */
+export async function nextExpiryInBroker(db: Db): Promise<number | undefined> {
+  const { rows } = await db.query<{ ms: number | null }>(
+    'SELECT (extract(epoch FROM min(expires) - now()) * 1000)::float8 AS ms FROM device_credentials WHERE in_broker AND expires > now()',
+  );
+  const ms = rows[0]?.ms;
+  return ms === null || ms === undefined ? undefined : Math.max(0, ms);
+}
+
 /** Devices whose broker-held credential has expired. */
 export async function expiredInBroker(db: Db): Promise<Array<{ tenant: string; device_id: string }>> {
   const { rows } = await db.query<{ tenant: string; device_id: string }>(

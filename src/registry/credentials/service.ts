@@ -34,10 +34,11 @@ export interface CreatedCredential extends Omit<repo.CredentialRow, 'last_used_a
  */
 export interface BrokerAccounts {
   /**
-   * The device's account now logs in with `secret` (the broker holds one per device). A refusal
-   * is logged with `requestId`, the id of the request that made the change.
+   * The device's account now logs in with `secret` (the broker holds one per device), until
+   * `expiresMs` (Date.now() time) when the credential expires. A refusal is logged with
+   * `requestId`, the id of the request that made the change.
    */
-  secretAdded(tenant: string, deviceId: string, secret: string, requestId?: string): Promise<void>;
+  secretAdded(tenant: string, deviceId: string, secret: string, requestId?: string, expiresMs?: number): Promise<void>;
   /** The device's account is gone, and its connections with it. */
   accountRemoved(tenant: string, deviceId: string, requestId?: string): Promise<void>;
 }
@@ -64,6 +65,7 @@ export class CredentialService {
     const input = validate<CreateBody>(credentialCreateBody, body);
     /** timestamptz text, to the microsecond as given (a Date would keep milliseconds only). */
     let expires: string | null = null;
+    let expiresMs: number | undefined;
     if (input.expires_at !== undefined && input.expires_at !== null) {
       const us = parseTimestamp(input.expires_at);
       if (us === undefined && afterLatestTime(input.expires_at))
@@ -73,6 +75,7 @@ export class CredentialService {
       if (us === undefined) throw errors.credentialBadInput(EXPIRES_AT_UNREADABLE);
       if (us <= Date.now() * 1000) throw errors.credentialExpiresInPast();
       expires = microsToText(us);
+      expiresMs = Math.ceil(us / 1000);
     }
     const id = crypto.randomUUID();
     const secret = input.secret ?? generateSecret();
@@ -84,7 +87,7 @@ export class CredentialService {
       if ((await repo.countOf(c, tenant, deviceId)) >= this.maxPerDevice) throw errors.credentialLimit(this.maxPerDevice);
       const created = await repo.insert(c, { tenant, deviceId, id, type: input.type, secretHash, expires });
       if (this.accounts) {
-        await this.accounts.secretAdded(tenant, deviceId, secret, requestId).catch(brokerFailed);
+        await this.accounts.secretAdded(tenant, deviceId, secret, requestId, expiresMs).catch(brokerFailed);
         await repo.markInBroker(c, tenant, deviceId, id);
       }
       await announce({ type: 'credentials.changed', tenant, deviceId, removedIds: [] });
