@@ -101,10 +101,18 @@ const EXPORT_PARAMS = {
 };
 const EXPORT_PARAM_NAMES: ReadonlySet<string> = new Set(Object.keys(EXPORT_PARAMS));
 
+/**
+ * The answers of both routes depend on `Accept` (JSON, CSV or NDJSON): RFC 9110 §12.5.5 asks for
+ * `Vary: Accept`, so that a cache between client and service (a browser's, a proxy told to keep
+ * authorized answers) does not hand a CSV answer to a request for JSON, or the other way round.
+ */
+const VARY_ACCEPT = { Vary: 'Accept' };
+
 /** A streamed export answer. */
 const exportReply = (format: ExportFormat, stream: Reply['stream']): Reply => ({
   status: 200,
   contentType: EXPORT_CONTENT_TYPES[format],
+  headers: VARY_ACCEPT,
   stream,
 });
 
@@ -320,7 +328,7 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
         const a = aggregateQueryOf(req.values);
         const raw = await historyReads.run(() => answerAggregates({ pool, tenant: req.tenant, id, maxBuckets: historyMaxBuckets }, q, a));
         if (raw === undefined) throw errors.noSuchDevice(id);
-        return { status: 200, raw };
+        return { status: 200, headers: VARY_ACCEPT, raw };
       }
       let labels: string[];
       let rows: HistoryRow[];
@@ -357,12 +365,12 @@ export const historyRoutes: RouteSpec<{ pool: pg.Pool; historyMaxResults: number
           format === 'csv'
             ? CSV_HEADER + grouped.map((r) => csvLine(id, r)).join('')
             : grouped.map((r) => record(deviceJson, r) + '\n').join('');
-        return { status: 200, contentType: EXPORT_CONTENT_TYPES[format], raw: text };
+        return { status: 200, contentType: EXPORT_CONTENT_TYPES[format], headers: VARY_ACCEPT, raw: text };
       }
-      if (q.single) return { status: 200, raw: '[' + rows.map((r) => record(deviceJson, r)).join(',') + ']' };
+      if (q.single) return { status: 200, headers: VARY_ACCEPT, raw: '[' + rows.map((r) => record(deviceJson, r)).join(',') + ']' };
       const parts: string[] = [];
       for (const [label, series] of byLabel) parts.push(`${JSON.stringify(label)}:[${series.map((r) => record(deviceJson, r)).join(',')}]`);
-      return { status: 200, raw: '{' + parts.join(',') + '}' };
+      return { status: 200, headers: VARY_ACCEPT, raw: '{' + parts.join(',') + '}' };
     },
   },
   {

@@ -119,6 +119,24 @@ describe('the history endpoint with Accept', () => {
     expect(none.body).toEqual({ message: 'No such device: ffffff', status: 404 });
   });
 
+  it('every answer that Accept chooses says Vary: Accept (JSON, CSV, NDJSON, aggregates, lastN, the export), so a cache keeps them apart', async () => {
+    const vary = async (path: string, accept?: string) =>
+      (await http('GET', `${svc.base}${path}`, { token, headers: accept ? { accept } : {} })).headers.get('vary');
+    const history = `/history/device/${device}/history`;
+    for (const [path, accept] of [
+      [`${history}?attr=mode`, undefined],
+      [`${history}?attr=mode`, 'text/csv'],
+      [`${history}`, 'application/x-ndjson'],
+      [`${history}?lastN=1`, undefined],
+      [`${history}?lastN=1&attr=mode`, 'text/csv'],
+      [`${history}?attr=temperature&interval=1h&agg=count`, undefined],
+      ['/history/export', undefined],
+      ['/history/export', 'text/csv'],
+    ] as const) {
+      expect(await vary(path, accept), `${path} ${accept ?? ''}`).toMatch(/^accept$/i);
+    }
+  });
+
   it("lastN and firstN in CSV or NDJSON: the JSON answer's records, label by label in its order, quoted as the stream quotes", async () => {
     const url = (q: string) => `${svc.base}/history/device/${device}/history?${q}`;
     const csv = await http('GET', url('lastN=2'), { token, headers: { accept: 'text/csv' } });
