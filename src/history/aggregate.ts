@@ -1,5 +1,5 @@
-// Aggregates on GET /history/device/{id}/history (`interval`, `agg`, `tz`, `fill`; docs/api.md
-// "History aggregates"): the parameters checked together, the device's attributes looked up, and
+// Aggregates on GET /history/device/{id}/history (`interval`, `agg`, `tz`, `fill`; docs/messaging.md
+// §6 "Aggregates"): the parameters checked together, the device's attributes looked up, and
 // the buckets of each attribute rendered, one attribute alone as an array and several (or none)
 // as an object by label, like the raw answer.
 import type pg from 'pg';
