@@ -16,6 +16,7 @@
 import crypto from 'node:crypto';
 import mqtt from 'mqtt';
 import type pg from 'pg';
+import { inTransaction } from '../db/pool.js';
 import type { Logger } from '../log.js';
 import * as repo from '../registry/credentials/repo.js';
 import type { BrokerAccounts } from '../registry/credentials/service.js';
@@ -415,9 +416,17 @@ export class DynamicSecurity implements BrokerAccounts {
   /** Credentials the broker holds that have expired: their accounts go. */
   private async sweepExpired(): Promise<void> {
     for (const d of await repo.expiredInBroker(this.opts.pool)) {
-      await this.accountRemoved(d.tenant, d.device_id);
-      await repo.clearInBroker(this.opts.pool, [{ tenant: d.tenant, deviceId: d.device_id }]);
-      this.opts.log.info('removed the broker account of a device whose credential expired', { tenant: d.tenant, device: d.device_id });
+      // Decided again under the device's lock: a credential created meanwhile (a rotation at the
+      // expiry) has given the account its secret, which must stay (before, found by an audit,
+      // the sweep removed it and the new credential could not log in).
+      const removed = await inTransaction(this.opts.pool, async (c) => {
+        if (!(await repo.lockIfExpiredInBroker(c, d.tenant, d.device_id))) return false;
+        await this.accountRemoved(d.tenant, d.device_id);
+        await repo.clearInBroker(c, [{ tenant: d.tenant, deviceId: d.device_id }]);
+        return true;
+      });
+      if (removed)
+        this.opts.log.info('removed the broker account of a device whose credential expired', { tenant: d.tenant, device: d.device_id });
     }
   }
 

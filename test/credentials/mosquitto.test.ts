@@ -168,6 +168,32 @@ describe.skipIf(!mosquittoInstalled())('MQTT_DYNAMIC_SECURITY with the shipped M
     expect(await connackCode(url, { username: `${a.name}:${d}`, password: next.secret, protocolVersion: 5 })).toBe(0);
   }, 90_000);
 
+  it('a rotation under way when the old credential expires keeps the new one at the broker (found by an audit)', async () => {
+    // The new credential's creation gives the account its secret and then marks it held, in one
+    // transaction; the expiry's sweep must not remove the account in between. The test holds the
+    // old credential's row, so the creation waits between the two steps while the old one expires.
+    const d = await newDevice(svc, a);
+    const expiresAt = Date.now() + 3000;
+    const old = await newCredential(svc, a, d, { type: 'password', expires_at: new Date(expiresAt).toISOString() });
+    const holder = await svc.service.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM device_credentials WHERE id = $1 FOR UPDATE', [old.id]);
+      const creating = newCredential(svc, a, d);
+      // The sweep at the expiry runs while the creation waits.
+      await new Promise((r) => setTimeout(r, Math.max(0, expiresAt - Date.now()) + 2000));
+      await holder.query('ROLLBACK');
+      const next = await creating;
+      // Whatever the sweep does now, the new credential logs in.
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(await connackCode(url, { username: `${a.name}:${d}`, password: next.secret, protocolVersion: 5 })).toBe(0);
+      expect(mosquittoCtrl('listClients').split('\n')).toContain(`${a.name}:${d}`);
+      expect(await connackCode(url, { username: `${a.name}:${d}`, password: old.secret, protocolVersion: 5 })).toBe(0x87);
+    } finally {
+      holder.release();
+    }
+  }, 30_000);
+
   it('Mosquitto checks passwords itself: failures are neither slowed down nor counted, and its file keeps a fast hash (documented limits)', async () => {
     // docs/credentials.md §2 and §3, docs/operations.md §2: what holds for the embedded broker
     // and the HTTP hooks does not hold here (before, found by an audit, the docs did not say so).

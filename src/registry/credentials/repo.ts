@@ -148,6 +148,21 @@ export async function nextExpiryInBroker(db: Db): Promise<number | undefined> {
   return ms === null || ms === undefined ? undefined : Math.max(0, ms);
 }
 
+/**
+ * Locks the device row as a credential's creation does, then says whether the device's
+ * broker-held credential is still an expired one: a sweep decides under that lock, so it cannot
+ * remove the account a rotation under way has just given a new secret.
+ */
+export async function lockIfExpiredInBroker(c: pg.PoolClient, tenant: string, deviceId: string): Promise<boolean> {
+  const found = await c.query('SELECT 1 FROM devices WHERE tenant = $1 AND id = $2 FOR UPDATE', [tenant, deviceId]);
+  if (found.rowCount !== 1) return false;
+  const { rowCount } = await c.query(
+    'SELECT 1 FROM device_credentials WHERE tenant = $1 AND device_id = $2 AND in_broker AND expires <= now()',
+    [tenant, deviceId],
+  );
+  return rowCount !== null && rowCount > 0;
+}
+
 /** Devices whose broker-held credential has expired. */
 export async function expiredInBroker(db: Db): Promise<Array<{ tenant: string; device_id: string }>> {
   const { rows } = await db.query<{ tenant: string; device_id: string }>(
