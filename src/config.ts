@@ -447,5 +447,40 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
     liveMaxClientsPerTenant: integer(env, 'LIVE_MAX_CLIENTS_PER_TENANT', 1000, 1, 1_000_000),
     liveFanout: bool(env, 'LIVE_FANOUT', true),
   };
+  checkListenersApart(config);
   return Object.freeze(config);
+}
+
+const ANY_ADDRESS = new Set(['0.0.0.0', '::', '']);
+
+/**
+ * Two of the service's own listeners on one port (and an address both cover) is a configuration
+ * error naming both variables. Before, found by an audit, the second listener failed to bind and
+ * the start blamed a taken port, naming one variable or the wrong one (MQTT_TLS_PORT equal to
+ * PORT was reported as PORT/HOST).
+ */
+function checkListenersApart(c: Config): void {
+  const listeners: Array<{ name: string; port: number; host: string }> = [
+    { name: 'PORT', port: c.port, host: c.host },
+    { name: 'INTERNAL_PORT', port: c.internalPort, host: c.internalHost },
+  ];
+  if (c.mqttUrl === undefined) {
+    if (c.mqttPlain) listeners.push({ name: 'MQTT_PORT', port: c.mqttPort, host: c.mqttHost });
+    if (c.mqttTlsCert !== undefined) listeners.push({ name: 'MQTT_TLS_PORT', port: c.mqttTlsPort, host: c.mqttHost });
+  }
+  if (c.databaseUrl === undefined && c.embeddedPgPort !== undefined)
+    listeners.push({ name: 'EMBEDDED_PG_PORT', port: c.embeddedPgPort, host: '127.0.0.1' });
+  listeners.forEach((later, i) => {
+    // Port 0 is any free port: never the same twice.
+    const earlier = listeners
+      .slice(0, i)
+      .find(
+        (l) => l.port !== 0 && l.port === later.port && (l.host === later.host || ANY_ADDRESS.has(l.host) || ANY_ADDRESS.has(later.host)),
+      );
+    if (earlier)
+      throw new ConfigError(
+        later.name,
+        `is ${later.port}, the port of ${earlier.name} too: each listener needs a port of its own (or 0: any free one)`,
+      );
+  });
 }

@@ -194,6 +194,46 @@ describe('configuration', () => {
     for (const v of ['mqtt://h:1883', 'mqtt://h:1883/', 'mqtts://u:p@h:8883']) expect(readConfig({ MQTT_URL: v }).mqttUrl, v).toBe(v);
   });
 
+  it('two of its own listeners on one port is a configuration error naming both (found by an audit: the start blamed a taken port)', async () => {
+    // (Files that are only checked for being readable: the start fails before they are used.)
+    const dir = await tempDir();
+    for (const f of ['cert', 'key']) fs.writeFileSync(path.join(dir, `${f}.pem`), 'not read here');
+    const tls = { MQTT_TLS_CERT: path.join(dir, 'cert.pem'), MQTT_TLS_KEY: path.join(dir, 'key.pem') };
+    const refused: Array<[Record<string, string>, string]> = [
+      [{ PORT: '9000', INTERNAL_PORT: '9000' }, 'INTERNAL_PORT is 9000, the port of PORT too'],
+      [{ MQTT_PORT: '8000' }, 'MQTT_PORT is 8000, the port of PORT too'],
+      [{ MQTT_PORT: '8001', MQTT_HOST: '127.0.0.1' }, 'MQTT_PORT is 8001, the port of INTERNAL_PORT too'],
+      [{ ...tls, MQTT_TLS_PORT: '8000' }, 'MQTT_TLS_PORT is 8000, the port of PORT too'],
+      [{ ...tls, MQTT_TLS_PORT: '1883' }, 'MQTT_TLS_PORT is 1883, the port of MQTT_PORT too'],
+      [{ EMBEDDED_PG_PORT: '8001' }, 'EMBEDDED_PG_PORT is 8001, the port of INTERNAL_PORT too'],
+    ];
+    for (const [env, message] of refused) {
+      let thrown: unknown;
+      try {
+        readConfig(env);
+      } catch (err) {
+        thrown = err;
+      }
+      expect(thrown, JSON.stringify(env)).toBeInstanceOf(ConfigError);
+      expect((thrown as ConfigError).message).toBe(`${message}: each listener needs a port of its own (or 0: any free one)`);
+    }
+    // Apart: other addresses that do not overlap, any free port twice, a listener that is not started.
+    for (const env of [
+      { HOST: '127.0.0.1', INTERNAL_HOST: '127.0.0.2', PORT: '9000', INTERNAL_PORT: '9000' },
+      { PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0' },
+      { MQTT_URL: 'mqtt://127.0.0.1:1883', MQTT_PORT: '8000' },
+      { ...tls, MQTT_PLAIN: 'false', MQTT_PORT: '8000', MQTT_TLS_PORT: '8883' },
+      { DATABASE_URL: 'postgres://u@h/db', PSK_ENCRYPTION_KEY: KEY, MQTT_DEVICE_AUTH: 'optional', INTERNAL_PORT: '5432' },
+    ])
+      expect(() => readConfig(env), JSON.stringify(env)).not.toThrow();
+    // The start says so in one line (before: 'start failed: cannot listen on 0.0.0.0:<port> (PORT/HOST); is the port taken?').
+    const svc = spawnService({ ...tls, MQTT_TLS_PORT: '8000', DATA_DIR: await tempDir() });
+    expect(await svc.exited).toBe(2);
+    expect(startFailure(svc)).toBe(
+      'configuration error: MQTT_TLS_PORT is 8000, the port of PORT too: each listener needs a port of its own (or 0: any free one)',
+    );
+  });
+
   it('a bad LOG_FORMAT is a configuration error too (written as JSON)', async () => {
     const svc = spawnService({ LOG_FORMAT: 'xml', DATA_DIR: await tempDir() });
     expect(await svc.exited).toBe(2);
