@@ -2,6 +2,7 @@
 // A bad value stops the start with one line naming the variable and what it expects.
 import fs from 'node:fs';
 import os from 'node:os';
+import net from 'node:net';
 import path from 'node:path';
 import { defaultLogFormat, type LogFormat, type LogLevel } from './log.js';
 
@@ -451,7 +452,11 @@ export function readConfig(env: Env = process.env): Readonly<Config> {
   return Object.freeze(config);
 }
 
-const ANY_ADDRESS = new Set(['0.0.0.0', '::', '']);
+/** Whether listeners on `a` and `b` (one port) would clash: the same address, or one covering the other ('::' every address, '0.0.0.0' every IPv4 one). */
+function overlapping(a: string, b: string): boolean {
+  if (a === b || a === '::' || b === '::') return true;
+  return (a === '0.0.0.0' && !net.isIPv6(b)) || (b === '0.0.0.0' && !net.isIPv6(a));
+}
 
 /**
  * Two of the service's own listeners on one port (and an address both cover) is a configuration
@@ -472,11 +477,7 @@ function checkListenersApart(c: Config): void {
     listeners.push({ name: 'EMBEDDED_PG_PORT', port: c.embeddedPgPort, host: '127.0.0.1' });
   listeners.forEach((later, i) => {
     // Port 0 is any free port: never the same twice.
-    const earlier = listeners
-      .slice(0, i)
-      .find(
-        (l) => l.port !== 0 && l.port === later.port && (l.host === later.host || ANY_ADDRESS.has(l.host) || ANY_ADDRESS.has(later.host)),
-      );
+    const earlier = listeners.slice(0, i).find((l) => l.port !== 0 && l.port === later.port && overlapping(l.host, later.host));
     if (earlier)
       throw new ConfigError(
         later.name,

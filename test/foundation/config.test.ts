@@ -206,6 +206,7 @@ describe('configuration', () => {
       [{ ...tls, MQTT_TLS_PORT: '8000' }, 'MQTT_TLS_PORT is 8000, the port of PORT too'],
       [{ ...tls, MQTT_TLS_PORT: '1883' }, 'MQTT_TLS_PORT is 1883, the port of MQTT_PORT too'],
       [{ EMBEDDED_PG_PORT: '8001' }, 'EMBEDDED_PG_PORT is 8001, the port of INTERNAL_PORT too'],
+      [{ HOST: '::', INTERNAL_HOST: '127.0.0.1', INTERNAL_PORT: '8000' }, 'INTERNAL_PORT is 8000, the port of PORT too'],
     ];
     for (const [env, message] of refused) {
       let thrown: unknown;
@@ -220,6 +221,7 @@ describe('configuration', () => {
     // Apart: other addresses that do not overlap, any free port twice, a listener that is not started.
     for (const env of [
       { HOST: '127.0.0.1', INTERNAL_HOST: '127.0.0.2', PORT: '9000', INTERNAL_PORT: '9000' },
+      { HOST: '0.0.0.0', INTERNAL_HOST: '::1', PORT: '9000', INTERNAL_PORT: '9000' },
       { PORT: '0', INTERNAL_PORT: '0', MQTT_PORT: '0' },
       { MQTT_URL: 'mqtt://127.0.0.1:1883', MQTT_PORT: '8000' },
       { ...tls, MQTT_PLAIN: 'false', MQTT_PORT: '8000', MQTT_TLS_PORT: '8883' },
