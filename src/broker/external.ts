@@ -70,12 +70,18 @@ interface Slot {
   staleGroups: string[];
 }
 
-type OnMessage = (topic: string, payload: Buffer, ack: AckHandle) => void;
+/** Where a subscriber connection hands its messages (SubscriberOptions). */
+interface Deliveries {
+  onMessage: (topic: string, payload: Buffer, ack: AckHandle) => void;
+  onTooLarge: (ack: AckHandle) => void;
+}
 
 /** The subscribers' messages, by topic, to the inbox. Topics repeat (one per device): each is parsed once. */
-function toInbox(inbox: Inbox): OnMessage {
+function toInbox(inbox: Inbox): Deliveries {
   const topics = new Map<string, DeviceTopic | null>();
-  return (topic, payload, ack) => {
+  // A packet over the limit (a broker not told it: MQTT 3.1.1) is counted `oversized`, never read.
+  const onTooLarge = (ack: AckHandle) => inbox.refuse('packet_too_large', ack);
+  const onMessage = (topic: string, payload: Buffer, ack: AckHandle) => {
     let t = topics.get(topic);
     if (t === undefined) {
       const parsed = parseDeviceTopic(topic);
@@ -86,6 +92,7 @@ function toInbox(inbox: Inbox): OnMessage {
     if (t === null) inbox.refuse('not_a_device_topic', ack);
     else inbox.accept(t.tenant, t.id, payload, ack);
   };
+  return { onMessage, onTooLarge };
 }
 
 /**
@@ -95,7 +102,7 @@ function toInbox(inbox: Inbox): OnMessage {
 async function connectSubscribers(
   opts: ExternalLinkOptions,
   slot: Slot,
-  onMessage: OnMessage,
+  deliveries: Deliveries,
 ): Promise<{ subscribers: SubscriberConnection[]; version: MqttVersion }> {
   const make = (n: number, version: MqttVersion) =>
     new SubscriberConnection({
@@ -109,7 +116,7 @@ async function connectSubscribers(
       keepaliveSeconds: opts.keepaliveSeconds,
       maxPacketBytes: opts.maxPacketBytes,
       log: opts.log,
-      onMessage,
+      ...deliveries,
       mayReconnect: () => opts.leases.holds(slot.prefix),
     });
   const subscribers: SubscriberConnection[] = [];
@@ -189,7 +196,7 @@ export class ExternalLink implements BrokerLink {
     private readonly publisher: mqtt.MqttClient,
     readonly version: MqttVersion,
     private readonly prefix: string,
-    private readonly onMessage: OnMessage,
+    private readonly deliveries: Deliveries,
     private readonly opts: ExternalLinkOptions,
   ) {
     this.heartbeat = setInterval(() => void this.renew(), (opts.leaseSeconds * 1000) / 3);
@@ -208,11 +215,11 @@ export class ExternalLink implements BrokerLink {
     if (prefix === opts.clientId) stale.add(opts.clientId);
     stale.delete(opts.shareGroup);
     const slot: Slot = { prefix, staleGroups: [...stale] };
-    const onMessage = toInbox(inbox);
+    const deliveries = toInbox(inbox);
     let connected: { subscribers: SubscriberConnection[]; version: MqttVersion };
     let publisher: mqtt.MqttClient;
     try {
-      connected = await connectSubscribers(opts, slot, onMessage);
+      connected = await connectSubscribers(opts, slot, deliveries);
       publisher = await connectPublisher(opts, prefix, connected.version).catch(async (err: unknown) => {
         await Promise.all(connected.subscribers.map((c) => c.close()));
         throw err;
@@ -233,7 +240,7 @@ export class ExternalLink implements BrokerLink {
       clientIds: `${subscriberClientId(prefix, 0)}..${subscribers.length - 1}`,
       shareGroup: opts.shareGroup,
     });
-    const link = new ExternalLink(subscribers, publisher, version, prefix, onMessage, opts);
+    const link = new ExternalLink(subscribers, publisher, version, prefix, deliveries, opts);
     // The slot's previous holder ran more connections: their sessions are ours to empty.
     if (previous && previous.connections > opts.connections) {
       const extra = Array.from({ length: previous.connections - opts.connections }, (_, i) =>
@@ -415,7 +422,7 @@ export class ExternalLink implements BrokerLink {
       keepaliveSeconds: this.opts.keepaliveSeconds,
       maxPacketBytes: this.opts.maxPacketBytes,
       log: this.opts.log,
-      onMessage: this.onMessage,
+      ...this.deliveries,
       mayReconnect: () => this.opts.leases.holds(prefix),
     });
     if (this.paused) run.pause();

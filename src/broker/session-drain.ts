@@ -31,6 +31,8 @@ export interface DrainOptions {
   maxPacketBytes: number;
   log: Logger;
   onMessage: (topic: string, payload: Buffer, ack: AckHandle) => void;
+  /** A message over `maxPacketBytes` (SubscriberOptions.onTooLarge). */
+  onTooLarge: (ack: AckHandle) => void;
   /** Whether the drain's lease is still held (reconnects wait otherwise). */
   mayReconnect: () => boolean;
   quietMs?: number;
@@ -55,6 +57,7 @@ export class SessionDrain {
           maxPacketBytes: opts.maxPacketBytes,
           log: opts.log,
           onMessage: opts.onMessage,
+          onTooLarge: opts.onTooLarge,
           drain: true,
           mayReconnect: opts.mayReconnect,
         }),

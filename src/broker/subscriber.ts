@@ -75,6 +75,13 @@ export interface SubscriberOptions {
    * call only (copy it). `ack.ack()` sends the PUBACK later (nothing for QoS 0).
    */
   onMessage(topic: string, payload: Buffer, ack: AckHandle): void;
+  /**
+   * Called for a PUBLISH announcing more than `maxPacketBytes` (a broker that was not told the
+   * limit: MQTT 3.1.1), as soon as its packet id is in: the message is dropped, `ack` acknowledges
+   * it. The rest of the packet is skipped as it arrives, never held. Without it, it is
+   * acknowledged at once.
+   */
+  onTooLarge?(ack: AckHandle): void;
 }
 
 /** The broker refused the protocol version (CONNACK 1 / reason 0x84) or hung up on CONNECT. */
@@ -203,6 +210,8 @@ export class SubscriberConnection extends EventEmitter {
   private flushScheduled = false;
   /** An incomplete packet from the previous chunk. */
   private rest: Buffer | undefined;
+  /** Bytes still to come of a PUBLISH over `maxPacketBytes` already handed over: skipped. */
+  private skip = 0;
   private firstConnect: { resolve: () => void; reject: (err: Error) => void } | undefined;
   private readonly keepalive: number;
   private readonly url: URL;
@@ -349,6 +358,7 @@ export class SubscriberConnection extends EventEmitter {
     socket.setKeepAlive(true, this.keepalive * 1000);
     this.socket = socket;
     this.rest = undefined;
+    this.skip = 0;
     this.sessionOpen = false;
     this.head = 0;
     this.inflight = 0;
@@ -580,8 +590,16 @@ export class SubscriberConnection extends EventEmitter {
    */
   private frames(chunk: Buffer, wire: Wire): boolean {
     let buf = chunk;
+    if (this.skip > 0) {
+      if (chunk.length <= this.skip) {
+        this.skip -= chunk.length;
+        return true;
+      }
+      buf = chunk.subarray(this.skip);
+      this.skip = 0;
+    }
     if (this.rest) {
-      buf = Buffer.concat([this.rest, chunk]);
+      buf = Buffer.concat([this.rest, buf]);
       this.rest = undefined;
     }
     let i = 0;
@@ -593,6 +611,21 @@ export class SubscriberConnection extends EventEmitter {
         break; // the length itself is incomplete
       }
       const end = varint.next + varint.value;
+      if (this.opts.maxPacketBytes !== undefined && end - i > this.opts.maxPacketBytes) {
+        // Never gathered (MAX_MESSAGE_BYTES bounds what the service holds): a PUBLISH is dropped
+        // once its packet id is in, the rest skipped; any other packet that large is malformed.
+        if (header >> 4 !== 3) return false;
+        const taken = this.tooLarge(buf, header, varint.next, end, n, wire.generation);
+        if (taken === undefined) return false;
+        if (!taken) break; // its topic and packet id are not all in yet (at most ~64 KiB)
+        if (end > n) {
+          this.skip = end - n;
+          i = n;
+          break;
+        }
+        i = end;
+        continue;
+      }
       if (end > n) break;
       if (header >> 4 === 3) {
         if (!this.publish(buf, header, varint.next, end, wire.generation)) return false;
@@ -632,6 +665,31 @@ export class SubscriberConnection extends EventEmitter {
     }
     if (p > end) return false;
     this.opts.onMessage(topic, buf.subarray(p, end), ack);
+    return true;
+  }
+
+  /**
+   * A PUBLISH over `maxPacketBytes` whose variable header starts at `start` (`avail` bytes of the
+   * buffer read so far): dropped with its ack handle once its packet id is in (true), not yet
+   * (false), or malformed (undefined).
+   */
+  private tooLarge(buf: Buffer, header: number, start: number, end: number, avail: number, generation: number): boolean | undefined {
+    const qos = (header >> 1) & 3;
+    if (qos === 3) return undefined;
+    if (avail - start < 2) return false;
+    const p = start + 2 + buf.readUInt16BE(start);
+    const need = p + (qos > 0 ? 2 : 0);
+    if (need > end) return undefined;
+    if (need > avail) return false;
+    // Closing: left to the session, as in publish().
+    if (this.closing) return true;
+    let ack = NO_ACK;
+    if (qos > 0) {
+      const id = buf.readUInt16BE(p);
+      ack = new InflightAck(this, generation, qos, id, qos === 1 ? this.track(id) : 0);
+    }
+    if (this.opts.onTooLarge) this.opts.onTooLarge(ack);
+    else ack.ack();
     return true;
   }
 
