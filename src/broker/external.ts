@@ -136,7 +136,15 @@ async function connectSubscribers(
   }
   const only = make(0, 4);
   await only.start();
-  opts.log.warn('the broker does not speak MQTT 5: one MQTT 3.1.1 subscriber connection without a shared subscription');
+  if (slot.prefix === opts.clientId) {
+    opts.log.warn('the broker does not speak MQTT 5: one MQTT 3.1.1 subscriber connection without a shared subscription');
+  } else {
+    // Not the first slot: another instance holds it, and takes every message in as well.
+    opts.log.error(
+      'the broker does not speak MQTT 5 and another instance of this deployment runs: without a shared subscription each instance takes every device message in, stored once per instance; run one instance against this broker (docs/operations.md §7)',
+      { clientIds: `${subscriberClientId(slot.prefix, 0)}`, shareGroup: opts.shareGroup },
+    );
+  }
   return { subscribers: [only], version: 4 };
 }
 
