@@ -64,7 +64,7 @@ export interface LoggerOptions {
 }
 
 /** Control characters as JSON writes them (a line break as `\n`, ESC as `\u001b`): visible, and never a line break. */
-// eslint-disable-next-line no-control-regex
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
 const escapeControl = (text: string) => text.replace(/[\u0000-\u001f]/g, (c) => JSON.stringify(c).slice(1, -1));
 
 function destination(format: LogFormat, opts: LoggerOptions): pino.DestinationStream {

@@ -118,6 +118,7 @@ export class CountedHistogram {
     registry: client.Registry,
   ) {
     this.counts = new Array<number>(bounds.length + 1).fill(0);
+    // prom-client's Metric type is its own classes'; the registry only calls get(), reset() and reads name/help/type.
     registry.registerMetric(this as unknown as client.Metric);
   }
 
@@ -140,6 +141,7 @@ export class CountedHistogram {
     return {
       name: this.name,
       help: this.help,
+      // prom-client's typings declare MetricType a numeric enum; its registry prints `type` as given, a string.
       type: 'histogram' as unknown as client.MetricType,
       values,
       aggregator: this.aggregator,

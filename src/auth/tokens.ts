@@ -77,6 +77,7 @@ export class Tokens {
     } catch {
       return undefined;
     }
+    // Not yet Claims: jose types the payload loosely; the fields the registry needs are checked next.
     const claims = payload as unknown as Claims;
     if (
       typeof claims.service !== 'string' ||

@@ -65,6 +65,7 @@ interface Drainable {
  * lived (found by an audit: +180 MB for 1.4 M messages of one connection).
  */
 function ackUnread(client: Client): boolean {
+  // aedes types `conn` as its own Connection, without the stream's `writableNeedDrain` the socket has.
   return (client.conn as unknown as { writableNeedDrain?: boolean }).writableNeedDrain === true;
 }
 
@@ -702,6 +703,7 @@ export class DeviceAuthorisation {
 
 /** Writes an MQTT 5 CONNACK with `reasonCode`, then lets aedes close the connection. */
 function answerV5(client: Client, reasonCode: number, done: PreConnectDone): void {
+  // aedes types `conn` as its own Connection; at runtime it is the client's writable stream.
   const conn = client.conn as unknown as NodeJS.WritableStream;
   const connack = mqttPacket.generate({ cmd: 'connack', reasonCode, sessionPresent: false }, { protocolVersion: 5 });
   const finish = () =>

@@ -49,6 +49,7 @@ interface PacketParser {
  * 250 MiB each could take gigabytes. The parser's error makes aedes close the connection.
  */
 function capPacketSize(client: Client, limit: number, tooLarge: () => void): void {
+  // `_parser` is aedes's private field (not in its typed API).
   const parser = (client as unknown as { _parser?: PacketParser })._parser;
   if (!parser || typeof parser._parseLength !== 'function') return;
   const parseLength = parser._parseLength;
@@ -70,6 +71,7 @@ function capPacketSize(client: Client, limit: number, tooLarge: () => void): voi
  * connection ends. They are kept without it.
  */
 function keepQos2WithoutPayload(aedes: Aedes): void {
+  // aedes's `persistence` is not in its typed API.
   const { persistence } = aedes as unknown as {
     persistence: { incomingStorePacket(client: Client, packet: PublishPacket): Promise<void> };
   };
@@ -244,6 +246,7 @@ const FLUSH_BOUND_MS = 500;
  */
 async function flushClients(aedes: Aedes): Promise<void> {
   await new Promise<void>((resolve) => setImmediate(resolve));
+  // aedes's `clients` is not in its typed API, and it types `conn` as its own Connection: at runtime a socket.
   const waiting = Object.values((aedes as unknown as { clients: Record<string, Client> }).clients)
     .map((c) => c.conn as unknown as net.Socket)
     .filter((conn) => !conn.destroyed && conn.writableLength > 0)

@@ -53,7 +53,7 @@ export function connectionLimits(limits: ConnectionLimits, clientSide: boolean):
  * not restored must be released as broken.
  */
 export async function liftTimeouts(client: pg.PoolClient): Promise<() => Promise<void>> {
-  // pg reads the client-side bound per query from the connection's parameters.
+  // pg reads the client-side bound per query from the connection's parameters (not in @types/pg).
   const params = (client as unknown as { connectionParameters: { query_timeout?: number } }).connectionParameters;
   const readTimeout = params.query_timeout;
   await client.query('SET statement_timeout = 0');

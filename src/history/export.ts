@@ -119,6 +119,7 @@ export async function streamExport(pool: pg.Pool, q: ExportQuery, format: Export
     const restore = await liftTimeouts(client);
     const sql = exportSql(q, format, (v) => client.escapeLiteral(v));
     const copy = client.query(copyTo(sql));
+    // The backend's pid, to cancel the COPY: pg sets `processID` at runtime; @types/pg does not declare it.
     const pid = (client as unknown as { processID: number }).processID;
     await new Promise<void>((resolve, reject) => {
       let cancelled = false;

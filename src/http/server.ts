@@ -149,7 +149,8 @@ function listen(
   app.any('/*', (res, req) => serve(site, res, req));
   return new Promise((resolve, reject) => {
     // Exclusive: uWS otherwise binds with SO_REUSEPORT, and a second instance given the same
-    // port would share it silently, splitting the requests between the two.
+    // port would share it silently, splitting the requests between the two. uWS's typings have
+    // no listen(host, port, options, cb) overload, which its runtime has.
     const listenExclusive = app.listen.bind(app) as unknown as (
       h: string,
       p: number,

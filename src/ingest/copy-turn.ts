@@ -25,6 +25,7 @@ const SLOTS = 64;
 /** Wall-clock milliseconds as one shared cell holds them (threads' performance.now() origins differ). */
 const clockMs = () => Date.now() % 2 ** 31;
 
+// Atomics.waitAsync is in Node 20 but in TypeScript's ES2024 lib, not the ES2023 one this project builds with.
 type WaitAsync = (cell: Int32Array, index: number, value: number, timeoutMs: number) => { async: boolean; value: Promise<string> | string };
 const waitAsync = (Atomics as unknown as { waitAsync: WaitAsync }).waitAsync;
 

@@ -73,6 +73,7 @@ export function parseTranslator(text: string | null): Translator | string {
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) return 'not a JSON Patch operation object';
   const { optional, ...op } = parsed as Record<string, unknown>;
   if (typeof op.op !== 'string' || !OPS.has(op.op) || typeof op.path !== 'string') return 'not a JSON Patch operation';
+  // `op` and `path` were checked just above; fast-json-patch's validate checks the rest.
   const error = jsonPatch.validate([op as unknown as Operation]);
   if (error) return `invalid JSON Patch operation: ${error.name}`;
   // Applied with prototype protection, such a path would fail on every message: unusable now.

@@ -246,6 +246,7 @@ export class HistoryWriter {
     let broken: Error | undefined;
     let xid: string | undefined;
     try {
+      // BEGIN_SQL holds several statements: pg answers one result each, an array its types do not model.
       const begun = (await client.query(BEGIN_SQL)) as unknown as pg.QueryResult<{ xid: string }>[];
       xid = begun[1]!.rows[0]!.xid;
       if (late) await client.query(LATE_ROWS_LOCK_SQL);

@@ -200,6 +200,7 @@ export class LiveFeed {
 
   private async connectSender(): Promise<pg.Client> {
     const c = await this.connect('device-registry-live-notify', true);
+    // pg sets `processID` (the backend's pid) at runtime; @types/pg does not declare it.
     this.senderPid = (c as unknown as { processID: number }).processID;
     c.on('end', () => {
       if (this.sender === c) this.sender = undefined;

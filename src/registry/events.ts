@@ -229,7 +229,8 @@ export class RegistryEvents {
       clearInterval(this.checkTimer);
       const wasListening = this.listenClient === client;
       if (wasListening) this.listenClient = undefined;
-      // A connection that stopped answering is not waited for: its socket goes at once.
+      // A connection that stopped answering is not waited for: its socket goes at once (pg's
+      // `connection` is not in @types/pg).
       (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
       if (this.closed) return;
       this.log.warn('lost the registry change notifications; caches dropped, listening again', { reason: why });
