@@ -1,8 +1,8 @@
 import net from 'node:net';
 import { describe, expect, it } from 'vitest';
-import pg from 'pg';
 import type { DevicesCreated, ErrorBody, UserAnswer } from '../helpers/api.js';
 import { countOf } from '../helpers/db.js';
+import { takeDatabaseAway } from '../helpers/faults.js';
 import { createDevice, createTemplate } from '../helpers/registry-fixtures.js';
 import { http, login, startTestService, useService } from '../helpers/service.js';
 
@@ -219,14 +219,8 @@ describe('observability', () => {
     expect((await http('GET', `${svc.base}/health`)).body).toEqual({ status: 'ok' });
     expect((await http('GET', `${svc.internal}/health`)).status).toBe(200);
     // Take the database away from the service: refuse connections and cut the open ones.
-    const dbName = new URL(svc.env.DATABASE_URL!).pathname.slice(1);
-    const adminUrl = new URL(svc.env.DATABASE_URL!);
-    adminUrl.pathname = '/postgres';
-    const admin = new pg.Client({ connectionString: adminUrl.toString() });
-    await admin.connect();
+    const restore = await takeDatabaseAway(svc.env.DATABASE_URL!);
     try {
-      await admin.query(`ALTER DATABASE "${dbName}" ALLOW_CONNECTIONS false`);
-      await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1', [dbName]);
       const down = await http('GET', `${svc.base}/health`);
       expect(down.status).toBe(503);
       expect(down.body).toEqual({ message: 'Database unavailable', status: 503 });
@@ -237,8 +231,7 @@ describe('observability', () => {
       expect(write.status).toBe(503);
       expect(write.body).toEqual({ message: 'Database unavailable', status: 503 });
     } finally {
-      await admin.query(`ALTER DATABASE "${dbName}" ALLOW_CONNECTIONS true`);
-      await admin.end();
+      await restore();
     }
     expect((await http('GET', `${svc.base}/health`)).status).toBe(200);
   });

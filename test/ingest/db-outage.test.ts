@@ -3,22 +3,9 @@
 import crypto from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { gaugeSum, takeDatabaseAway } from '../helpers/faults.js';
 import { http, startTestService, type TestService } from '../helpers/service.js';
 import { createDevice, createTemplate, deviceClient, eventually, historyCount, metric } from '../helpers/registry-fixtures.js';
-
-async function takeDatabaseAway(svc: TestService): Promise<() => Promise<void>> {
-  const dbName = new URL(svc.env.DATABASE_URL!).pathname.slice(1);
-  const adminUrl = new URL(svc.env.DATABASE_URL!);
-  adminUrl.pathname = '/postgres';
-  const admin = new pg.Client({ connectionString: adminUrl.toString() });
-  await admin.connect();
-  await admin.query(`ALTER DATABASE "${dbName}" ALLOW_CONNECTIONS false`);
-  await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()', [dbName]);
-  return async () => {
-    await admin.query(`ALTER DATABASE "${dbName}" ALLOW_CONNECTIONS true`);
-    await admin.end();
-  };
-}
 
 /** A separate pool for the test's own reads (the service's pool is cut too). */
 function reader(svc: TestService): pg.Pool {
@@ -47,19 +34,13 @@ describe.each([
     await client.publishAsync(topic, JSON.stringify({ n: 0 }), { qos: 1 });
     await eventually(async () => (await historyCount(svc.service.pool, tenant, device)) === 1 || undefined, 'the first value');
 
-    const restore = await takeDatabaseAway(svc);
+    const restore = await takeDatabaseAway(svc.env.DATABASE_URL!);
     const during = 50;
     let acked = 0;
     const publishes = Array.from({ length: during }, (_, i) =>
       client.publishAsync(topic, JSON.stringify({ n: i + 1 }), { qos: 1 }).then(() => acked++),
     );
-    const held = async () => {
-      const text = (await http('GET', `${svc.base}/metrics`)).text;
-      return text
-        .split('\n')
-        .filter((l) => l.startsWith('ingest_queue_depth{'))
-        .reduce((s, l) => s + Number(l.split(' ')[1]), 0);
-    };
+    const held = () => gaugeSum(svc.base, 'ingest_queue_depth');
     try {
       // The messages reached the service, which holds them unacknowledged for as long as the
       // database is away.
