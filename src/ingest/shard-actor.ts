@@ -73,7 +73,8 @@ export class ShardActor {
 
   constructor(
     private readonly cache: DeviceCache,
-    private readonly writer: HistoryWriter,
+    /** What the actor asks of the history writer: one COPY per call. */
+    private readonly writer: Pick<HistoryWriter, 'write'>,
     private readonly opts: ShardActorOptions,
   ) {}
 

@@ -5,7 +5,6 @@
 import { describe, expect, it } from 'vitest';
 import { DeviceCache } from '../../src/ingest/device-cache.js';
 import { buildDeviceModel, type AttrRow, type DeviceModel } from '../../src/ingest/device-model.js';
-import type { HistoryWriter } from '../../src/ingest/history-writer.js';
 import type { CommittedBatch } from '../../src/ingest/protocol.js';
 import { ShardActor } from '../../src/ingest/shard-actor.js';
 
@@ -36,7 +35,7 @@ describe('the shard actor', () => {
       },
     };
     const committed: CommittedBatch[] = [];
-    const actor = new ShardActor(cache, writer as unknown as HistoryWriter, { batchRows: 100, onCommitted: (b) => committed.push(b) });
+    const actor = new ShardActor(cache, writer, { batchRows: 100, onCommitted: (b) => committed.push(b) });
     const payloads = ['{"a":1}', '{"a":666}', '{"a":666,"b":2}', '{"a":3}'].map((p) => Buffer.from(p));
     const offsets = [0];
     for (const p of payloads) offsets.push(offsets.at(-1)! + p.length);
@@ -80,7 +79,7 @@ describe('the shard actor, with a unique index added by hand', () => {
       },
     };
     const committed: CommittedBatch[] = [];
-    const actor = new ShardActor(cache, writer as unknown as HistoryWriter, { batchRows: 100, onCommitted: (b) => committed.push(b) });
+    const actor = new ShardActor(cache, writer, { batchRows: 100, onCommitted: (b) => committed.push(b) });
     // The same message twice (a QoS 1 redelivery), with the device's own timestamp.
     const payloads = ['{"a":5,"timestamp":1000}', '{"a":5,"timestamp":1000}'].map((p) => Buffer.from(p));
     const delta = await actor.handle({
@@ -114,7 +113,7 @@ describe('the shard actor, when the live stream cannot take a commit', () => {
         return Promise.resolve({ seconds: 0, rejected: 0, rejectedLines: [] });
       },
     };
-    const actor = new ShardActor(cache, writer as unknown as HistoryWriter, {
+    const actor = new ShardActor(cache, writer, {
       batchRows: 100,
       onCommitted: () => {
         throw new Error('the stream failed');
@@ -145,7 +144,7 @@ describe('the shard actor, with a large COPY whose rows are all rejected', () =>
     const writer = {
       write: (lines: string[]) => Promise.resolve({ seconds: 0, rejected: lines.length, rejectedLines: [...lines] }),
     };
-    const actor = new ShardActor(cache, writer as unknown as HistoryWriter, { batchRows: 1_000_000 });
+    const actor = new ShardActor(cache, writer, { batchRows: 1_000_000 });
     const n = 300_000;
     const one = Buffer.from('{"a":1}');
     const offsets = Uint32Array.from({ length: n + 1 }, (_, i) => i * one.length);

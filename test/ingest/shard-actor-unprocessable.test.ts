@@ -4,7 +4,6 @@ import { describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/log.js';
 import { DeviceCache } from '../../src/ingest/device-cache.js';
 import { buildDeviceModel, type AttrRow, type DeviceModel } from '../../src/ingest/device-model.js';
-import type { HistoryWriter } from '../../src/ingest/history-writer.js';
 import { ShardActor } from '../../src/ingest/shard-actor.js';
 
 describe('the shard actor', () => {
@@ -41,7 +40,7 @@ describe('the shard actor', () => {
     };
     const lines: string[] = [];
     const log = createLogger('info', { component: 'ingest-shard' }, { write: (line) => lines.push(line) });
-    const actor = new ShardActor(cache, writer as unknown as HistoryWriter, { batchRows: 100, log });
+    const actor = new ShardActor(cache, writer, { batchRows: 100, log });
     const payloads = ['{"a":1}', '{"a":2}', '{"a":3}'].map((p) => Buffer.from(p));
     const delta = await actor.handle({
       keys: ['t/good', 't/bad', 't/good'].join('\0'),
