@@ -15,7 +15,7 @@ import { createDevice, createTemplate, eventually } from '../helpers/registry-fi
 import { freshDatabase } from '../helpers/service.js';
 
 const silent = createLogger('silent');
-const noEvents = { on: () => () => undefined } as unknown as RegistryEvents;
+const noEvents: Pick<RegistryEvents, 'on'> = { on: () => () => undefined };
 const FLUSH_MS = 50;
 
 describe('device status: a first message committed late', () => {

@@ -26,7 +26,7 @@ describe('device status of a removed device', () => {
     pools.push(pool);
     await migrate(pool, silent);
     const listeners: Array<(e: RegistryEvent) => void> = [];
-    const events = { on: (l: (e: RegistryEvent) => void) => (listeners.push(l), () => undefined) } as unknown as RegistryEvents;
+    const events: Pick<RegistryEvents, 'on'> = { on: (l: (e: RegistryEvent) => void) => (listeners.push(l), () => undefined) };
     const book = new DeviceStatusBook(pool, events, { offlineAfterSeconds: 1, flushMs: 50, log: silent });
     await book.start();
     const changes: StatusChange[] = [];
@@ -108,7 +108,7 @@ describe('device status of a removed device', () => {
     const pool = createPool(url, 2, silent);
     pools.push(pool);
     await migrate(pool, silent);
-    const events = { on: () => () => undefined } as unknown as RegistryEvents;
+    const events: Pick<RegistryEvents, 'on'> = { on: () => () => undefined };
     const book = new DeviceStatusBook(pool, events, { offlineAfterSeconds: 60, flushMs: 60_000, log: silent });
     await book.start();
     const other = createPool(url, 1, silent);

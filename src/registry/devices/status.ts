@@ -77,7 +77,8 @@ export class DeviceStatusBook {
 
   constructor(
     private readonly pool: pg.Pool,
-    events: RegistryEvents,
+    /** Only listened to: the book hears each registry change. */
+    events: Pick<RegistryEvents, 'on'>,
     private readonly opts: StatusOptions,
   ) {
     events.on((e) => this.registryChanged(e));
