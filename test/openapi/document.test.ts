@@ -139,9 +139,8 @@ describe('GET /openapi.json', () => {
   });
 
   it('declares the bearer JWT scheme, required everywhere except the public operations', () => {
-    const d = doc as unknown as { security: unknown; components: { securitySchemes: Record<string, unknown> } };
-    expect(d.components.securitySchemes.bearerAuth).toMatchObject({ type: 'http', scheme: 'bearer', bearerFormat: 'JWT' });
-    expect(d.security).toEqual([{ bearerAuth: [] }]);
+    expect(doc.components.securitySchemes.bearerAuth).toMatchObject({ type: 'http', scheme: 'bearer', bearerFormat: 'JWT' });
+    expect(doc.security).toEqual([{ bearerAuth: [] }]);
     const open = operationsOf(doc)
       .filter((o) => o.op.security !== undefined)
       .map((o) => `${o.method} ${o.path}`);
@@ -166,7 +165,7 @@ describe('GET /openapi.json', () => {
       ].sort(),
     );
     // The document's own description names them (before, found by an audit, it left GET /live out).
-    const info = (doc as unknown as { info: { description: string } }).info.description;
+    const info = doc.info.description;
     const listed = /Every operation except (.*?) needs `Authorization/.exec(info)![1]!;
     const named = new Set(listed.split(/, | and /));
     for (const op of open.filter((o) => !o.startsWith('POST /broker/')))

@@ -10,9 +10,12 @@ export interface ServerDoc {
 }
 
 export type Doc = {
+  info: { title: string; version: string; description: string };
   servers: ServerDoc[];
+  /** The requirement every operation has unless it says otherwise. */
+  security: unknown;
   paths: Record<string, Record<string, OperationDoc>>;
-  components: { schemas: Record<string, unknown> };
+  components: { schemas: Record<string, unknown>; securitySchemes: Record<string, unknown> };
 };
 
 /** An example's request as sent. */
