@@ -303,6 +303,7 @@ describe('a login checked after a deletion (found by an audit)', () => {
     const row = { tenant: 'acme', device_id: 'a1b2c3', id: place.credentialId, secret_hash: hasher.keyed(place, secret), expires_ms: null };
     const answers: Array<(rows: unknown[]) => void> = [];
     let held = true; // the lookups wait for the test's answers; after it, every query is answered at once
+    // A stub of the one pg.Pool method DeviceLogins calls here (query), hence the cast.
     const pool = {
       query: () =>
         held ? new Promise((resolve) => answers.push((rows) => resolve({ rows }))) : Promise.resolve({ rows: [], rowCount: 0 }),

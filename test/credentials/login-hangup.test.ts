@@ -36,6 +36,7 @@ afterAll(() => broker?.close());
 
 /** The clients the authorisation still holds for device acme/dev1 and for credential cred-1. */
 function held(): { device: number; credential: number } {
+  // Private fields of DeviceAuthorisation: what it holds is what this file checks.
   const inner = auth as unknown as { sessions: Map<string, Set<Client>>; byCredential: Map<string, Set<Client>> };
   return { device: inner.sessions.get('acme/dev1')?.size ?? 0, credential: inner.byCredential.get('cred-1')?.size ?? 0 };
 }

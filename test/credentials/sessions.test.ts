@@ -97,6 +97,7 @@ describe('QoS 2 messages awaiting their PUBREL', () => {
     s.write(mqttPacket.generate({ cmd: 'publish', topic, qos: 2, messageId: 7, payload, retain: false, dup: false }));
     await pubrec;
     expect((await delivered).length).toBe(payload.length);
+    // aedes's `persistence` is not in its typed API.
     const { persistence } = broker.aedes as unknown as {
       persistence: { incomingGetPacket(c: { id: string }, p: { messageId: number }): Promise<{ payload: Buffer }> };
     };

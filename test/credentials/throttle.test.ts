@@ -93,6 +93,7 @@ describe('LoginThrottle', () => {
 // Every test client comes from 127.0.0.1: each service below serves tests that leave that
 // address's failures below its allowance, but for the last one.
 function embedded() {
+  // `t` is set in beforeAll, before any test reads it (hence the cast of its placeholder).
   const ctx = { svc: useService({ MQTT_URL: undefined, MQTT_DEVICE_AUTH: 'required' }), t: undefined as unknown as Tenant, url: '' };
   beforeAll(async () => {
     ctx.url = `mqtt://127.0.0.1:${ctx.svc.service.mqttPort}`;

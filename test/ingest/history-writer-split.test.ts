@@ -74,6 +74,7 @@ describe('the history writer with rows the database refuses', () => {
     // The real database, with one connection attempt failing as in an outage: the third, i.e.
     // after the batch was refused and its first half committed.
     let connects = 0;
+    // The two pg.Pool methods HistoryWriter calls (connect, query), hence the cast.
     const flaky = {
       connect: () => (++connects === 3 ? Promise.reject(new Error('connect ECONNREFUSED (test outage)')) : db.connect()),
       query: db.query.bind(db),

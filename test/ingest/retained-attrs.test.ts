@@ -38,6 +38,7 @@ afterAll(() => broker?.close());
 
 /** Every retained message the broker holds. */
 async function retained(): Promise<string[]> {
+  // aedes's `persistence` is not in its typed API.
   const { persistence } = broker.aedes as unknown as {
     persistence: { createRetainedStream(pattern: string): AsyncIterable<{ topic: string }> };
   };

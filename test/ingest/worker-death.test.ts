@@ -81,6 +81,7 @@ describe('a shard worker that dies holding the COPY turn', () => {
       // One worker holds the turn, its COPY waiting for the lock; the other waits for the turn.
       const cell = new Int32Array(copyTurn);
       const holder = await eventually(() => Atomics.load(cell, 0) || undefined, 'a worker holding the COPY turn');
+      // ShardPool's private Piscina: the test kills the worker that holds the turn.
       const threads = (shards as unknown as { piscina: Piscina }).piscina.threads;
       const dead = threads.find((t) => t.threadId === holder - 1);
       expect(dead).toBeDefined();

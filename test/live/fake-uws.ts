@@ -9,6 +9,8 @@ export type Handlers = { open(ws: unknown): void; drain(ws: unknown): void; mess
 
 export function fakeHub() {
   let handlers: Handlers | undefined;
+  // A stub of the two uWS app methods LiveHub calls (ws, get), hence the cast; pool and tokens
+  // are never reached by what these tests drive (`as never`).
   const app = { ws: (_p: string, h: Handlers) => (handlers = h), get: () => undefined } as unknown as uWS.TemplatedApp;
   const hub = new LiveHub({
     pool: {} as never,

@@ -422,12 +422,12 @@ describe('an SSE client that does not read', () => {
     const sseClients = async () => metric((await http<string>('GET', `${svc.base}/metrics`)).text, 'live_clients{transport="sse"}');
     const before = await sseClients();
     const open = async () => {
-      const s = { text: '', ended: false, res: undefined as unknown as import('node:http').IncomingMessage };
-      s.res = await new Promise((resolve, reject) =>
+      const res = await new Promise<import('node:http').IncomingMessage>((resolve, reject) =>
         nodeHttp
           .get(`${svc.base}/stream?device=${id}`, { headers: { Accept: 'text/event-stream', Authorization: `Bearer ${a.token}` } }, resolve)
           .on('error', reject),
       );
+      const s = { text: '', ended: false, res };
       s.res.setEncoding('utf8');
       s.res.on('data', (chunk: string) => (s.text += chunk));
       s.res.on('close', () => (s.ended = true));
