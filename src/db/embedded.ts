@@ -108,22 +108,35 @@ export async function startEmbeddedDatabase({
   const release = await claimDataDir(dataDir);
   try {
     const spawning = ownProcessGroup ? inOwnProcessGroup : <T>(fn: () => Promise<T>) => fn();
-    return await startCluster(EmbeddedPostgres, dataDir, port, settings, log, release, spawning);
+    return await startCluster({ EmbeddedPostgres, dataDir, port, settings, log, release, spawning });
   } catch (err) {
     await release();
     throw err;
   }
 }
 
-async function startCluster(
-  EmbeddedPostgres: Awaited<ReturnType<typeof loadEmbeddedPostgres>>,
-  dataDir: string,
-  port: number | undefined,
-  settings: Readonly<Record<string, string>>,
-  log: Logger,
-  release: () => Promise<void>,
-  spawning: <T>(fn: () => Promise<T>) => Promise<T>,
-): Promise<EmbeddedDatabase> {
+/** What starting the cluster needs: the library, the caller's options, the data directory's claim and how to spawn. */
+interface ClusterStart {
+  EmbeddedPostgres: Awaited<ReturnType<typeof loadEmbeddedPostgres>>;
+  dataDir: string;
+  port: number | undefined;
+  settings: Readonly<Record<string, string>>;
+  log: Logger;
+  /** Gives the data directory's claim back (on stop). */
+  release: () => Promise<void>;
+  /** Runs a step that spawns PostgreSQL (in its own process group when asked). */
+  spawning: <T>(fn: () => Promise<T>) => Promise<T>;
+}
+
+async function startCluster({
+  EmbeddedPostgres,
+  dataDir,
+  port,
+  settings,
+  log,
+  release,
+  spawning,
+}: ClusterStart): Promise<EmbeddedDatabase> {
   const clusterDir = await clusterDirOf(dataDir, log);
   const passwordFile = path.join(dataDir, 'pg-password');
   // The password is written before initdb as pg-password.new and renamed once initdb is done:
