@@ -91,17 +91,25 @@ function listWhere(tenant: string, q: DeviceQuery, p: Params, plan: AttrPlan): s
 
 const orderBy = (sortByLabel: boolean, alias: string) => (sortByLabel ? `${alias}.label COLLATE "C", ${alias}.id` : `${alias}.id`);
 
+/** How selectDevices orders and cuts what `where` chooses, and whether it reads the keys. */
+interface Selection {
+  /** Ordered by label (then id); else by id. */
+  sortByLabel?: boolean;
+  /** `LIMIT ... OFFSET ...` of a page, or none. */
+  limit?: string;
+  /** Also the sealed keys (internal views only). */
+  withKeys?: boolean;
+}
+
 /**
  * The devices chosen by `where` (on `devices d`) with their templates, attributes and overrides:
- * one query. `withKeys`: also the sealed keys (internal views only).
+ * one query.
  */
 async function selectDevices(
   db: Db,
   p: Params,
   where: string,
-  sortByLabel: boolean,
-  limit: string,
-  withKeys: boolean,
+  { sortByLabel = false, limit = '', withKeys = false }: Selection = {},
 ): Promise<DeviceRecord[]> {
   // The tenant is always the first parameter.
   const { rows } = await db.query<DeviceRow>(
@@ -150,12 +158,12 @@ function group(rows: DeviceRow[]): DeviceRecord[] {
 export async function getDevices(db: Db, tenant: string, ids: string[], withKeys = false): Promise<DeviceRecord[]> {
   const p = new Params();
   const where = `d.tenant = ${p.add(tenant)} AND d.id = ANY(${p.add(ids)}::text[])`;
-  return selectDevices(db, p, where, false, '', withKeys);
+  return selectDevices(db, p, where, { withKeys });
 }
 
 export async function getAllDevices(db: Db, tenant: string): Promise<DeviceRecord[]> {
   const p = new Params();
-  return selectDevices(db, p, `d.tenant = ${p.add(tenant)}`, false, '', false);
+  return selectDevices(db, p, `d.tenant = ${p.add(tenant)}`);
 }
 
 export async function listDevices(
@@ -169,7 +177,7 @@ export async function listDevices(
   const p = new Params();
   const where = listWhere(tenant, q, p, plan);
   const limit = `LIMIT ${p.add(page.size)} OFFSET ${p.add(page.offset)}`;
-  return selectDevices(db, p, where, q.filters.sortByLabel, limit, withKeys);
+  return selectDevices(db, p, where, { sortByLabel: q.filters.sortByLabel, limit, withKeys });
 }
 
 /** The ids of one page, in page order (the public lists take each view from the view cache). */
