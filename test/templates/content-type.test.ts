@@ -68,9 +68,8 @@ describe('Content-Type on POST and PUT /template', () => {
     await expectRefused(
       u,
       () => http<TemplateUpdated>('PUT', `${svc.base}/template/${t.id}`, { token: u.token, ...opts }),
-      400,
-      { message: JSON_MESSAGE, status: 400 },
-      t,
+      { status: 400, body: { message: JSON_MESSAGE, status: 400 } },
+      { unchanged: t },
     );
   });
 

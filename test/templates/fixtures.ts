@@ -57,17 +57,22 @@ export async function templateTenant(svc: ServiceForFile, prefix: string) {
 }
 export type TemplateTenant = Awaited<ReturnType<typeof templateTenant>>;
 
+/** The answer a refused request must get. */
+export interface Refusal {
+  status: number;
+  body: unknown;
+}
+
 /**
- * Sends a request that must be refused with `status` and `expected`, and checks that it changed
- * nothing: the tenant's template and attribute rows, and `unchanged` (a template) as GET shows it.
+ * Sends a request that must be refused as `refusal` says, and checks that it changed nothing:
+ * the tenant's template and attribute rows, and `unchanged` (a template) as GET shows it.
+ * `what` names the request in a failure's message.
  */
 export async function expectRefused(
   u: TemplateTenant,
   send: () => Promise<ApiResponse>,
-  status: number,
-  expected: unknown,
-  unchanged?: { id: number },
-  what = '',
+  { status, body: expected }: Refusal,
+  { unchanged, what = '' }: { unchanged?: { id: number }; what?: string } = {},
 ) {
   const [before, attrsBefore] = [await u.count(), await u.attrCount()];
   const res = await send();

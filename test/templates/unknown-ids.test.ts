@@ -35,10 +35,8 @@ describe('odd ids on PUT and DELETE /template/{id}: 404, never 500, nothing chan
       await expectRefused(
         u,
         () => u.put(segment, { label: 'changed', attrs: [] }),
-        404,
-        { message: `No such template: ${shown}`, status: 404 },
-        t,
-        `PUT ${segment}`,
+        { status: 404, body: { message: `No such template: ${shown}`, status: 404 } },
+        { unchanged: t, what: `PUT ${segment}` },
       );
     }
   });
@@ -53,7 +51,12 @@ describe('odd ids on PUT and DELETE /template/{id}: 404, never 500, nothing chan
 
   it('DELETE: 404 No such template: <id>', async () => {
     for (const [segment, shown] of odd()) {
-      await expectRefused(u, () => u.del(segment), 404, { message: `No such template: ${shown}`, status: 404 }, t, `DELETE ${segment}`);
+      await expectRefused(
+        u,
+        () => u.del(segment),
+        { status: 404, body: { message: `No such template: ${shown}`, status: 404 } },
+        { unchanged: t, what: `DELETE ${segment}` },
+      );
     }
   });
 

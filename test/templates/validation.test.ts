@@ -125,7 +125,7 @@ describe('PUT /template/{id}: validation leaves the template unchanged', () => {
 
   it.each(cases)('%s: 400 and nothing changes', async (_name, body, expected) => {
     const t = await u.create();
-    await expectRefused(u, () => u.put(t.id, body), 400, expected, t);
+    await expectRefused(u, () => u.put(t.id, body), { status: 400, body: expected }, { unchanged: t });
   });
 
   it('the limits themselves are accepted on PUT (128 / 32 / 128)', async () => {
@@ -195,7 +195,7 @@ describe('POST /template: field types and lengths', () => {
   ];
 
   it.each(cases)('%s: 400, nothing created', async (_name, body, expected) => {
-    await expectRefused(u, () => u.post(body), 400, expected);
+    await expectRefused(u, () => u.post(body), { status: 400, body: expected });
   });
 
   it('value_type of exactly 32 characters is accepted', async () => {
@@ -236,12 +236,12 @@ describe('metadata errors (POST and PUT)', () => {
   ];
 
   it.each(cases)('POST, %s: 400, nothing created', async (_name, body, expected) => {
-    await expectRefused(u, () => u.post(body), 400, expected);
+    await expectRefused(u, () => u.post(body), { status: 400, body: expected });
   });
 
   it.each(cases)('PUT, %s: 400, template unchanged', async (_name, body, expected) => {
     const t = await u.create();
-    await expectRefused(u, () => u.put(t.id, body), 400, expected, t);
+    await expectRefused(u, () => u.put(t.id, body), { status: 400, body: expected }, { unchanged: t });
   });
 
   it('the same metadata label under two different attributes is fine', async () => {
