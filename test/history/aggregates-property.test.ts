@@ -139,7 +139,16 @@ interface Row {
   value: unknown;
   text: string;
 }
-function expectedBuckets(rows: Row[], interval: string, tz: string, aggs: string[], fill: boolean, lo?: number, hi?: number): Bucket[] {
+/** An aggregate query as the model answers it: `fill` with the bounds `lo`..`hi` (ms) when given. */
+interface BucketQuery {
+  interval: string;
+  tz: string;
+  aggs: string[];
+  fill: boolean;
+  lo?: number | undefined;
+  hi?: number | undefined;
+}
+function expectedBuckets(rows: Row[], { interval, tz, aggs, fill, lo, hi }: BucketQuery): Bucket[] {
   const by = new Map<string, Row[]>();
   for (const r of rows) {
     const k = keyOf(r.ms, interval, tz);
@@ -247,7 +256,7 @@ async function compareOnce(label: string, numericAlso = false): Promise<void> {
     mismatches.push(`${q}: ${got.status} ${got.text}`);
     return;
   }
-  const want = expectedBuckets(rows, interval, tz, aggs, fill, lo, hi);
+  const want = expectedBuckets(rows, { interval, tz, aggs, fill, lo, hi });
   const have = got.body as Bucket[];
   const same =
     have.length === want.length &&
@@ -385,7 +394,7 @@ describe("recent values, around the rollups' bound", () => {
         mismatches.push(`${q}: ${got.status} ${got.text}`);
         continue;
       }
-      const want = expectedBuckets(rows, interval, tz, aggs, false);
+      const want = expectedBuckets(rows, { interval, tz, aggs, fill: false });
       const have = got.body;
       const same = have.length === want.length && have.every((b, i) => b.ts === want[i]!.ts && aggs.every((a) => equal(b[a], want[i]![a])));
       if (!same) mismatches.push(`${q}: ${JSON.stringify({ have, want })}`);
