@@ -1,63 +1,12 @@
 // PUT /device/{id}/actuate, the message as a device gets it (interface.md §6.2;
 // docs/messaging.md §7): exactly the JSON of `attrs`, QoS 1, not retained (a subscriber
 // arriving later gets nothing).
-import crypto from 'node:crypto';
-import type mqtt from 'mqtt';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDevice, createTemplate, deviceClient, eventually } from '../helpers/registry-fixtures.js';
-import { http, tenantToken, useService } from '../helpers/service.js';
+import { describe, expect, it } from 'vitest';
+import { SENT, quiet, topicsOf, useActuation } from '../helpers/actuation.js';
+import { deviceClient, eventually } from '../helpers/registry-fixtures.js';
+import { http } from '../helpers/service.js';
 
-const tenantA = `acea${crypto.randomBytes(3).toString('hex')}`;
-const ATTRS = [
-  { label: 'setpoint', type: 'actuator', value_type: 'float' },
-  { label: 'mode', type: 'actuator', value_type: 'string' },
-  { label: 'temperature', type: 'dynamic', value_type: 'float' },
-];
-const SENT = '{" status":"configuration sent to device"}';
-/** How long "nothing arrives" is watched for. */
-const QUIET_MS = 500;
-
-interface Received {
-  topic: string;
-  payload: Buffer;
-  qos: number;
-  retain: boolean;
-}
-
-const svc = useService();
-let tokenA: string;
-let templateA: number;
-const clients: mqtt.MqttClient[] = [];
-
-beforeAll(async () => {
-  tokenA = await tenantToken(svc.base, svc.token, tenantA);
-  templateA = await createTemplate(svc.service.pool, tenantA, 'thermostat', ATTRS);
-});
-// Registered after useService(): the clients end before the service stops.
-afterAll(async () => {
-  await Promise.all(clients.map((c) => c.endAsync().catch(() => undefined)));
-});
-
-const newDeviceOfA = () => createDevice(svc.service.pool, tenantA, [templateA]);
-const topicsOf = (tenant: string, id: string) => [`${tenant}:${id}/config`, `/${tenant}/${id}/config`];
-
-const actuate = (id: string, body: unknown, token = tokenA) => http('PUT', `${svc.base}/device/${id}/actuate`, { token, body });
-
-/** A client of the run's broker (as device `tenant:id` when given) collecting what arrives on `topics`. */
-async function subscriber(
-  topics: string[],
-  opts: { as?: string; qos?: 0 | 1 | 2 } = {},
-): Promise<{ client: mqtt.MqttClient; got: Received[] }> {
-  const client = await deviceClient(svc.env.MQTT_URL!, opts.as ? { username: opts.as } : {});
-  clients.push(client);
-  const got: Received[] = [];
-  client.on('message', (topic, payload, packet) => got.push({ topic, payload, qos: packet.qos, retain: packet.retain }));
-  const granted = await client.subscribeAsync(topics, { qos: opts.qos ?? 1 });
-  expect(granted.map((g) => g.qos)).toEqual(topics.map(() => opts.qos ?? 1));
-  return { client, got };
-}
-
-const quiet = () => new Promise((r) => setTimeout(r, QUIET_MS));
+const { svc, tenantA, clients, newDeviceOfA, actuate, subscriber, tokenA } = useActuation();
 
 describe('the message as the device receives it', () => {
   it('exactly the JSON of attrs (order, unicode, nested values, numbers), QoS 1 even for a QoS 2 subscription', async () => {
@@ -66,7 +15,7 @@ describe('the message as the device receives it', () => {
     const attrs = { mode: { level: 'héllo ☃ "q"', list: [1, null, true] }, setpoint: 0.30000000000000004 };
     const { got } = await subscriber(topicsOf(tenantA, d), { as: `${tenantA}:${d}`, qos: 2 });
     const res = await http('PUT', `${svc.base}/device/${d}/actuate`, {
-      token: tokenA,
+      token: tokenA(),
       rawBody: '{ "attrs" : { "mode" : {"level":"h\\u00e9llo ☃ \\"q\\"", "list":[1, null, true]}, "setpoint": 0.30000000000000004 } }',
       headers: { 'content-type': 'application/json' },
     });

@@ -2,65 +2,17 @@
 // another tenant's device id is unknown (404, nothing sent), and the same id in two tenants
 // names two devices, each receiving only its own tenant's message.
 import crypto from 'node:crypto';
-import type mqtt from 'mqtt';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDevice, createTemplate, deviceClient, eventually } from '../helpers/registry-fixtures.js';
-import { http, tenantToken, useService } from '../helpers/service.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { ATTRS, SENT, quiet, topicsOf, useActuation } from '../helpers/actuation.js';
+import { createDevice, createTemplate, eventually } from '../helpers/registry-fixtures.js';
+import { tenantToken } from '../helpers/service.js';
 
-const tenantA = `acea${crypto.randomBytes(3).toString('hex')}`;
+const { svc, tenantA, newDeviceOfA, actuate, subscriber } = useActuation();
 const tenantB = `aceb${crypto.randomBytes(3).toString('hex')}`;
-const ATTRS = [
-  { label: 'setpoint', type: 'actuator', value_type: 'float' },
-  { label: 'mode', type: 'actuator', value_type: 'string' },
-  { label: 'temperature', type: 'dynamic', value_type: 'float' },
-];
-const SENT = '{" status":"configuration sent to device"}';
-/** How long "nothing arrives" is watched for. */
-const QUIET_MS = 500;
-
-interface Received {
-  topic: string;
-  payload: Buffer;
-  qos: number;
-  retain: boolean;
-}
-
-const svc = useService();
-let tokenA: string;
 let tokenB: string;
-let templateA: number;
-const clients: mqtt.MqttClient[] = [];
-
 beforeAll(async () => {
-  tokenA = await tenantToken(svc.base, svc.token, tenantA);
   tokenB = await tenantToken(svc.base, svc.token, tenantB);
-  templateA = await createTemplate(svc.service.pool, tenantA, 'thermostat', ATTRS);
 });
-// Registered after useService(): the clients end before the service stops.
-afterAll(async () => {
-  await Promise.all(clients.map((c) => c.endAsync().catch(() => undefined)));
-});
-
-const newDeviceOfA = () => createDevice(svc.service.pool, tenantA, [templateA]);
-const topicsOf = (tenant: string, id: string) => [`${tenant}:${id}/config`, `/${tenant}/${id}/config`];
-
-const actuate = (id: string, body: unknown, token = tokenA) => http('PUT', `${svc.base}/device/${id}/actuate`, { token, body });
-
-/** A client of the run's broker (as device `tenant:id` when given) collecting what arrives on `topics`. */
-async function subscriber(
-  topics: string[],
-  opts: { as?: string; qos?: 0 | 1 | 2 } = {},
-): Promise<{ client: mqtt.MqttClient; got: Received[] }> {
-  const client = await deviceClient(svc.env.MQTT_URL!, opts.as ? { username: opts.as } : {});
-  clients.push(client);
-  const got: Received[] = [];
-  client.on('message', (topic, payload, packet) => got.push({ topic, payload, qos: packet.qos, retain: packet.retain }));
-  const granted = await client.subscribeAsync(topics, { qos: opts.qos ?? 1 });
-  expect(granted.map((g) => g.qos)).toEqual(topics.map(() => opts.qos ?? 1));
-  return { client, got };
-}
-
-const quiet = () => new Promise((r) => setTimeout(r, QUIET_MS));
 
 describe('tenant isolation', () => {
   it("tenant B actuating tenant A's device id: 404, and A's device receives nothing", async () => {
