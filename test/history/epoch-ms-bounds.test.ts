@@ -5,9 +5,9 @@
 // Rows are written directly with known times.
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { HistoryByLabel, HistoryRecord } from '../helpers/api.js';
-import { createDevice, createTemplate, insertHistory } from '../helpers/registry-fixtures.js';
+import { insertHistory } from '../helpers/registry-fixtures.js';
 import { http, useService } from '../helpers/service.js';
-import { getHistory, ts, valuesOf } from './fixtures.js';
+import { getHistory, sensorWithTemperatures, ts, valuesOf } from './fixtures.js';
 
 const svc = useService({ HISTORY_MAX_RESULTS: '50' });
 let tenant: string;
@@ -19,14 +19,10 @@ const ms = (minute: number) => Date.parse(ts(minute));
 beforeAll(async () => {
   ({ tenant, token } = await svc.freshTenant('hie'));
   const pool = svc.service.pool;
-  const t = await createTemplate(pool, tenant, 'sensor', [
-    { label: 'temperature', type: 'dynamic', value_type: 'float' },
-    { label: 'mode', type: 'dynamic', value_type: 'string' },
-  ]);
-  device = await createDevice(pool, tenant, [t]);
+  const sensor = await sensorWithTemperatures(pool, tenant);
+  device = sensor.device;
 
-  const rows = [];
-  for (let m = 0; m < 10; m++) rows.push({ tenant, device, attr: 'temperature', ts: ts(m), value: String(20 + m) });
+  const rows = sensor.rows;
   rows.push({ tenant, device, attr: 'mode', ts: ts(3), value: '"eco"' });
   rows.push({ tenant, device, attr: 'mode', ts: ts(7), value: '"boost"' });
   // Values one millisecond either side of minute 2 and minute 4: the bounds must be exact.

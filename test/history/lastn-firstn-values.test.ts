@@ -4,9 +4,9 @@
 // parameter, never 500). Rows are written directly with known times.
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { ErrorBody, HistoryRecord } from '../helpers/api.js';
-import { createDevice, createTemplate, insertHistory } from '../helpers/registry-fixtures.js';
+import { insertHistory } from '../helpers/registry-fixtures.js';
 import { useService } from '../helpers/service.js';
-import { getHistory, ts, valuesOf } from './fixtures.js';
+import { getHistory, sensorWithTemperatures, valuesOf } from './fixtures.js';
 
 const svc = useService({ HISTORY_MAX_RESULTS: '50' });
 let tenant: string;
@@ -16,14 +16,10 @@ let device: string;
 beforeAll(async () => {
   ({ tenant, token } = await svc.freshTenant('hie'));
   const pool = svc.service.pool;
-  const t = await createTemplate(pool, tenant, 'sensor', [
-    { label: 'temperature', type: 'dynamic', value_type: 'float' },
-    { label: 'mode', type: 'dynamic', value_type: 'string' },
-  ]);
-  device = await createDevice(pool, tenant, [t]);
+  const sensor = await sensorWithTemperatures(pool, tenant);
+  device = sensor.device;
 
-  const rows = [];
-  for (let m = 0; m < 10; m++) rows.push({ tenant, device, attr: 'temperature', ts: ts(m), value: String(20 + m) });
+  const rows = sensor.rows;
   await insertHistory(pool, rows);
 });
 

@@ -6,7 +6,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import type { HistoryRecord } from '../helpers/api.js';
 import { createDevice, createTemplate, insertHistory } from '../helpers/registry-fixtures.js';
 import { useService } from '../helpers/service.js';
-import { getHistory, ts } from './fixtures.js';
+import { getHistory, sensorWithTemperatures, ts } from './fixtures.js';
 
 const svc = useService({ HISTORY_MAX_RESULTS: '50' });
 let tenant: string;
@@ -22,17 +22,13 @@ beforeAll(async () => {
   ({ tenant, token } = await svc.freshTenant('hie'));
   ({ tenant: otherTenant, token: otherToken } = await svc.freshTenant('hio'));
   const pool = svc.service.pool;
-  const t = await createTemplate(pool, tenant, 'sensor', [
-    { label: 'temperature', type: 'dynamic', value_type: 'float' },
-    { label: 'mode', type: 'dynamic', value_type: 'string' },
-  ]);
-  device = await createDevice(pool, tenant, [t]);
+  const sensor = await sensorWithTemperatures(pool, tenant);
+  device = sensor.device;
   // A device that exists only in the other tenant, with data.
   const to = await createTemplate(pool, otherTenant, 'sensor', [{ label: 'temperature', type: 'dynamic', value_type: 'float' }]);
   foreign = await createDevice(pool, otherTenant, [to]);
 
-  const rows = [];
-  for (let m = 0; m < 10; m++) rows.push({ tenant, device, attr: 'temperature', ts: ts(m), value: String(20 + m) });
+  const rows = sensor.rows;
   rows.push({ tenant: otherTenant, device: foreign, attr: 'temperature', ts: ts(1), value: '4242.125' });
   await insertHistory(pool, rows);
 });

@@ -7,7 +7,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import type { HistoryRecord } from '../helpers/api.js';
 import { createDevice, createTemplate, insertHistory } from '../helpers/registry-fixtures.js';
 import { useService } from '../helpers/service.js';
-import { getHistory, ts, valuesOf } from './fixtures.js';
+import { getHistory, sensorWithTemperatures, ts, valuesOf } from './fixtures.js';
 
 const svc = useService({ HISTORY_MAX_RESULTS: '50' });
 let tenant: string;
@@ -20,11 +20,8 @@ const ms = (minute: number) => Date.parse(ts(minute));
 beforeAll(async () => {
   ({ tenant, token } = await svc.freshTenant('hie'));
   const pool = svc.service.pool;
-  const t = await createTemplate(pool, tenant, 'sensor', [
-    { label: 'temperature', type: 'dynamic', value_type: 'float' },
-    { label: 'mode', type: 'dynamic', value_type: 'string' },
-  ]);
-  device = await createDevice(pool, tenant, [t]);
+  const sensor = await sensorWithTemperatures(pool, tenant);
+  device = sensor.device;
   // A device whose attribute labels are names of Object.prototype members (valid labels).
   const tp = await createTemplate(pool, tenant, 'proto', [
     { label: '__proto__', type: 'dynamic', value_type: 'object' },
@@ -33,8 +30,7 @@ beforeAll(async () => {
   ]);
   proto = await createDevice(pool, tenant, [tp]);
 
-  const rows = [];
-  for (let m = 0; m < 10; m++) rows.push({ tenant, device, attr: 'temperature', ts: ts(m), value: String(20 + m) });
+  const rows = sensor.rows;
   rows.push({ tenant, device: proto, attr: '__proto__', ts: ts(1), value: '{"polluted":true}' });
   rows.push({ tenant, device: proto, attr: 'constructor', ts: ts(2), value: '"ctor"' });
   await insertHistory(pool, rows);
